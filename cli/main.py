@@ -1,0 +1,10 @@
+import click
+
+
+@click.group()
+def cli() -> None:
+    """profdb"""
+
+
+def main() -> None:
+    cli()

@@ -1,0 +1,1 @@
+"""profdb's library: schema, readers, rank identity, ingest and queries."""

@@ -1,0 +1,92 @@
+"""profdb's rank manifest: the authoritative identity of a rank folder.
+
+``profdb record`` writes ``<rank_dir>/profdb-rank.json``; ``profdb ingest`` applies it to every
+file below that folder. Format (JSON object, version 1):
+
+    {
+      "profdb_manifest": 1,
+      "run": "llama-tp8" | null,          # run name given to `profdb record --run`, if any
+      "global_rank": 3, "local_rank": 1, "world_size": 8, "node_rank": 1,
+      "hostname": "nid001234",
+      "launcher": "torchrun" | "openmpi" | "mpich" | "slurm" | "horovod" | "single",
+      "command": ["rocprofv3", "--kernel-trace", ...],
+      "pid": 12345,                        # pid of the profiled command (null until started)
+      "started_at": "2026-11-22T14:00:00+00:00",
+      "ended_at": "2026-11-22T14:05:00+00:00" | null,
+      "exit_code": 0 | null                # null while running or when killed before exit
+    }
+
+Required: profdb_manifest, global_rank. Everything else may be null.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+
+MANIFEST_NAME = "profdb-rank.json"
+MANIFEST_VERSION = 1
+
+
+@dataclass
+class RankManifest:
+    global_rank: int
+    local_rank: int | None = None
+    world_size: int | None = None
+    node_rank: int | None = None
+    hostname: str | None = None
+    launcher: str | None = None
+    run: str | None = None
+    command: list[str] = field(default_factory=list)
+    pid: int | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    exit_code: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"profdb_manifest": MANIFEST_VERSION, **asdict(self)}
+
+
+def write_manifest(rank_dir: Path, manifest: RankManifest) -> Path:
+    """Write atomically (temp file + rename) so a reader never sees half a manifest."""
+    rank_dir.mkdir(parents=True, exist_ok=True)
+    path = rank_dir / MANIFEST_NAME
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(manifest.to_json(), indent=2) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_manifest(path: Path) -> RankManifest:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: not a readable profdb rank manifest ({e}); delete it or rerun `profdb record`") from e
+    if not isinstance(data, dict) or data.get("profdb_manifest") != MANIFEST_VERSION:
+        raise InputError(
+            f"{path}: not a profdb rank manifest (expected \"profdb_manifest\": {MANIFEST_VERSION}); "
+            "delete it or rerun `profdb record`"
+        )
+    if not isinstance(data.get("global_rank"), int):
+        raise InputError(f"{path}: rank manifest has no integer global_rank; rerun `profdb record`")
+    known = {f for f in RankManifest.__dataclass_fields__}
+    return RankManifest(**{k: v for k, v in data.items() if k in known})
+
+
+def find_manifest(path: Path, stop: Path | None = None) -> Path | None:
+    """The nearest manifest in ``path``'s folder or its parents (not above ``stop``)."""
+    d = path if path.is_dir() else path.parent
+    d = d.resolve()
+    stop_r = stop.resolve() if stop else None
+    while True:
+        candidate = d / MANIFEST_NAME
+        if candidate.is_file():
+            return candidate
+        if d.parent == d or (stop_r is not None and d == stop_r):
+            return None
+        d = d.parent

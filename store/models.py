@@ -1,0 +1,164 @@
+"""The schema, as SQLAlchemy 2.0 typed models. Migrations in alembic/versions must match it
+(tests/test_migrations.py checks with autogenerate's compare_metadata).
+
+Tables are singular; units are in column names; every time is an integer in nanoseconds.
+Views for sqlite3 users are created by migrations, not here (see alembic/versions)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (
+    BigInteger,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# SQLite's INTEGER PRIMARY KEY is the rowid only when declared INTEGER; keep BigInteger elsewhere.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Run(Base):
+    """One profiled job."""
+
+    __tablename__ = "run"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    created_at: Mapped[datetime]
+    launcher: Mapped[str | None] = mapped_column(String(40))
+    command: Mapped[str | None] = mapped_column(Text)
+    world_size: Mapped[int | None]
+    #: free-form JSON object text (tags, job ids, config)
+    metadata_json: Mapped[str | None] = mapped_column(Text)
+
+
+class Rank(Base):
+    """One process of a run, keyed by (run, global_rank), placed by hostname and local_rank."""
+
+    __tablename__ = "rank"
+    __table_args__ = (UniqueConstraint("run_id", "global_rank"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), index=True)
+    global_rank: Mapped[int]
+    local_rank: Mapped[int | None]
+    hostname: Mapped[str | None] = mapped_column(String(255))
+    node_rank: Mapped[int | None]
+    pid: Mapped[int | None]
+    device: Mapped[int | None]
+
+
+class SourceFile(Base):
+    """Every ingested file. Re-ingesting the same content into the same run is a no-op."""
+
+    __tablename__ = "source_file"
+    __table_args__ = (UniqueConstraint("run_id", "sha256"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), index=True)
+    rank_id: Mapped[int] = mapped_column(ForeignKey("rank.id", ondelete="CASCADE"), index=True)
+    path: Mapped[str] = mapped_column(Text)
+    sha256: Mapped[str] = mapped_column(String(64))
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    format: Mapped[str] = mapped_column(String(40))
+    content_kind: Mapped[str] = mapped_column(String(60), default="")
+    rows: Mapped[int] = mapped_column(BigInteger, default=0)
+    #: add to the file's timestamps for its absolute clock (Kineto baseTimeNanoseconds)
+    time_base_ns: Mapped[int] = mapped_column(BigInteger, default=0)
+    identity_origin: Mapped[str | None] = mapped_column(Text)
+    ingested_at: Mapped[datetime]
+
+
+class Name(Base):
+    """Interned strings: kernel / op / annotation names and counter names."""
+
+    __tablename__ = "name"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    value: Mapped[str] = mapped_column(Text, unique=True)
+
+
+class Activity(Base):
+    """The fact table: one timed interval (kernel, memcpy, memset, cpu_op, annotation, api...)."""
+
+    __tablename__ = "activity"
+    __table_args__ = (Index("ix_activity_rank_name", "rank_id", "name_id"),)
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    rank_id: Mapped[int] = mapped_column(ForeignKey("rank.id", ondelete="CASCADE"))
+    source_id: Mapped[int] = mapped_column(ForeignKey("source_file.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[str] = mapped_column(String(20))
+    category: Mapped[str] = mapped_column(String(20))
+    name_id: Mapped[int] = mapped_column(ForeignKey("name.id"))
+    start_ns: Mapped[int] = mapped_column(BigInteger)
+    duration_ns: Mapped[int] = mapped_column(BigInteger)
+    device: Mapped[int | None]
+    stream: Mapped[int | None] = mapped_column(BigInteger)
+    correlation: Mapped[int | None] = mapped_column(BigInteger)
+    pid: Mapped[int | None]
+    tid: Mapped[int | None] = mapped_column(BigInteger)
+    grid_x: Mapped[int | None]
+    grid_y: Mapped[int | None]
+    grid_z: Mapped[int | None]
+    block_x: Mapped[int | None]
+    block_y: Mapped[int | None]
+    block_z: Mapped[int | None]
+    args: Mapped[str | None] = mapped_column(Text)
+
+
+class Counter(Base):
+    """Counter values: per dispatch (samples = 1) or per (rank, kernel) aggregate (Metrix)."""
+
+    __tablename__ = "counter"
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    rank_id: Mapped[int] = mapped_column(ForeignKey("rank.id", ondelete="CASCADE"), index=True)
+    source_id: Mapped[int] = mapped_column(ForeignKey("source_file.id", ondelete="CASCADE"), index=True)
+    kernel_name_id: Mapped[int] = mapped_column(ForeignKey("name.id"))
+    counter_name_id: Mapped[int] = mapped_column(ForeignKey("name.id"))
+    dispatch_id: Mapped[int | None] = mapped_column(BigInteger)
+    value: Mapped[float] = mapped_column(Float)
+    samples: Mapped[int] = mapped_column(BigInteger, default=1)
+    min_value: Mapped[float | None] = mapped_column(Float)
+    max_value: Mapped[float | None] = mapped_column(Float)
+
+
+class Summary(Base):
+    """Per (rank, name, kind) totals, maintained at ingest so cross-rank queries never scan
+    the fact table. sum_sq_ns is a float (squares of ns overflow 64-bit integers)."""
+
+    __tablename__ = "summary"
+    rank_id: Mapped[int] = mapped_column(ForeignKey("rank.id", ondelete="CASCADE"), primary_key=True)
+    name_id: Mapped[int] = mapped_column(ForeignKey("name.id"), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(20), primary_key=True)
+    category: Mapped[str] = mapped_column(String(20))
+    calls: Mapped[int] = mapped_column(BigInteger)
+    total_ns: Mapped[int] = mapped_column(BigInteger)
+    min_ns: Mapped[int] = mapped_column(BigInteger)
+    max_ns: Mapped[int] = mapped_column(BigInteger)
+    sum_sq_ns: Mapped[float] = mapped_column(Float)
+
+
+class Step(Base):
+    """Training steps per rank (ProfilerStep#N annotations), kept at ingest for per-step queries."""
+
+    __tablename__ = "step"
+    rank_id: Mapped[int] = mapped_column(ForeignKey("rank.id", ondelete="CASCADE"), primary_key=True)
+    step: Mapped[int] = mapped_column(primary_key=True)
+    source_id: Mapped[int] = mapped_column(ForeignKey("source_file.id", ondelete="CASCADE"), index=True)
+    start_ns: Mapped[int] = mapped_column(BigInteger)
+    duration_ns: Mapped[int] = mapped_column(BigInteger)

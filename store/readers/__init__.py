@@ -1,0 +1,39 @@
+"""Format readers: a plain registry list, detection by content, ``--format NAME`` override.
+
+Each reader module follows ``base.Reader`` (detect / inspect / read) and knows nothing of the
+database. To add a format: write ``store/readers/<format>.py`` and append it to ``READERS``.
+Order matters only for detection: more specific readers first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+from typing import cast
+
+from ..errors import InputError
+from . import kineto_json, rocprof_csv
+from .base import Reader
+
+READERS: list[Reader] = [cast(Reader, m) for m in (rocprof_csv, kineto_json)]
+
+
+def by_name(name: str) -> Reader:
+    for r in READERS:
+        if r.NAME == name:
+            return r
+    raise InputError(f"unknown format {name!r}; known formats: {', '.join(r.NAME for r in READERS)}")
+
+
+def detect(path: Path) -> Reader | None:
+    """The first reader that recognises the file, or None."""
+    for r in READERS:
+        if r.detect(path):
+            return r
+    return None
+
+
+def formats() -> list[tuple[str, str]]:
+    return [(r.NAME, r.DESCRIPTION) for r in READERS]
+
+
+__all__ = ["READERS", "Reader", "by_name", "detect", "formats", "ModuleType"]

@@ -1,0 +1,89 @@
+"""The reader protocol. A reader is a module (or object) with:
+
+``NAME``         short format name, used by ``--format NAME`` and stored in source_file.format
+``DESCRIPTION``  one line for ``profdb formats``: what it reads
+``detect(path) -> bool``            cheap: looks at the name and the first bytes only
+``inspect(path) -> SourceInfo``     cheap: identity hints and time base, without streaming the rows
+``read(path, info) -> Iterator[Record]``   streams Activity / Counter / Aggregate records
+
+Readers know nothing of the database. They raise ``InputError`` naming the file on bad input.
+Helpers here are shared by readers: opening .gz transparently, peeking at a file's head.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import zlib
+from pathlib import Path
+from typing import IO, Iterator, Protocol
+
+from ..errors import InputError
+from ..records import Record, SourceInfo
+
+
+class Reader(Protocol):
+    NAME: str
+    DESCRIPTION: str
+
+    def detect(self, path: Path) -> bool: ...
+
+    def inspect(self, path: Path) -> SourceInfo: ...
+
+    def read(self, path: Path, info: SourceInfo) -> Iterator[Record]: ...
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def is_gzip(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == GZIP_MAGIC
+
+
+def open_binary(path: Path) -> IO[bytes]:
+    """Open a file for streaming, decompressing gzip by content (not by extension)."""
+    if is_gzip(path):
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    return open(path, "rb")
+
+
+def head(path: Path, size: int = 65536) -> bytes:
+    """The first ``size`` bytes of the (decompressed) content; b"" if unreadable."""
+    try:
+        with open_binary(path) as f:
+            return f.read(size)
+    except (OSError, EOFError, zlib.error):
+        return b""
+
+
+def tail(path: Path, size: int = 65536) -> bytes:
+    """The last ``size`` bytes of the (decompressed) content. For gzip this decompresses the
+    whole stream (C speed, constant memory) keeping only the tail."""
+    if not is_gzip(path):
+        with open(path, "rb") as f:
+            f.seek(0, io.SEEK_END)
+            n = f.tell()
+            f.seek(max(0, n - size))
+            return f.read()
+    buf = b""
+    try:
+        with gzip.open(path, "rb") as f:
+            while True:
+                chunk = f.read(1 << 20)
+                if not chunk:
+                    break
+                buf = (buf + chunk)[-size:]
+    except (OSError, EOFError, zlib.error) as e:
+        raise InputError(
+            f"{path}: the gzip stream is truncated or corrupt ({e}); re-copy the file "
+            "or decompress what is left with `zcat` and ingest the result"
+        ) from e
+    return buf
+
+
+def display_name(path: Path) -> str:
+    """File name without compression suffix, lower case (for name-based detection)."""
+    name = path.name.lower()
+    return name[:-3] if name.endswith(".gz") else name

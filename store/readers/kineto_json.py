@@ -1,0 +1,206 @@
+"""PyTorch profiler / Kineto Chrome traces (``.json`` or ``.json.gz``), streamed with ijson.
+
+Reads complete events (``ph: "X"``): GPU kernels, memcpy, memset, CPU ops, user annotations
+(``ProfilerStep#N``, ``nccl:all_reduce``), GPU annotations, runtime/driver calls, python functions.
+CUDA and ROCm variants, old capitalised categories (``Kernel``, ``Runtime``). Times: ``ts``/``dur``
+are microseconds (floats); converted to integer ns once here. Newer traces have relative ``ts`` and a
+top-level ``baseTimeNanoseconds`` (returned as ``SourceInfo.time_base_ns``); older ones are epoch us.
+
+Identity comes from the top-level ``distributedInfo`` (rank, world_size) and ``host_name``, which
+Kineto writes before or after ``traceEvents`` depending on version: ``inspect`` looks at the head and
+the tail of the file only, so GB traces are not parsed twice."""
+
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from pathlib import Path
+from typing import Any, Iterator
+
+import ijson
+
+from ..errors import InputError
+from ..records import Activity, Record, RankHint, SourceInfo
+from .base import display_name, head, open_binary, tail
+
+NAME = "kineto"
+DESCRIPTION = (
+    "PyTorch profiler / Kineto Chrome trace (.json, .json.gz): kernels, memcpy/memset, cpu ops, "
+    "annotations (ProfilerStep#N, collectives), runtime calls"
+)
+
+_CATS = {
+    "kernel": "kernel",
+    "Kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "Memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "Memset": "memset",
+    "cpu_op": "cpu_op",
+    "Operator": "cpu_op",
+    "user_annotation": "annotation",
+    "gpu_user_annotation": "gpu_annotation",
+    "cuda_runtime": "api",
+    "cuda_driver": "api",
+    "Runtime": "api",
+    "Driver": "api",
+    "python_function": "python",
+}
+
+#: kernel/collective args worth keeping (everything else is dropped to keep rows small)
+_KEEP_ARGS = (
+    "Collective name",
+    "In msg nelems",
+    "Out msg nelems",
+    "Group size",
+    "dtype",
+    "Process Group Name",
+    "Process Group Description",
+    "Process Group Ranks",
+    "bytes",
+    "registers per thread",
+    "shared memory",
+)
+
+_TOP_MARK = re.compile(rb'"(traceEvents|schemaVersion|deviceProperties|distributedInfo)"\s*:')
+
+
+def detect(path: Path) -> bool:
+    name = display_name(path)
+    if not (name.endswith(".json") or name.endswith(".pt.trace.json")):
+        if not name.endswith(".trace"):
+            return False
+    data = head(path, 16384)
+    if b"rocprofiler-sdk-tool" in data:
+        return False
+    return data.lstrip()[:1] == b"{" and _TOP_MARK.search(data) is not None
+
+
+def _top_value(blob: bytes, key: str) -> Any:
+    """The JSON value of a top-level ``"key":`` found in a head/tail blob, or None."""
+    m = re.search(rb'"' + re.escape(key.encode()) + rb'"\s*:\s*', blob)
+    if not m:
+        return None
+    text = blob[m.end():].decode("utf-8", "replace")
+    try:
+        value, _ = json.JSONDecoder().raw_decode(text)
+    except ValueError:
+        return None
+    return value
+
+
+def inspect(path: Path) -> SourceInfo:
+    h = head(path, 65536)
+    if not h:
+        raise InputError(f"{path}: cannot read the file (empty, or a corrupt gzip stream); re-copy it")
+    t = tail(path, 65536)  # raises InputError naming the file on a truncated .gz
+    stripped = t.rstrip()
+    if not stripped.endswith(b"}"):
+        raise InputError(
+            f"{path}: the trace is truncated (it does not end with a closing brace); the profiler "
+            "was probably killed while writing: re-run it, or re-copy the file"
+        )
+    # Header keys precede "traceEvents" in the head; trailer keys follow the events in the tail.
+    # The keys looked up here never occur inside events, so the whole tail can be searched.
+    head_part = h.split(b'"traceEvents"', 1)[0]
+    tail_part = t
+    meta: dict[str, Any] = {}
+    for blob in (head_part, tail_part):
+        for key in ("distributedInfo", "host_name", "baseTimeNanoseconds", "displayTimeUnit", "schemaVersion"):
+            if key not in meta:
+                v = _top_value(blob, key)
+                if v is not None:
+                    meta[key] = v
+    hint = RankHint()
+    di = meta.get("distributedInfo")
+    if isinstance(di, dict):
+        if isinstance(di.get("rank"), int):
+            hint.global_rank = di["rank"]
+        if isinstance(di.get("world_size"), int):
+            hint.world_size = di["world_size"]
+        hint.origin = "distributedInfo"
+    if isinstance(meta.get("host_name"), str) and meta["host_name"]:
+        hint.hostname = meta["host_name"]
+        hint.origin = (hint.origin + " + host_name").lstrip(" +")
+    base = meta.get("baseTimeNanoseconds")
+    return SourceInfo(
+        format=NAME,
+        kind="trace",
+        hint=hint,
+        time_base_ns=int(base) if isinstance(base, int) else 0,
+        metadata={k: v for k, v in meta.items() if k in ("distributedInfo", "host_name", "schemaVersion")},
+    )
+
+
+def _int_or_none(v: Any) -> int | None:
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str) and v.isdigit():
+        return int(v)
+    return None
+
+
+def read(path: Path, info: SourceInfo) -> Iterator[Record]:
+    cats = _CATS
+    keep = _KEEP_ARGS
+    try:
+        with open_binary(path) as f:
+            for ev in ijson.items(f, "traceEvents.item", use_float=True):
+                if ev.get("ph") != "X":
+                    continue
+                kind = cats.get(ev.get("cat", ""))
+                if kind is None:
+                    continue
+                ts = ev.get("ts")
+                if ts is None:
+                    continue
+                args = ev.get("args") or {}
+                start = round(ts * 1000)
+                dur = round((ev.get("dur") or 0) * 1000)
+                extra = None
+                if kind in ("kernel", "memcpy", "memset"):
+                    grid = args.get("grid") or (None, None, None)
+                    block = args.get("block") or (None, None, None)
+                    kept = {k: args[k] for k in keep if k in args}
+                    extra = json.dumps(kept) if kept else None
+                    yield Activity(
+                        kind,
+                        ev.get("name", ""),
+                        start,
+                        dur,
+                        None,
+                        _int_or_none(args.get("device")),
+                        _int_or_none(args.get("stream")),
+                        _int_or_none(args.get("correlation")),
+                        _int_or_none(ev.get("pid")),
+                        _int_or_none(ev.get("tid")),
+                        grid[0],
+                        grid[1],
+                        grid[2],
+                        block[0],
+                        block[1],
+                        block[2],
+                        extra,
+                    )
+                else:
+                    kept = {k: args[k] for k in keep if k in args} if args else None
+                    yield Activity(
+                        kind,
+                        ev.get("name", ""),
+                        start,
+                        dur,
+                        None,
+                        _int_or_none(args.get("device")) if kind == "gpu_annotation" else None,
+                        None,
+                        _int_or_none(args.get("correlation")),
+                        _int_or_none(ev.get("pid")),
+                        _int_or_none(ev.get("tid")),
+                        args=json.dumps(kept) if kept else None,
+                    )
+    except ijson.common.IncompleteJSONError as e:
+        raise InputError(
+            f"{path}: the trace is truncated or not valid JSON ({e}); re-run the profiler or re-copy the file"
+        ) from e
+    except (OSError, EOFError, zlib.error) as e:
+        raise InputError(f"{path}: cannot read the file ({e}); it is damaged: re-copy it") from e

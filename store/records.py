@@ -1,0 +1,101 @@
+"""What readers yield. Plain tuples: no database, no SQLAlchemy.
+
+Every reader turns one input file into a stream of these records. Times are integer
+nanoseconds (a reader converts microsecond floats once, at read time); the clock is the
+file's own (BOOTTIME, session-relative, epoch, or relative to ``SourceInfo.time_base_ns``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Union
+
+#: Kinds of timed activity. ``category`` is derived from kind and name when a reader leaves it None.
+KINDS = ("kernel", "memcpy", "memset", "cpu_op", "annotation", "gpu_annotation", "api", "python")
+CATEGORIES = ("compute", "communication", "memory", "other")
+
+
+class Activity(NamedTuple):
+    """One timed interval: a GPU kernel, a copy, a CPU op, an annotation range, an API call."""
+
+    kind: str
+    name: str
+    start_ns: int
+    duration_ns: int
+    category: str | None = None
+    device: int | None = None
+    stream: int | None = None
+    correlation: int | None = None
+    pid: int | None = None
+    tid: int | None = None
+    grid_x: int | None = None
+    grid_y: int | None = None
+    grid_z: int | None = None
+    block_x: int | None = None
+    block_y: int | None = None
+    block_z: int | None = None
+    #: Extra attributes as a JSON object text (collective name, message sizes, bytes...), or None.
+    args: str | None = None
+
+
+class Counter(NamedTuple):
+    """A hardware counter value for one dispatch (rocprofv3 counter_collection, rocpd counters)
+    or a per-(rank, kernel) aggregate (Metrix: value = average over ``samples`` dispatches)."""
+
+    kernel: str
+    name: str
+    value: float
+    dispatch_id: int | None = None
+    samples: int = 1
+    min_value: float | None = None
+    max_value: float | None = None
+
+
+class Aggregate(NamedTuple):
+    """Pre-aggregated timing of one name on this rank, for formats that only carry statistics
+    (Metrix). Lands in the per-(rank, name) summary without fact rows."""
+
+    kind: str
+    name: str
+    calls: int
+    total_ns: int
+    min_ns: int
+    max_ns: int
+    sum_sq_ns: float | None = None
+    category: str | None = None
+
+
+Record = Union[Activity, Counter, Aggregate]
+
+
+@dataclass
+class RankHint:
+    """Identity found inside a file (or for one ``rank_<r>:`` section of a merged file).
+
+    Every field is optional: None means the file does not say. ``origin`` says where the facts came
+    from, for error messages (e.g. "distributedInfo", "rocpd_info_process.environment")."""
+
+    global_rank: int | None = None
+    local_rank: int | None = None
+    hostname: str | None = None
+    world_size: int | None = None
+    node_rank: int | None = None
+    pid: int | None = None
+    device: int | None = None
+    origin: str = ""
+
+
+@dataclass
+class SourceInfo:
+    """What a reader learns from a cheap look at a file before streaming it.
+
+    ``kind`` names the file's content within its format (e.g. "kernel_trace"), so two files of the
+    same kind claiming one rank can be told apart from a rank folder holding several kinds.
+    ``time_base_ns`` is added to every timestamp the reader yields to get the file's absolute clock
+    (Kineto's baseTimeNanoseconds; 0 when timestamps are already absolute)."""
+
+    format: str
+    kind: str = ""
+    hint: RankHint = field(default_factory=RankHint)
+    time_base_ns: int = 0
+    metadata: dict[str, Any] = field(default_factory=dict)
