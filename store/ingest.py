@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from sqlalchemy import Connection, Engine, select
 
-from . import classify, readers
+from . import bulk, classify, readers
 from .db import open_db, resolve_url, sqlite_path
 from .errors import InputError, ProfdbError, RankIdentityError
 from .identity import Identity, IdentityFlags, RankClaim, RankPlan, check_claims, missing_ranks, resolve_file
@@ -215,14 +215,7 @@ class _Writer:
         # (rank_id, name_id, kind) -> [category, calls, total, min, max, sumsq]
         self.summary: dict[tuple[int, int, str], list[Any]] = {}
         self.steps: dict[tuple[int, int], tuple[int, int, int]] = {}
-        mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
-        self.sql_activity = self._insert_sql("activity", self.ACTIVITY_COLS, mark)
-        self.sql_counter = self._insert_sql("counter", self.COUNTER_COLS, mark)
-        self.mark = mark
-
-    @staticmethod
-    def _insert_sql(table: str, cols: Sequence[str], mark: str) -> str:
-        return f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join([mark] * len(cols))})"
+        self.mark = bulk.placeholder(conn)
 
     def name_ids(self, values: Iterable[str]) -> None:
         """Intern every new name in one round trip per batch (insert-or-ignore, then select)."""
@@ -301,7 +294,7 @@ class _Writer:
                 m = _STEP.match(a.name)
                 if m:
                     self.steps[(rank_id, int(m.group(1)))] = (source_id, a.start_ns, d)
-        self.conn.exec_driver_sql(self.sql_activity, rows)
+        bulk.insert_rows(self.conn, "activity", self.ACTIVITY_COLS, rows)
 
     def _flush_counters(self, rank_id: int, source_id: int, ctrs: list[Counter], counts: dict[str, int]) -> None:
         self.name_ids([c.kernel for c in ctrs] + [c.name for c in ctrs])
@@ -310,7 +303,7 @@ class _Writer:
             (rank_id, source_id, names[c.kernel], names[c.name], c.dispatch_id, c.value, c.samples, c.min_value, c.max_value)
             for c in ctrs
         ]
-        self.conn.exec_driver_sql(self.sql_counter, rows)
+        bulk.insert_rows(self.conn, "counter", self.COUNTER_COLS, rows)
         counts["counter"] = counts.get("counter", 0) + len(rows)
 
     def _aggregate(self, rank_id: int, g: Aggregate, counts: dict[str, int]) -> None:
