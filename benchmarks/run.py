@@ -1,0 +1,438 @@
+"""profdb benchmarks: one command, ratios measured in one run on inputs generated here.
+
+    python benchmarks/run.py            # full size (about 25 GB of disk under benchmarks/out, ~15 min)
+    python benchmarks/run.py --quick    # smoke size (seconds; targets are printed but not judged)
+
+Run it with the Python of the environment where profdb is installed (its ``profdb`` command is
+taken from beside that interpreter, else from PATH). What it measures (docs/benchmarks.md):
+
+1. ``profdb ingest`` of a 1M-dispatch rocprofv3 CSV run (kernel_trace + counter_collection, 32 ranks
+   on 4 hosts) / the sqlite3 CLI's ``.import --csv`` of the same files into raw tables. Target <= 0.75.
+2. ``profdb ingest`` of Kineto traces / HolisticTraceAnalysis ``TraceAnalysis(trace_dir=...)`` load
+   time on the same traces (HTA runs in its own virtualenv, see --hta-venv). Target <= 0.5.
+3. ``profdb query --imbalance`` / a full-scan GROUP BY of the same question (max and mean of per-rank
+   totals per kernel) in sqlite3, on one run of >= 10M activity rows. Target <= 0.05 and < 0.3 s.
+4. Peak memory of ``profdb ingest`` at 1x and 4x input: the whole process tree's RSS, sampled, and
+   the largest single process's max RSS (wait4). Target < 300 MB at 4x, not growing with input.
+
+Every command is a subprocess; wall times are from the parent. Generated inputs are cached in
+``--out`` (keyed by their parameters) and reused by later runs; stores are rebuilt every run except
+the 10M-row store, which is kept while its input is unchanged (--rebuild to force).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import generate  # noqa: E402
+
+
+@dataclass
+class Sizes:
+    csv_dispatches: int
+    csv_ranks: int
+    csv_hosts: int
+    kineto_ranks: int
+    kineto_mb: float
+    big_dispatches: int
+    query_repeats: int
+
+
+FULL = Sizes(1_000_000, 32, 4, 8, 300.0, 10_000_000, 5)
+QUICK = Sizes(20_000, 8, 2, 4, 8.0, 200_000, 3)
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+@dataclass
+class Measured:
+    cmd: list[str]
+    wall_s: float
+    cpu_s: float
+    max_rss_mb: float  # largest single process (wait4 ru_maxrss, includes waited-for descendants)
+    tree_peak_rss_mb: float  # peak of the summed RSS of the process and all its descendants (sampled)
+    returncode: int
+    stdout: str = ""
+    stderr: str = ""
+
+    @property
+    def cores(self) -> float:
+        return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+
+
+def _children_map() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
+        kids.setdefault(ppid, []).append(int(entry.name))
+    return kids
+
+
+def _tree_rss_bytes(root: int) -> int:
+    kids = _children_map()
+    todo, total = [root], 0
+    page = os.sysconf("SC_PAGE_SIZE")
+    while todo:
+        pid = todo.pop()
+        todo.extend(kids.get(pid, []))
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as f:
+                total += int(f.read().split()[1]) * page
+        except OSError:
+            pass
+    return total
+
+
+def measure(cmd: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None,
+            check: bool = True, sample_rss: bool = True) -> Measured:
+    """Run ``cmd``, timing it and following the memory of its whole process tree."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak = [0]
+    done = threading.Event()
+
+    def sampler() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], _tree_rss_bytes(proc.pid))
+            done.wait(0.05)
+
+    th = threading.Thread(target=sampler, daemon=True)
+    if sample_rss:
+        th.start()
+    out: list[str] = []
+    err: list[str] = []
+    readers = [threading.Thread(target=lambda: out.append(proc.stdout.read() if proc.stdout else "")),
+               threading.Thread(target=lambda: err.append(proc.stderr.read() if proc.stderr else ""))]
+    for r in readers:
+        r.start()
+    _, status, ru = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    done.set()
+    for r in readers:
+        r.join()
+    if sample_rss:
+        th.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    m = Measured(cmd, wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024.0, peak[0] / 2**20,
+                 proc.returncode, "".join(out), "".join(err))
+    if check and m.returncode != 0:
+        raise SystemExit(f"benchmark step failed ({m.returncode}): {' '.join(cmd)}\n{m.stderr[-3000:]}")
+    return m
+
+
+def drop_store(db: Path) -> None:
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        Path(str(db) + suffix).unlink(missing_ok=True)
+
+
+def warm(paths: list[Path]) -> None:
+    """Read inputs once so both sides of a ratio start from the page cache."""
+    for p in paths:
+        with open(p, "rb") as f:
+            while f.read(1 << 24):
+                pass
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def ensure(out: Path, params: dict[str, Any], make: Callable[[], generate.Generated], log: Callable[[str], None]) -> dict[str, Any]:
+    """Generate into ``out`` unless it already holds exactly these parameters."""
+    meta = out / generate.META
+    if meta.exists():
+        old = json.loads(meta.read_text())
+        if old.get("params") == params:
+            log(f"  reusing {out} ({old['bytes'] / 1e6:,.0f} MB)")
+            return dict(old)
+        shutil.rmtree(out)
+    t = time.perf_counter()
+    g = make()
+    log(f"  generated {out} ({g.bytes / 1e6:,.0f} MB, {g.rows}) in {time.perf_counter() - t:.1f} s")
+    return asdict(g)
+
+
+def csv_params(dispatches: int, scale: float, ranks: int, hosts: int, counters: int) -> dict[str, Any]:
+    return dict(scale=scale, dispatches=dispatches, ranks=ranks, hosts=hosts, counters=counters,
+                names=320, step_len=480, seed=generate.SEED)
+
+
+# --------------------------------------------------------------------------- the benchmarks
+
+
+def sqlite_import(sqlite3: str, files: list[Path], db: Path) -> Measured:
+    """The sqlite3 CLI's own CSV import of every file into one raw table per file kind."""
+    drop_store(db)
+    lines = [".bail on"]
+    created: set[str] = set()
+    for f in files:
+        table = "counter_collection_raw" if f.name.endswith("_counter_collection.csv") else "kernel_trace_raw"
+        skip = " --skip 1" if table in created else ""  # the first import creates the table from the header
+        created.add(table)
+        lines.append(f".import --csv{skip} '{f}' {table}")
+    script = db.with_suffix(".import.sql")
+    script.write_text("\n".join(lines) + "\n")
+    return measure([sqlite3, str(db), f".read '{script}'"], sample_rss=False)
+
+
+def imbalance_sql(run: str) -> str:
+    """The imbalance question answered from the fact table: per kernel, the max and the mean over the
+    run's ranks of each rank's total time (0 for ranks without the kernel), worst first."""
+    r = run.replace("'", "''")
+    return f"""
+WITH ranks AS (SELECT k.id FROM rank k JOIN run r ON r.id = k.run_id WHERE r.name = '{r}'),
+per AS (SELECT a.name_id, a.rank_id, SUM(a.duration_ns) AS t FROM activity a
+        WHERE a.rank_id IN (SELECT id FROM ranks) AND a.kind = 'kernel' GROUP BY a.name_id, a.rank_id)
+SELECT n.value AS name, MAX(per.t) AS max_ns, SUM(per.t) * 1.0 / (SELECT COUNT(*) FROM ranks) AS mean_ns,
+       MAX(per.t) / (SUM(per.t) * 1.0 / (SELECT COUNT(*) FROM ranks)) AS imbalance
+FROM per JOIN name n ON n.id = per.name_id
+GROUP BY per.name_id ORDER BY imbalance DESC LIMIT 10;
+"""
+
+
+def fmt_ratio(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.3f}"
+
+
+@dataclass
+class Row:
+    what: str
+    ratio: float | None
+    target: str
+    ok: bool | None
+    profdb: str
+    baseline: str
+    command: str
+    notes: list[str] = field(default_factory=list)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="smoke size: seconds, targets not judged")
+    p.add_argument("--out", type=Path, default=HERE / "out", help="where inputs and stores go (default benchmarks/out)")
+    p.add_argument("--profdb", default=None, help="the profdb command (default: beside this Python, else PATH)")
+    p.add_argument("--sqlite3", default=shutil.which("sqlite3") or "sqlite3", help="the sqlite3 CLI (apt-get install sqlite3)")
+    p.add_argument("--hta-venv", type=Path, default=Path(os.environ.get("HTA_VENV", HERE / "out" / "hta-venv")),
+                   help="virtualenv with holistictraceanalysis (created with pip if missing; $HTA_VENV)")
+    p.add_argument("--only", action="append", choices=("ingest", "kineto", "query", "rss"),
+                   help="run only these benchmarks (repeatable)")
+    p.add_argument("--rebuild", action="store_true", help="rebuild the 10M-row store even if its input is unchanged")
+    p.add_argument("--json", type=Path, default=None, help="also write the results here (default OUT/results[-quick].json)")
+    a = p.parse_args(argv)
+    sizes = QUICK if a.quick else FULL
+    only = set(a.only or ("ingest", "kineto", "query", "rss"))
+    base = a.out / ("quick" if a.quick else "full")
+    base.mkdir(parents=True, exist_ok=True)
+    profdb = a.profdb or (str(Path(sys.executable).with_name("profdb")) if Path(sys.executable).with_name("profdb").exists()
+                          else shutil.which("profdb") or "profdb")
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    rows: list[Row] = []
+    results: dict[str, Any] = {"quick": a.quick, "sizes": asdict(sizes), "machine": {"cpus": os.cpu_count()}}
+    log(f"profdb benchmarks ({'quick' if a.quick else 'full'} size) in {base}")
+    t_all = time.perf_counter()
+
+    # ------------------------------------------------------------- inputs
+    log("inputs:")
+    s = sizes
+    c1 = base / "csv-1x"
+    g1 = ensure(c1, csv_params(s.csv_dispatches, 1.0, s.csv_ranks, s.csv_hosts, 3),
+                lambda: generate.generate_csv(c1, scale=1.0, dispatches=s.csv_dispatches, ranks=s.csv_ranks, hosts=s.csv_hosts), log)
+    g4: dict[str, Any] | None = None
+    if "rss" in only:
+        c4 = base / "csv-4x"
+        g4 = ensure(c4, csv_params(s.csv_dispatches, 4.0, s.csv_ranks, s.csv_hosts, 3),
+                    lambda: generate.generate_csv(c4, scale=4.0, dispatches=s.csv_dispatches, ranks=s.csv_ranks, hosts=s.csv_hosts), log)
+    kdir = base / "kineto"
+    if "kineto" in only:
+        ensure(kdir, dict(ranks=s.kineto_ranks, size_mb=s.kineto_mb, names=320, gzip=False, seed=generate.SEED),
+               lambda: generate.generate_kineto(kdir, ranks=s.kineto_ranks, size_mb=s.kineto_mb), log)
+    cbig = base / "csv-10m"
+    gbig: dict[str, Any] | None = None
+    if "query" in only:
+        gbig = ensure(cbig, csv_params(s.big_dispatches, 1.0, s.csv_ranks, s.csv_hosts, 0),
+                      lambda: generate.generate_csv(cbig, dispatches=s.big_dispatches, ranks=s.csv_ranks,
+                                                    hosts=s.csv_hosts, counters=0), log)
+    ranks_of = lambda d: sorted(str(x) for x in d.glob("rank*") if x.is_dir())  # noqa: E731
+
+    # ------------------------------------------------------------- 1. ingest vs sqlite3 .import
+    ingest1: Measured | None = None
+    if "ingest" in only or "rss" in only:
+        files1 = [c1 / f for f in g1["files"]]
+        warm(files1)
+        db_raw = base / "sqlite-import.db"
+        if "ingest" in only:
+            log("1. sqlite3 .import of the CSV run ...")
+            imp = sqlite_import(a.sqlite3, files1, db_raw)
+            counts = subprocess.run([a.sqlite3, str(db_raw), "select count(*) from kernel_trace_raw; select count(*) from counter_collection_raw;"],
+                                    capture_output=True, text=True, check=True).stdout.split()
+            drop_store(db_raw)
+            if [int(x) for x in counts] != [g1["rows"]["kernel_trace"], g1["rows"]["counter_collection"]]:
+                raise SystemExit(f"sqlite3 imported {counts} rows, expected {g1['rows']}")
+            log(f"   {imp.wall_s:.2f} s")
+        db1 = base / "ingest-1x.db"
+        drop_store(db1)
+        log("1. profdb ingest of the same files ...")
+        cmd = [profdb, "ingest", "--db", str(db1), "--run", "csv-1x", *ranks_of(c1)]
+        ingest1 = measure(cmd)
+        drop_store(db1)
+        log(f"   {ingest1.wall_s:.2f} s, {ingest1.cores:.2f} cores, tree peak RSS {ingest1.tree_peak_rss_mb:.0f} MB")
+        results["ingest_1x"] = asdict(ingest1) | {"stdout": ingest1.stdout[-2000:], "stderr": ingest1.stderr[-2000:]}
+        if "ingest" in only:
+            ratio = ingest1.wall_s / imp.wall_s
+            results["sqlite_import_1x"] = asdict(imp) | {"stdout": "", "stderr": imp.stderr[-2000:]}
+            total_rows = g1["rows"]["kernel_trace"] + g1["rows"]["counter_collection"]
+            rows.append(Row(
+                f"1. ingest / sqlite3 .import ({len(files1)} CSV files, {total_rows:,} rows, {g1['bytes'] / 1e6:,.0f} MB)",
+                ratio, "<= 0.75", ratio <= 0.75,
+                f"{ingest1.wall_s:.2f} s ({ingest1.cores:.2f} cores)", f"{imp.wall_s:.2f} s",
+                f"{' '.join(cmd[:5])} {c1}/rank*  vs  sqlite3 DB '.import --csv FILE table' per file"))
+
+    # ------------------------------------------------------------- 2. Kineto ingest vs HTA
+    if "kineto" in only:
+        kfiles = sorted(kdir.glob("rank-*.json"))
+        warm(kfiles)
+        hta_py = a.hta_venv / "bin" / "python"
+        if not hta_py.exists():
+            log(f"2. creating {a.hta_venv} with holistictraceanalysis (once) ...")
+            subprocess.run([sys.executable, "-m", "venv", str(a.hta_venv)], check=True)
+            subprocess.run([str(hta_py), "-m", "pip", "install", "-q", "holistictraceanalysis"], check=True)
+        log("2. HTA TraceAnalysis load ...")
+        hta_code = (
+            "import json,sys,time\n"
+            "from hta.trace_analysis import TraceAnalysis\n"
+            "t=time.perf_counter()\n"
+            f"ta=TraceAnalysis(trace_dir={str(kdir)!r})\n"
+            "dt=time.perf_counter()-t\n"
+            "print(json.dumps({'load_s':dt,'ranks':len(ta.t.get_ranks()),'rows':sum(len(ta.t.get_trace(r)) for r in ta.t.get_ranks())}))\n"
+        )
+        hta = measure([str(hta_py), "-c", hta_code])
+        hta_res = json.loads(hta.stdout.strip().splitlines()[-1])
+        if hta_res["ranks"] != len(kfiles):
+            raise SystemExit(f"HTA loaded {hta_res['ranks']} ranks of {len(kfiles)}")
+        log(f"   load {hta_res['load_s']:.2f} s (process {hta.wall_s:.2f} s, tree peak RSS {hta.tree_peak_rss_mb:.0f} MB)")
+        dbk = base / "ingest-kineto.db"
+        drop_store(dbk)
+        log("2. profdb ingest of the same traces ...")
+        cmd = [profdb, "ingest", "--db", str(dbk), "--run", "kineto", *map(str, kfiles)]
+        ki = measure(cmd)
+        drop_store(dbk)
+        log(f"   {ki.wall_s:.2f} s, {ki.cores:.2f} cores, tree peak RSS {ki.tree_peak_rss_mb:.0f} MB")
+        ratio = ki.wall_s / hta_res["load_s"]
+        results["kineto_ingest"] = asdict(ki) | {"stdout": ki.stdout[-2000:], "stderr": ki.stderr[-2000:]}
+        results["hta_load"] = hta_res | {"process_wall_s": hta.wall_s, "tree_peak_rss_mb": hta.tree_peak_rss_mb}
+        rows.append(Row(
+            f"2. Kineto ingest / HTA TraceAnalysis load ({len(kfiles)} ranks, {sum(f.stat().st_size for f in kfiles) / 1e6:,.0f} MB)",
+            ratio, "<= 0.5", ratio <= 0.5,
+            f"{ki.wall_s:.2f} s ({ki.cores:.2f} cores, {ki.tree_peak_rss_mb:.0f} MB)",
+            f"{hta_res['load_s']:.2f} s load ({hta.wall_s:.2f} s process, {hta.tree_peak_rss_mb:.0f} MB)",
+            f"{' '.join(cmd[:5])} {kdir}/rank-*.json  vs  TraceAnalysis(trace_dir={kdir})"))
+
+    # ------------------------------------------------------------- 3. query --imbalance vs full scan
+    if "query" in only and gbig is not None:
+        dbb = base / "store-10m.db"
+        stamp = base / "store-10m.params"
+        want = json.dumps(gbig["params"], sort_keys=True)
+        if a.rebuild or not dbb.exists() or not stamp.exists() or stamp.read_text() != want:
+            drop_store(dbb)
+            stamp.unlink(missing_ok=True)
+            log(f"3. building the {gbig['rows']['kernel_trace']:,}-row store with profdb ingest ...")
+            bi = measure([profdb, "ingest", "--db", str(dbb), "--run", "big", *ranks_of(cbig)])
+            stamp.write_text(want)
+            log(f"   {bi.wall_s:.2f} s, {bi.cores:.2f} cores, tree peak RSS {bi.tree_peak_rss_mb:.0f} MB")
+            results["ingest_10m"] = asdict(bi) | {"stdout": bi.stdout[-2000:], "stderr": bi.stderr[-2000:]}
+        n_act = int(subprocess.run([a.sqlite3, str(dbb), "select count(*) from activity"], capture_output=True,
+                                   text=True, check=True).stdout)
+        log(f"3. full-scan GROUP BY in sqlite3 on {n_act:,} activity rows ...")
+        sql = imbalance_sql("big")
+        scans = [measure([a.sqlite3, "-csv", str(dbb), sql], sample_rss=False) for _ in range(max(1, s.query_repeats // 2))]
+        scan_s = statistics.median(m.wall_s for m in scans)
+        top = scans[0].stdout.splitlines()[0] if scans[0].stdout else ""
+        log(f"   {scan_s:.3f} s; worst kernel: {top[:90]}...")
+        if gbig["slow_kernel"] not in top:
+            raise SystemExit(f"the full scan does not find the planted slow kernel first: {top[:200]}")
+        qcmd = [profdb, "query", "--imbalance", "--db", str(dbb), "--run", "big"]
+        probe = measure(qcmd, check=False, sample_rss=False)
+        startup = statistics.median(measure([profdb, "--version"], sample_rss=False).wall_s for _ in range(3))
+        if probe.returncode != 0:
+            log(f"   profdb query --imbalance is not available here ({probe.stderr.strip().splitlines()[-1:] or probe.returncode})")
+            rows.append(Row(f"3. query --imbalance / full-scan GROUP BY ({n_act:,} rows)", None, "<= 0.05, < 0.3 s", None,
+                            "not available", f"{scan_s:.3f} s", " ".join(qcmd),
+                            ["`profdb query --imbalance` is not on this branch yet (issue 3)"]))
+        else:
+            qs = [probe] + [measure(qcmd, sample_rss=False) for _ in range(s.query_repeats - 1)]
+            q_s = statistics.median(m.wall_s for m in qs)
+            found = gbig["slow_kernel"][:40] in probe.stdout or gbig["slow_kernel"][:40] in probe.stdout.replace("\n", "")
+            ratio = q_s / scan_s
+            log(f"   profdb query --imbalance {q_s:.3f} s (CLI start-up alone {startup:.3f} s)")
+            results["query"] = {"profdb_s": q_s, "startup_s": startup, "scan_s": scan_s, "rows": n_act,
+                                "found_planted": found, "stdout_head": probe.stdout[:3000]}
+            rows.append(Row(
+                f"3. query --imbalance / full-scan GROUP BY ({n_act:,} activity rows)",
+                ratio, "<= 0.05, < 0.3 s", ratio <= 0.05 and q_s < 0.3,
+                f"{q_s:.3f} s (start-up {startup:.3f} s)", f"{scan_s:.3f} s",
+                f"{' '.join(qcmd)}  vs  sqlite3 -csv {dbb.name} '<imbalance_sql>'",
+                [] if found else ["the planted slow kernel was not found in the query's output"]))
+
+    # ------------------------------------------------------------- 4. peak RSS at 1x and 4x
+    if "rss" in only and g4 is not None and ingest1 is not None:
+        c4 = base / "csv-4x"
+        db4 = base / "ingest-4x.db"
+        drop_store(db4)
+        log("4. profdb ingest of the 4x run ...")
+        cmd4 = [profdb, "ingest", "--db", str(db4), "--run", "csv-4x", *ranks_of(c4)]
+        i4 = measure(cmd4)
+        drop_store(db4)
+        log(f"   {i4.wall_s:.2f} s, {i4.cores:.2f} cores, tree peak RSS {i4.tree_peak_rss_mb:.0f} MB")
+        results["ingest_4x"] = asdict(i4) | {"stdout": i4.stdout[-2000:], "stderr": i4.stderr[-2000:]}
+        growth = i4.tree_peak_rss_mb / ingest1.tree_peak_rss_mb if ingest1.tree_peak_rss_mb else None
+        ok = i4.tree_peak_rss_mb < 300 and (growth is not None and growth < 1.25)
+        rows.append(Row(
+            f"4. ingest peak RSS 4x / 1x ({g4['bytes'] / 1e6:,.0f} MB vs {g1['bytes'] / 1e6:,.0f} MB of CSV)",
+            growth, "< 300 MB at 4x, flat", ok,
+            f"4x {i4.tree_peak_rss_mb:.0f} MB tree ({i4.max_rss_mb:.0f} MB max process), {i4.wall_s:.1f} s",
+            f"1x {ingest1.tree_peak_rss_mb:.0f} MB tree ({ingest1.max_rss_mb:.0f} MB max process), {ingest1.wall_s:.1f} s",
+            f"{' '.join(cmd4[:5])} {c4}/rank*"))
+
+    # ------------------------------------------------------------- report
+    results["rows"] = [asdict(r) for r in rows]
+    results["total_s"] = time.perf_counter() - t_all
+    out_json = a.json or (a.out / f"results{'-quick' if a.quick else ''}.json")
+    out_json.write_text(json.dumps(results, indent=1, default=str) + "\n")
+    print(f"\nprofdb benchmarks, {'QUICK (smoke) size: targets not judged' if a.quick else 'full size'}; "
+          f"{os.cpu_count()} CPUs; {results['total_s']:.0f} s in all")
+    for r in rows:
+        verdict = "" if r.ok is None or a.quick else ("  [met]" if r.ok else "  [MISSED]")
+        print(f"\n{r.what}\n  ratio {fmt_ratio(r.ratio)}  (target {r.target}){verdict}\n"
+              f"  profdb:   {r.profdb}\n  baseline: {r.baseline}\n  command:  {r.command}")
+        for n in r.notes:
+            print(f"  note: {n}")
+    print(f"\nresults: {out_json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
