@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from sqlalchemy import Connection, Engine, select
 
-from . import bulk, classify, readers
+from . import bulk, classify, ingest_workers, readers
 from .db import open_db, resolve_url, sqlite_path
 from .errors import InputError, ProfdbError, RankIdentityError
 from .identity import Identity, IdentityFlags, RankClaim, RankPlan, check_claims, missing_ranks, resolve_file
@@ -234,6 +234,33 @@ class _Writer:
             rows = self.conn.execute(select(Name.id, Name.value).where(Name.value.in_(chunk))).all()
             for nid, value in rows:
                 self.names[value] = nid
+
+    def answer_names(self, values: list[str]) -> list[int]:
+        """Ids of ``values`` (interned now if new), for a parsing worker."""
+        self.name_ids(values)
+        return [self.names[v] for v in values]
+
+    def insert(self, table: str, rows: list[tuple[Any, ...]]) -> None:
+        """Rows a worker built, in ACTIVITY_COLS or COUNTER_COLS order."""
+        cols = self.ACTIVITY_COLS if table == "activity" else self.COUNTER_COLS
+        bulk.insert_rows(self.conn, table, cols, rows)
+
+    def merge(self, rank_id: int, source_id: int, summary: list[Any], steps: list[tuple[int, int, int]]) -> None:
+        """A worker's per-file summary rows (name_id, kind, category, calls, total, min, max, sumsq)
+        and steps (step, start_ns, duration_ns), as ``write`` would have kept them."""
+        for nid, kind, cat, calls, total, mn, mx, sq in summary:
+            key = (rank_id, nid, kind)
+            s = self.summary.get(key)
+            if s is None:
+                self.summary[key] = [cat, calls, total, mn, mx, sq]
+            else:
+                s[1] += calls
+                s[2] += total
+                s[3] = min(s[3], mn)
+                s[4] = max(s[4], mx)
+                s[5] += sq
+        for step, start, dur in steps:
+            self.steps[(rank_id, step)] = (source_id, start, dur)
 
     def write(self, rank_id: int, source_id: int, records: Iterator[Any]) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -492,6 +519,7 @@ def _load(
         _check_store_duplicates(conn, run_id, run_name, todo, allow_dupes)
         rank_ids = _rank_ids(conn, run_id, run_name, todo_plan)
         writer = _Writer(conn)
+        sources: list[tuple[InputFile, int, int]] = []
         for inp in todo:
             assert inp.claim is not None
             ident: Identity = inp.claim.identity
@@ -511,24 +539,37 @@ def _load(
                     ingested_at=_now(),
                 )
             )
-            source_id = int(res.inserted_primary_key[0])  # type: ignore[index]
-            try:
-                counts = writer.write(rank_id, source_id, inp.reader.read(inp.path, inp.info))
-            except ProfdbError:
-                raise
-            except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError) as e:
-                raise InputError(
-                    f"{inp.path}: cannot read it as {inp.info.format} ({type(e).__name__}: {e}); "
-                    "the file is damaged or of an unsupported variant: re-copy it or pass --format"
-                ) from e
+            sources.append((inp, rank_id, int(res.inserted_primary_key[0])))  # type: ignore[index]
+
+        def file_done(inp: InputFile, source_id: int, counts: dict[str, int]) -> None:
+            nonlocal done
+            assert inp.claim is not None
             rows = sum(counts.values())
             conn.execute(SourceFile.__table__.update().where(SourceFile.id == source_id).values(rows=rows))
             for k, v in counts.items():
                 report.rows_by_kind[k] = report.rows_by_kind.get(k, 0) + v
-            report.files.append(FileResult(str(inp.path), inp.info.format, inp.info.kind, ident.global_rank, rows))
+            report.files.append(
+                FileResult(str(inp.path), inp.info.format, inp.info.kind, inp.claim.identity.global_rank, rows)
+            )
             done += inp.size
             if progress:
                 progress("file", str(inp.path), done, total)
+
+        n_workers = ingest_workers.worker_count(sum(i.size for i in todo), len(todo))
+        if n_workers:
+            for (inp, source_id), counts in zip(
+                [(i, sid) for i, _, sid in sources], _parse_in_workers(writer, sources, n_workers)
+            ):
+                file_done(inp, source_id, counts)
+        for inp, rank_id, source_id in sources if not n_workers else []:
+            try:
+                counts = writer.write(rank_id, source_id, inp.reader.read(inp.path, inp.info))
+            except Exception as e:
+                err = _read_error(inp, e)
+                if err is e:
+                    raise
+                raise err from e
+            file_done(inp, source_id, counts)
         writer.finish()
         stored = conn.execute(
             select(Rank.global_rank, Rank.hostname, Rank.local_rank).where(Rank.run_id == run_id).order_by(Rank.global_rank)
@@ -537,6 +578,49 @@ def _load(
         report.ranks = [(r[0], r[1], r[2]) for r in stored]
         report.world_size = world
         report.missing_ranks = missing_ranks([r[0] for r in stored], world)
+
+
+def _read_error(inp: InputFile, e: BaseException) -> BaseException:
+    """What a failure while reading ``inp`` becomes: profdb's own errors as they are, a reader's
+    unexpected ValueError & co. an InputError naming the file, anything else unchanged."""
+    if isinstance(e, ProfdbError):
+        return e
+    if isinstance(e, (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError)):
+        return InputError(
+            f"{inp.path}: cannot read it as {inp.info.format} ({type(e).__name__}: {e}); "
+            "the file is damaged or of an unsupported variant: re-copy it or pass --format"
+        )
+    return e
+
+
+def _parse_in_workers(writer: _Writer, sources: list[tuple[InputFile, int, int]], workers: int) -> list[dict[str, int]]:
+    """Parse every source in worker processes; this process inserts their rows (see ingest_workers).
+    Returns each source's row counts, in ``sources`` order, after merging summaries and steps."""
+    tasks = [
+        ingest_workers.Task(i, inp.path, inp.reader.NAME, inp.info, rank_id, source_id)
+        for i, (inp, rank_id, source_id) in enumerate(sources)
+    ]
+    results: dict[int, tuple[dict[str, int], list[Any], list[tuple[int, int, int]]]] = {}
+    with ingest_workers.Parsers(tasks, workers) as parsers:
+        try:
+            for msg in parsers.messages(writer.answer_names):
+                if msg[0] == "rows":
+                    writer.insert(msg[2], msg[3])
+                elif msg[0] == "done":
+                    results[msg[1]] = (msg[2], msg[3], msg[4])
+        except ingest_workers.WorkerError as e:
+            if 0 <= e.index < len(sources):
+                err = _read_error(sources[e.index][0], e.error)
+                if err is e.error and not isinstance(err, ProfdbError):
+                    raise RuntimeError(f"{sources[e.index][0].path}: {e.error!r}\n{e.trace}") from e.error
+                raise err from e.error
+            raise RuntimeError(f"{e.error}\n{e.trace}") from e.error
+    out = []
+    for i, (_inp, rank_id, source_id) in enumerate(sources):
+        counts, summary, steps = results[i]
+        writer.merge(rank_id, source_id, summary, steps)
+        out.append(counts)
+    return out
 
 
 def _check_store_duplicates(conn: Connection, run_id: int, run_name: str, todo: list[InputFile], allow: bool) -> None:

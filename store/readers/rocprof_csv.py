@@ -12,7 +12,7 @@ import io
 import json
 import re
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import IO, Any, Callable, Iterator
 
 from ..errors import InputError
 from ..records import Activity, Counter, Record, RankHint, SourceInfo
@@ -168,46 +168,187 @@ def _bad_line(path: Path, lineno: int, e: Exception) -> InputError:
     return InputError(f"{path}: line {lineno}: {e}; the file is damaged or not rocprofv3 output")
 
 
-def _kernels(path: Path) -> Iterator[Record]:
-    for lineno, row, ix in _rows(path):
+# The two hot loops (kernel_trace and counter_collection hold nearly all rows of a run, and their
+# long templated kernel names nearly all bytes). The csv module walks every character; rocprofv3
+# lines have one free-text column (Kernel_Name) between short plain ones, so a line is split as
+# bytes with split(b",", n_before) and rsplit(b",", n_after), which never walk through the name, and
+# names and other quoted values are decoded once per distinct value (cached). A line whose shape
+# differs from the file's first line (another number of quotes, the name not ending where expected,
+# a quote inside the name, a field spanning lines) goes through the csv module instead, so the
+# result is the csv module's on every input.
+_new = tuple.__new__
+_QUOTE = 34  # b'"'[0]
+
+
+def _truncated(path: Path, lineno: int, n: int, width: int) -> InputError:
+    return InputError(
+        f"{path}: line {lineno} has {n} fields where the header has {width}; "
+        "the file looks truncated or damaged: re-copy it from the profiler output"
+    )
+
+
+def _unquote(v: str) -> str:
+    return v[1:-1] if len(v) >= 2 and v[0] == '"' and v[-1] == '"' else v
+
+
+def _text(raw: bytes) -> str:
+    """A raw CSV field (no comma inside) as the csv module would give it."""
+    if len(raw) >= 2 and raw[0] == _QUOTE and raw[-1] == _QUOTE:
+        raw = raw[1:-1].replace(b'""', b'"')
+    return raw.decode("utf-8", "replace")
+
+
+def _str_row(row: list[Any]) -> list[str]:
+    return [v if isinstance(v, str) else _text(v) for v in row]
+
+
+def _split_rows(path: Path, f: IO[bytes], free: str) -> tuple[dict[str, int], Iterator[tuple[int, list[Any], bool]]] | None:
+    """(column index, rows). Rows are (row number, fields, raw). Raw rows hold bytes fields, still
+    quoted where the file quotes them, except the ``free`` column, already a str; other rows are the
+    csv module's (all str)."""
+    header = f.readline()
+    if not header:
+        return None
+    cols = next(csv.reader([header.decode("utf-8", "replace")]), [])
+    if not cols:
+        return None
+    cols[0] = cols[0].lstrip("\ufeff")
+    ix = {c: i for i, c in enumerate(cols)}
+    width = len(cols)
+    i_free = ix.get(free, -1)
+    n_pre, n_post = i_free, width - 1 - i_free
+
+    def parse(line: bytes, lineno: int) -> list[str]:
+        text = line.decode("utf-8", "replace")
+        while text.count('"') % 2:  # a quoted field goes on over the next line
+            more = f.readline()
+            if not more:
+                break
+            text += more.decode("utf-8", "replace")
         try:
-            g = lambda c: row[ix[c]] if c in ix else ""  # noqa: E731
-            start = int(row[ix["Start_Timestamp"]])
-            end = int(row[ix["End_Timestamp"]])
-            yield Activity(
-                "kernel",
-                row[ix["Kernel_Name"]],
-                start,
-                end - start,
-                None,
-                _agent(g("Agent_Id")),
-                _int(g("Stream_Id")) if "Stream_Id" in ix else _int(g("Queue_Id")),
-                _int(g("Correlation_Id")),
-                None,
-                _int(g("Thread_Id")),
-                _int(g("Grid_Size_X")),
-                _int(g("Grid_Size_Y")),
-                _int(g("Grid_Size_Z")),
-                _int(g("Workgroup_Size_X")),
-                _int(g("Workgroup_Size_Y")),
-                _int(g("Workgroup_Size_Z")),
-                None,
-            )
-        except (ValueError, KeyError) as e:
-            raise _bad_line(path, lineno, e) from e
+            return next(csv.reader([text]), [])
+        except csv.Error as e:
+            raise InputError(f"{path}: line {lineno}: malformed CSV ({e}); re-copy the file") from e
+
+    def rows() -> Iterator[tuple[int, list[Any], bool]]:
+        quotes = -1  # quotes on a line of the file's usual shape, learnt from the first data line
+        names: dict[bytes, str] = {}  # raw quoted name -> name, for names checked to hold no quote
+        lineno = 1
+        for line in f:
+            lineno += 1
+            if quotes == line.count(b'"'):
+                pre = line.split(b",", n_pre)
+                if len(pre) > n_pre:
+                    post = pre.pop().rsplit(b",", n_post)
+                    if len(post) > n_post:
+                        raw = post[0]
+                        name = names.get(raw)
+                        if name is None and len(raw) >= 2 and raw[0] == _QUOTE and raw[-1] == _QUOTE and raw.count(b'"') == 2:
+                            name = names[raw] = raw[1:-1].decode("utf-8", "replace")
+                        if name is not None:
+                            post[0] = name  # type: ignore[call-overload]
+                            post[-1] = post[-1].rstrip(b"\r\n")
+                            pre += post
+                            yield lineno, pre, True
+                            continue
+            row = parse(line, lineno)
+            if not row:
+                continue
+            if quotes < 0 and i_free >= 0 and len(row) == width:
+                # adopt the fast path if it splits this line exactly as the csv module does
+                pre = line.rstrip(b"\r\n").split(b",", n_pre)
+                post = pre.pop().rsplit(b",", n_post) if len(pre) > n_pre else []
+                if [_text(v) for v in pre + post] == row and '"' not in row[i_free]:
+                    quotes = line.count(b'"')
+            yield lineno, row, False
+
+    return ix, rows()
+
+
+def _kernels(path: Path) -> Iterator[Record]:
+    with open_binary(path) as f:
+        opened = _split_rows(path, f, "Kernel_Name")
+        if opened is None:
+            return
+        ix, rows = opened
+        width = len(ix)
+        i_name, i_start, i_end = ix["Kernel_Name"], ix["Start_Timestamp"], ix["End_Timestamp"]
+        i_agent = ix.get("Agent_Id", -1)
+        i_stream = ix.get("Stream_Id", ix.get("Queue_Id", -1))
+        ints = [ix.get(c, -1) for c in ("Correlation_Id", "Thread_Id", "Grid_Size_X", "Grid_Size_Y", "Grid_Size_Z",
+                                        "Workgroup_Size_X", "Workgroup_Size_Y", "Workgroup_Size_Z")]
+        fast = i_agent >= 0 and i_stream >= 0 and min(ints) >= 0
+        i_corr, i_tid, i_gx, i_gy, i_gz, i_bx, i_by, i_bz = ints
+        agents: dict[Any, int | None] = {}
+        for lineno, row, raw in rows:
+            if len(row) != width:
+                raise _truncated(path, lineno, len(row), width)
+            try:
+                if fast:
+                    try:
+                        start = int(row[i_start])
+                        end = int(row[i_end])
+                        rest: tuple[int | None, ...] = (
+                            int(row[i_stream]), int(row[i_corr]), None, int(row[i_tid]),
+                            int(row[i_gx]), int(row[i_gy]), int(row[i_gz]),
+                            int(row[i_bx]), int(row[i_by]), int(row[i_bz]),
+                        )
+                    except ValueError:  # empty, quoted or float-formatted cells
+                        if raw:
+                            row, raw = _str_row(row), False
+                        start = int(row[i_start])
+                        end = int(row[i_end])
+                        rest = (
+                            _int(row[i_stream]), _int(row[i_corr]), None, _int(row[i_tid]),
+                            _int(row[i_gx]), _int(row[i_gy]), _int(row[i_gz]),
+                            _int(row[i_bx]), _int(row[i_by]), _int(row[i_bz]),
+                        )
+                    a = row[i_agent]
+                    if a in agents:
+                        dev = agents[a]
+                    else:
+                        dev = agents[a] = _agent(_text(a) if raw else a)
+                else:
+                    if raw:
+                        row = _str_row(row)
+                    start = int(row[i_start])
+                    end = int(row[i_end])
+                    g = lambda i: _int(row[i]) if i >= 0 else None  # noqa: E731
+                    dev = _agent(row[i_agent]) if i_agent >= 0 else None
+                    rest = (g(i_stream), g(i_corr), None, g(i_tid), g(i_gx), g(i_gy), g(i_gz), g(i_bx), g(i_by), g(i_bz))
+                yield _new(Activity, ("kernel", row[i_name], start, end - start, None, dev) + rest + (None,))
+            except (ValueError, KeyError) as e:
+                raise _bad_line(path, lineno, e) from e
 
 
 def _counters(path: Path) -> Iterator[Record]:
-    for lineno, row, ix in _rows(path):
-        try:
-            yield Counter(
-                row[ix["Kernel_Name"]],
-                row[ix["Counter_Name"]],
-                float(row[ix["Counter_Value"]]),
-                _int(row[ix["Dispatch_Id"]]),
-            )
-        except ValueError as e:
-            raise _bad_line(path, lineno, e) from e
+    with open_binary(path) as f:
+        opened = _split_rows(path, f, "Kernel_Name")
+        if opened is None:
+            return
+        ix, rows = opened
+        width = len(ix)
+        i_kernel, i_name, i_value, i_dispatch = ix["Kernel_Name"], ix["Counter_Name"], ix["Counter_Value"], ix["Dispatch_Id"]
+        counter_names: dict[bytes, str] = {}
+        for lineno, row, raw in rows:
+            if len(row) != width:
+                raise _truncated(path, lineno, len(row), width)
+            try:
+                if raw:
+                    try:
+                        dispatch: int | None = int(row[i_dispatch])
+                        value = float(row[i_value])
+                        cn = row[i_name]
+                        name = counter_names.get(cn)
+                        if name is None:
+                            name = counter_names[cn] = _text(cn)
+                        yield _new(Counter, (row[i_kernel], name, value, dispatch, 1, None, None))
+                        continue
+                    except ValueError:
+                        row = _str_row(row)
+                yield _new(Counter, (row[i_kernel], row[i_name], float(row[i_value]), _int(row[i_dispatch]), 1, None, None))
+            except ValueError as e:
+                raise _bad_line(path, lineno, e) from e
 
 
 def _copies(path: Path) -> Iterator[Record]:
