@@ -122,10 +122,15 @@ def _parse(task: Task, conn: Connection, names: _Names, cats: dict[tuple[str, st
 
     def flush_ctrs() -> None:
         names.resolve({c.kernel for c in ctrs} | {c.name for c in ctrs})
-        rows = [(rank_id, source_id, ids[c.kernel], ids[c.name], c.dispatch_id, c.value, c.samples, c.min_value,
-                 c.max_value) for c in ctrs]
+        if all(c.samples == 1 and c.min_value is None and c.max_value is None for c in ctrs):
+            table = "counter1"  # per-dispatch values: the writer binds six columns, not nine
+            rows = [(rank_id, source_id, ids[c.kernel], ids[c.name], c.dispatch_id, c.value) for c in ctrs]
+        else:
+            table = "counter"
+            rows = [(rank_id, source_id, ids[c.kernel], ids[c.name], c.dispatch_id, c.value, c.samples, c.min_value,
+                     c.max_value) for c in ctrs]
         counts["counter"] = counts.get("counter", 0) + len(rows)
-        conn.send(("rows", task.index, "counter", rows))
+        conn.send(("rows", task.index, table, rows))
 
     for rec in reader.read(task.path, task.info):
         t = type(rec)

@@ -1,0 +1,112 @@
+"""The bulk-load path of ingest (worker processes parse, one writer inserts; fact-table indexes
+rebuilt at the end; foreign key checks off during the load) stores exactly what the plain in-process
+path stores, and a failure in a worker still leaves the store byte for byte as it was."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from profdb.store import ingest, ingest_workers
+from profdb.store.errors import InputError
+
+from conftest import file_bytes, sql
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _generate() -> Any:
+    spec = importlib.util.spec_from_file_location("bench_generate", ROOT / "benchmarks" / "generate.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    gen = _generate()
+    root = tmp_path_factory.mktemp("inputs")
+    gen.generate_csv(root / "csv", dispatches=3000, ranks=4, hosts=2, counters=2)
+    gen.generate_kineto(root / "kineto", ranks=2, size_mb=0.5)
+    return root
+
+
+def _bulk(monkeypatch: pytest.MonkeyPatch, on: bool) -> None:
+    monkeypatch.setenv(ingest_workers.ENV_WORKERS, "2" if on else "0")
+    monkeypatch.setattr(ingest, "DEFER_INDEXES_MIN_BYTES", 0 if on else 1 << 62)
+
+
+def _content(db: Path) -> dict[str, Any]:
+    """Everything stored, with ids replaced by what they stand for (ids differ between paths:
+    names are interned in the order workers meet them)."""
+    rank = "(select global_rank from rank where id = {}.rank_id)"
+    src = "(select path from source_file where id = {}.source_id)"
+    return {
+        "activity": sorted(sql(db, f"select {rank.format('a')}, {src.format('a')}, a.kind, a.category, n.value, "
+                                   "a.start_ns, a.duration_ns, a.device, a.stream, a.correlation, a.pid, a.tid, "
+                                   "a.grid_x, a.grid_y, a.grid_z, a.block_x, a.block_y, a.block_z, a.args "
+                                   "from activity a join name n on n.id = a.name_id")),
+        "counter": sorted(sql(db, f"select {rank.format('c')}, {src.format('c')}, k.value, n.value, c.dispatch_id, "
+                                  "c.value, c.samples, c.min_value, c.max_value from counter c "
+                                  "join name k on k.id = c.kernel_name_id join name n on n.id = c.counter_name_id")),
+        "summary": sorted(sql(db, "select global_rank, kind, category, name, calls, total_ns, min_ns, max_ns from summary_v")),
+        "sumsq": sorted(round(r[0]) for r in sql(db, "select sum_sq_ns from summary")),
+        "step": sorted(sql(db, "select global_rank, step, start_ns, duration_ns from step_v")),
+        "source": sorted(sql(db, "select global_rank, path, format, content_kind, rows from source_v")),
+        "rank": sorted(sql(db, "select run, hostname, global_rank, local_rank, pid from rank_v")),
+        "indexes": sorted(sql(db, "select name, sql from sqlite_master where type = 'index'")),
+        "names": sorted(r[0] for r in sql(db, "select value from name")),
+    }
+
+
+def test_bulk_path_stores_what_the_plain_path_stores(
+    inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stores = {}
+    for on in (False, True):
+        _bulk(monkeypatch, on)
+        db = tmp_path / f"bulk{on}.db"
+        ingest.ingest_paths(sorted((inputs / "csv").glob("rank*")), str(db), run="csv")
+        ingest.ingest_paths(sorted((inputs / "kineto").glob("rank-*.json")), str(db), run="kineto")
+        stores[on] = _content(db)
+    plain, bulk = stores[False], stores[True]
+    assert len(plain["activity"]) > 4000 and len(plain["counter"]) == 6000 and plain["step"]
+    for key in plain:
+        assert bulk[key] == plain[key], key
+    # the foreign key checks are back on for whoever uses the store next
+    assert sql(tmp_path / "bulkTrue.db", "pragma foreign_key_check") == []
+
+
+def test_worker_failure_rolls_back_byte_for_byte(inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "store.db"
+    _bulk(monkeypatch, False)
+    ingest.ingest_paths(sorted((inputs / "kineto").glob("rank-*.json")), str(db), run="kineto")
+    before = file_bytes(db)
+    run = shutil.copytree(inputs / "csv", tmp_path / "csv")
+    bad = next((run / "rank0003").glob("*/*_kernel_trace.csv"))
+    lines = bad.read_text().splitlines()
+    lines[-5] = lines[-5].replace(",1,1,1\n", "").rsplit(",", 3)[0] + ",x,1,1"  # a damaged number late in the file
+    bad.write_text("\n".join(lines) + "\n")
+    _bulk(monkeypatch, True)
+    with pytest.raises(InputError, match=rf"{bad.name}: line {len(lines) - 4}"):
+        ingest.ingest_paths(sorted(run.glob("rank*")), str(db), run="csv")
+    assert file_bytes(db) == before
+    assert {r[0] for r in sql(db, "select name from sqlite_master where type = 'index'")} >= {
+        "ix_activity_rank_name", "ix_activity_source_id", "ix_counter_rank_id", "ix_counter_source_id"}
+
+
+def test_worker_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ingest_workers.ENV_WORKERS, raising=False)
+    assert ingest_workers.worker_count(1 << 20, 10) == 0  # small inputs stay in-process
+    assert ingest_workers.worker_count(1 << 40, 1) == 0  # one file: nothing to share
+    monkeypatch.setenv(ingest_workers.ENV_WORKERS, "3")
+    assert ingest_workers.worker_count(10, 2) == 2
+    monkeypatch.setenv(ingest_workers.ENV_WORKERS, "0")
+    assert ingest_workers.worker_count(1 << 40, 10) == 0
