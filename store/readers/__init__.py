@@ -11,13 +11,13 @@ from types import ModuleType
 from typing import cast
 
 from ..errors import InputError
-from . import kineto_json, nsys_sqlite, rocpd_sqlite, rocprof_csv, rocprof_json, rpd_sqlite
+from . import kineto_json, metrix, nsys_sqlite, rocpd_sqlite, rocprof_csv, rocprof_json, rpd_sqlite
 from .base import Reader, has_rank_sections
 
 # SQLite formats first (detected by their tables), then JSON/CSV formats detected by their head.
 READERS: list[Reader] = [
     cast(Reader, m)
-    for m in (rocpd_sqlite, rpd_sqlite, nsys_sqlite, rocprof_json, rocprof_csv, kineto_json)
+    for m in (rocpd_sqlite, rpd_sqlite, nsys_sqlite, rocprof_json, metrix, rocprof_csv, kineto_json)
 ]
 
 
