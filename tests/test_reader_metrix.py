@@ -101,7 +101,9 @@ def test_merged_file_with_rank_prefixes(tmp_path: Path) -> None:
     assert [h.global_rank for h in info.ranks] == [0, 1, 2]
     assert all(h.world_size is None and h.local_rank is None for h in info.ranks)  # the wrapper's world 1 is wrong
     assert all(h.hostname == "node-a" and "writer" in h.origin for h in info.ranks)
-    assert info.hint.global_rank == 0 and info.hint.world_size == 1  # the file-level block, as written
+    # the file as a whole is no single rank; the wrapper's block is kept as written, in metadata
+    assert info.hint.global_rank is None and info.hint.hostname == "node-a"
+    assert info.metadata["_rank"] == rank_block(0, 1, "node-a")
     for i, rank in enumerate((0, 1, 2)):
         assert _summary(list(metrix.read_rank(path, info, i))) == _expected(stats, rank)
     slowest = _aggregates(list(metrix.read_rank(path, info, 2)))
@@ -147,6 +149,15 @@ def test_aggregated_entry_with_dispatch_count(tmp_path: Path) -> None:
     path.write_text(json.dumps({"k": {"dispatch_count": 10, "duration_us": {"min": 5.0, "max": 7.0, "avg": 6.0}, "metrics": {}}}))
     (agg,) = [r for r in metrix.read(path, metrix.inspect(path)) if isinstance(r, Aggregate)]
     assert (agg.calls, agg.total_ns, agg.min_ns, agg.max_ns, agg.sum_sq_ns) == (10, 60_000, 5000, 7000, None)
+
+
+def test_plain_keys_of_a_merged_file_belong_to_its_writer(tmp_path: Path) -> None:
+    stats = sample_stats(None) + sample_stats(1, slow=2.0)
+    path = write_json(tmp_path / "merged.json", stats, rank_block(0, 2, "node-c"))
+    info = metrix.inspect(path)
+    assert [(h.global_rank, h.world_size) for h in info.ranks] == [(0, 2), (1, 2)]
+    assert _summary(list(metrix.read_rank(path, info, 0))) == _expected(sample_stats(None))
+    assert _summary(list(metrix.read_rank(path, info, 1))) == _expected(stats, 1)
 
 
 def test_mixed_prefixed_and_plain_keys_without_owner(tmp_path: Path) -> None:

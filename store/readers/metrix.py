@@ -292,7 +292,9 @@ def inspect(path: Path) -> SourceInfo:
     sections = [_section(r, block, row_hints, ranks) for r in ranks]
     if len(sections) == 1:
         return SourceInfo(format=NAME, kind=kind, hint=sections[0], metadata=metadata)
-    return SourceInfo(format=NAME, kind=kind, hint=block or RankHint(), metadata=metadata, ranks=sections)
+    # The file as a whole is no single rank: keep only the writer's host (the block stays in metadata).
+    whole = RankHint(hostname=block.hostname if block else None, origin="_rank block (writer's host)" if block else "")
+    return SourceInfo(format=NAME, kind=kind, hint=whole, metadata=metadata, ranks=sections)
 
 
 def _section(rank: int, block: RankHint | None, row_hints: dict[int, RankHint], ranks: list[int]) -> RankHint:
@@ -340,7 +342,10 @@ def read_rank(path: Path, info: SourceInfo, index: int) -> Iterator[Record]:
 
 
 def _records(path: Path, info: SourceInfo, only_rank: int | None) -> Iterator[Record]:
+    block = info.metadata.get("_rank")
     owner = info.hint.global_rank
+    if owner is None and isinstance(block, dict) and isinstance(block.get("global_rank"), int):
+        owner = block["global_rank"]  # unprefixed keys of a merged file belong to its writer
     # per (rank, kernel): calls, total_ns, min_ns, max_ns, sum of squares (None once unknown)
     agg: dict[tuple[int | None, str], list[Any]] = {}
     for e in _entries(path, info):
