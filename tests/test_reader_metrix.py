@@ -73,12 +73,13 @@ def test_dispatch_keys_aggregate_per_kernel(tmp_path: Path) -> None:
     assert dispatch_ids == sorted(s.dispatch for s in stats if s.dispatch is not None)
 
 
-def test_file_name_rank_when_the_file_has_none(tmp_path: Path) -> None:
+def test_file_name_rank_is_reported_not_claimed(tmp_path: Path) -> None:
+    # The .rank0012. suffix is a path pattern (the ingest's path rules read it), not in-file metadata.
     path = write_json(tmp_path / "results.rank0012.json", sample_stats(None))
-    h = metrix.inspect(path).hint
-    assert (h.global_rank, h.origin) == (12, "file name (.rankNNNN.)")
+    info = metrix.inspect(path)
+    assert info.hint.global_rank is None and info.metadata["file_name_rank"] == 12
     plain = write_json(tmp_path / "results.json", sample_stats(None))
-    assert metrix.inspect(plain).hint.global_rank is None
+    assert metrix.inspect(plain).metadata["file_name_rank"] is None
 
 
 def test_single_prefixed_rank_overrides_the_wrapper_block(tmp_path: Path) -> None:
@@ -140,7 +141,7 @@ def test_csv_single_rank_and_old_layout(tmp_path: Path) -> None:
     assert info.ranks == [] and (info.hint.global_rank, info.hint.world_size, info.hint.hostname) == (4, 8, "n4")
     old = write_csv(tmp_path / "results.rank0002.csv", sample_stats(None))  # no rank columns
     info = metrix.inspect(old)
-    assert (info.hint.global_rank, info.hint.origin) == (2, "file name (.rankNNNN.)")
+    assert info.hint.global_rank is None and info.metadata["file_name_rank"] == 2
     assert _summary(list(metrix.read(old, info))) == _expected(sample_stats(None))
 
 

@@ -16,8 +16,9 @@ carries the average duration per dispatch over replays and no call count, so it 
 Identity: the ``_rank`` block / rank columns; ``rank_<r>:`` key prefixes override it (in
 launcher-wrapper mode one merged file has ``_rank`` = rank 0 of world 1, the wrapper's, while the
 prefixes carry the real ranks). A file whose prefixes name several ranks lists them in
-``SourceInfo.ranks`` and is read per rank with ``read_rank``. Without any in-file rank, a
-``.rank0003.`` file name suffix (Metrix's own naming) is reported with origin "file name"."""
+``SourceInfo.ranks`` and is read per rank with ``read_rank``. The ``.rank0003.`` file name suffix
+(Metrix's own naming) is left to the ingest's path rules; it is reported in
+``metadata["file_name_rank"]``."""
 
 from __future__ import annotations
 
@@ -283,12 +284,9 @@ def inspect(path: Path) -> SourceInfo:
         ranks = sorted(set(ranks) | {owner})
     metadata["section_ranks"] = ranks
     if not ranks:
-        # One rank, described by the _rank block, or the file name only.
-        hint = block or RankHint()
-        if hint.global_rank is None and file_rank:
-            hint.global_rank = int(file_rank.group(1))
-            hint.origin = "file name (.rankNNNN.)"
-        return SourceInfo(format=NAME, kind=kind, hint=hint, metadata=metadata)
+        # One rank, described by the _rank block (a ``.rank0003.`` name is the path layer's business:
+        # it is only reported in metadata["file_name_rank"]).
+        return SourceInfo(format=NAME, kind=kind, hint=block or RankHint(), metadata=metadata)
     sections = [_section(r, block, row_hints, ranks) for r in ranks]
     if len(sections) == 1:
         return SourceInfo(format=NAME, kind=kind, hint=sections[0], metadata=metadata)
