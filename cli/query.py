@@ -1,62 +1,38 @@
 """``profdb query`` (the cross-rank questions) and ``profdb sql`` (any SQL). Parse, call the library
-once, render: the headline (likely straggler and why) and notes go to stderr, rows to stdout.
-
-The renderer at the bottom (``render``) is local until the shared cli/output.py lands: table with
-readable units (``*_ns`` columns as ns/us/ms/s), or csv/json/jsonl streaming raw values."""
+once, render: the headline (likely straggler and why) and notes go to stderr, rows to stdout, so
+``profdb query --imbalance --format csv > x.csv`` holds data only."""
 
 from __future__ import annotations
 
-import csv
-import json
-import sys
-from typing import IO, Any, Iterable, Sequence
-
 import click
+from sqlalchemy import Engine
 
-from ..store import queries
-from ..store.db import open_db, resolve_url, sqlite_path
-from ..store.errors import ProfdbError
+from profdb.store import queries
+from profdb.store.db import open_db, resolve_url, sqlite_path
+from profdb.store.errors import QueryError
 
-FORMATS = ("table", "csv", "json", "jsonl")
+from .output import db_option, note, output_options, render
+
 QUESTIONS = ("imbalance", "hotspots", "steps", "ranks")
 
 
-def _open(db: str | None) -> Any:
+def _open(db: str | None) -> Engine:
+    """Open an existing store; asking questions must not create an empty one."""
     path = sqlite_path(resolve_url(db))
     if path is not None and not path.exists():
         raise click.ClickException(
             f"no profdb store at {path}; ingest profiles first (profdb ingest PATH...) or pass --db / set PROFDB_DB"
         )
-    try:
-        return open_db(db)
-    except ProfdbError as e:
-        raise click.ClickException(str(e)) from e
+    return open_db(db)
 
 
 def _emit(result: queries.Result, fmt: str) -> None:
     if result.headline:
-        click.echo(result.headline, err=True)
-    for note in result.notes:
-        click.echo(f"note: {note}", err=True)
+        note(result.headline)
+    for line in result.notes:
+        note(f"note: {line}")
     if result.headers:
-        render(result.headers, result.rows, fmt, sys.stdout)
-
-
-db_option = click.option(
-    "--db",
-    envvar="PROFDB_DB",
-    default=None,
-    metavar="PATH|URL",
-    help="Store: an SQLite file (default ./profdb.db) or a URL such as postgresql+psycopg://host/db.",
-)
-format_option = click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(FORMATS),
-    default="table",
-    show_default=True,
-    help="table: aligned, readable units; csv/json/jsonl: raw values (times in integer ns).",
-)
+        render(result.headers, result.rows, fmt)
 
 
 @click.command("query")
@@ -81,7 +57,7 @@ format_option = click.option(
     help="With --imbalance: per rank, or rolled up by host (slow node) or local-rank (slow GPU slot).",
 )
 @db_option
-@format_option
+@output_options
 def query_cmd(
     q_imbalance: bool,
     q_hotspots: bool,
@@ -114,6 +90,10 @@ def query_cmd(
         raise click.UsageError(f"--name does not apply to --{question}")
     if question == "steps" and kind is not None:
         raise click.UsageError("--kind does not apply to --steps")
+    try:
+        queries.parse_kinds(kind)
+    except QueryError as e:
+        raise click.BadParameter(str(e), param_hint="--kind") from e
     engine = _open(db)
     try:
         with engine.connect() as conn:
@@ -125,8 +105,6 @@ def query_cmd(
                 result = queries.steps(conn, run)
             else:
                 result = queries.rank_split(conn, run, kind)
-    except ProfdbError as e:
-        raise click.ClickException(str(e)) from e
     finally:
         engine.dispose()
     _emit(result, fmt)
@@ -136,7 +114,7 @@ def query_cmd(
 @click.argument("statement")
 @click.option("--write", is_flag=True, help="Commit the statement's changes (default: read-only, rolled back).")
 @db_option
-@format_option
+@output_options
 def sql_cmd(statement: str, write: bool, db: str | None, fmt: str) -> None:
     """Run any SQL against the store; the views (imbalance_v, hotspot_v, rank_total_v, step_v...)
     need no joins. Example: profdb sql "select * from imbalance_v order by recoverable_ns desc limit 5"
@@ -149,98 +127,7 @@ def sql_cmd(statement: str, write: bool, db: str | None, fmt: str) -> None:
                 conn.commit()
             else:
                 conn.rollback()
-    except ProfdbError as e:
-        raise click.ClickException(str(e)) from e
     finally:
         engine.dispose()
     _emit(result, fmt)
 
-
-# ---------------------------------------------------------------------------------------------
-# rendering (local until cli/output.py lands)
-
-TABLE_CELL_MAX = 60
-
-
-def fmt_time(ns: int | float) -> str:
-    v = float(ns)
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if abs(v) >= scale:
-            return f"{v / scale:.3g} {unit}" if abs(v) < 1000 * scale or unit == "s" else f"{v / scale:.0f} {unit}"
-    return f"{v:.0f} ns"
-
-
-def _cell(header: str, value: Any) -> str:
-    if value is None:
-        return ""
-    if header.endswith("_ns") and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return fmt_time(value)
-    if isinstance(value, float):
-        return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.3g}"
-    text = str(value)
-    if len(text) > TABLE_CELL_MAX:
-        return text[: TABLE_CELL_MAX - 1] + "\u2026"
-    return text
-
-
-def _json_value(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if hasattr(value, "isoformat"):
-        return value.isoformat()
-    try:
-        return int(value) if int(value) == value else float(value)
-    except (TypeError, ValueError):
-        return str(value)
-
-
-def render(headers: Sequence[str], rows: Iterable[Sequence[Any]], fmt: str, out: IO[str]) -> None:
-    if fmt == "csv":
-        w = csv.writer(out, lineterminator="\n")
-        w.writerow(headers)
-        for row in rows:
-            w.writerow(["" if v is None else v for v in row])
-    elif fmt == "jsonl":
-        for row in rows:
-            out.write(json.dumps({h: _json_value(v) for h, v in zip(headers, row)}) + "\n")
-    elif fmt == "json":
-        out.write("[")
-        first = True
-        for row in rows:
-            out.write(("\n" if first else ",\n") + json.dumps({h: _json_value(v) for h, v in zip(headers, row)}))
-            first = False
-        out.write("\n]\n" if not first else "]\n")
-    else:
-        rows = list(rows)
-        titles = [h[:-3] if h.endswith("_ns") else h for h in headers]
-        cells = [[_cell(h, v) for h, v in zip(headers, row)] for row in rows]
-        numeric = [
-            bool(rows) and all(isinstance(row[i], (int, float)) or row[i] is None for row in rows)
-            for i in range(len(headers))
-        ]
-        data_w = [max([0] + [len(c[i]) for c in cells]) for i in range(len(headers))]
-        # a title much wider than its values goes on two lines, split at an underscore
-        top, bottom = [], []
-        for t, w in zip(titles, data_w):
-            cut = [i for i, ch in enumerate(t) if ch == "_"]
-            if len(t) > max(w, 6) and cut:
-                i = min(cut, key=lambda i: max(i, len(t) - i - 1))
-                top.append(t[:i])
-                bottom.append(t[i + 1 :])
-            else:
-                top.append("")
-                bottom.append(t)
-        widths = [max(len(a), len(b), w) for a, b, w in zip(top, bottom, data_w)]
-
-        def line(parts: Sequence[str]) -> str:
-            return "  ".join(
-                p.rjust(w) if numeric[i] else p.ljust(w) for i, (p, w) in enumerate(zip(parts, widths))
-            ).rstrip()
-
-        if any(top):
-            out.write(line(top) + "\n")
-        out.write(line(bottom) + "\n")
-        for c in cells:
-            out.write(line(c) + "\n")
-        if not rows:
-            out.write("(no rows)\n")

@@ -312,9 +312,14 @@ def straggler(conn: Connection, scope: RunScope, kinds: Sequence[str]) -> Verdic
                 f"waits least in collectives ({_COMM_WHAT.get(ck, ck)} {fmt_ns(c.min)}, "
                 f"{_pct(c.min, c.mean)} vs mean {fmt_ns(c.mean)})"
             )
-            if least.id == busiest.id:
+            if balanced_busy:
+                why += (
+                    f"; its {what} time is like the others' (within 2%), so the delay is outside the "
+                    "profiled activity (CPU work, data loading, launches)"
+                )
+            elif least.id == busiest.id:
                 why += f" and has {busy_why}"
-            elif not balanced_busy:
+            else:
                 why += f"; rank {busiest.global_rank} has {busy_why}"
             return Verdict(least, f"likely straggler: {least.label()}: {why}")
     if balanced_busy:
@@ -578,7 +583,7 @@ def _imbalance_by_group(
         headline = f"one {what} only ({rows[0][0] if rows else 'none'}): nothing to compare"
     else:
         slow = rows[0]
-        label = f"host {slow[0]}" if by == "host" else f"local_rank {slow[0]}"
+        label = f"{slow[0]}" if by == "host" else f"local_rank {slow[0]}"
         why = f"{fmt_ns(slow[2])} of {'/'.join(kinds)} per rank, {slow[3]:.2f}x the mean" if slow[3] else "no busy time"
         least_wait = min(rows, key=lambda r: (r[4], str(r[0])))
         if ck and overall_wait.total:
@@ -586,7 +591,7 @@ def _imbalance_by_group(
                 why += f"; its ranks wait least in collectives ({least_wait[5]:.2f}x the mean)"
             else:
                 why += f"; ranks waiting least in collectives: {least_wait[0]} ({least_wait[5]:.2f}x the mean)"
-        if slow[7] is not None:
+        if slow[7] is not None and slow[8] is not None:
             why += f"; most excess in {slow[7]} (+{fmt_ns(slow[8])} per rank)"
         headline = f"slowest {what}: {label}: {why}"
         if by == "host" and any(r[0] is None for r in rows):
@@ -745,7 +750,13 @@ def steps(conn: Connection, run: str | None = None) -> Result:
     ranked = sorted(slowest_count.items(), key=lambda kv: (-kv[1], kv[0]))
     g, count = ranked[0]
     ref = next(r for r in scope.ranks if r.global_rank == g)
-    if len(ranked) > 1 and ranked[1][1] == count:
+    worst = max((r[5] for r in rows if r[5] is not None), default=1.0)
+    if worst < 1.02:
+        headline = (
+            f"steps are balanced across ranks (largest step imbalance {worst:.3f}); "
+            f"slowest most often: rank {g} in {count} of {compared} steps"
+        )
+    elif len(ranked) > 1 and ranked[1][1] == count:
         tied = ", ".join(f"rank {gg} in {c}" for gg, c in ranked[:6])
         headline = f"no rank is the slowest more often than the others; slowest: {tied} of {compared} steps"
     else:

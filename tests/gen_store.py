@@ -53,7 +53,7 @@ def fill_run(engine: Engine, name: str, ranks: Iterable[HandRank], world_size: i
             )
         ).inserted_primary_key[0]
         names: dict[str, int] = {
-            v: i for i, v in conn.execute(select(Name.__table__.c.value, Name.__table__.c.id)).all()
+            v: i for v, i in conn.execute(select(Name.__table__.c.value, Name.__table__.c.id)).all()
         }
         for hr in ranks:
             rank_id = conn.execute(

@@ -1,0 +1,141 @@
+"""``profdb ingest``, ``runs``, ``ranks``, ``formats``."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from profdb.store import identity, ingest, inventory, readers
+from profdb.store.db import open_db
+
+from .output import db_option, note, output_options, render
+
+
+class _Bar:
+    """A progress bar on stderr when it is a terminal; silent when piped."""
+
+    def __init__(self) -> None:
+        self.bar: Any = None
+        self.done = 0
+
+    def __call__(self, event: str, path: str, done: int, total: int) -> None:
+        if not sys.stderr.isatty():
+            return
+        if event == "start":
+            self.bar = click.progressbar(length=max(total, 1), label="ingesting", file=sys.stderr, show_pos=False)
+            self.bar.__enter__()
+            return
+        if self.bar is not None:
+            self.bar.label = click.format_filename(path, shorten=True)[:40]
+            self.bar.update(done - self.done)
+            self.done = done
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+
+
+@click.command("ingest")
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--run", "run", default=None, help="Run name (default: from the rank manifests, else the inputs' folder).")
+@click.option("--format", "fmt", default=None, metavar="NAME", help="Read the inputs as this format (see `profdb formats`).")
+@click.option("--rank", type=click.IntRange(min=0), default=None, help="Global rank of all these inputs (one rank's files).")
+@click.option("--local-rank", type=click.IntRange(min=0), default=None, help="Local rank of all these inputs.")
+@click.option("--hostname", default=None, help="Hostname of all these inputs.")
+@click.option(
+    "--rank-from-path",
+    default=None,
+    metavar="REGEX",
+    help="Regular expression searched in each path; group 1 (or (?P<rank>..)) is the rank; "
+    "optional groups (?P<local_rank>..), (?P<hostname>..).",
+)
+@click.option(
+    "--allow-duplicate-ranks",
+    is_flag=True,
+    help="Accept several files of the same kind for one rank (e.g. several profiling windows).",
+)
+@db_option
+def ingest_command(
+    paths: tuple[str, ...],
+    run: str | None,
+    fmt: str | None,
+    rank: int | None,
+    local_rank: int | None,
+    hostname: str | None,
+    rank_from_path: str | None,
+    allow_duplicate_ranks: bool,
+    db: str | None,
+) -> None:
+    """Load profiler outputs (files, folders, globs) into the store, in one transaction.
+
+    Formats are detected from content; ranks come from --rank flags, rank manifests written by
+    `profdb record`, metadata inside the files, or the path (rank0003/, rank3_iter..., .rank0003.).
+    Re-ingesting the same file is a no-op."""
+    if rank_from_path:
+        import re
+
+        try:
+            re.compile(rank_from_path)
+        except re.error as e:
+            raise click.BadParameter(f"not a valid regular expression: {e}", param_hint="--rank-from-path")
+    flags = identity.IdentityFlags(rank, local_rank, hostname, rank_from_path, allow_duplicate_ranks)
+    bar = _Bar()
+    try:
+        report = ingest.ingest_paths(list(paths), db, run=run, flags=flags, fmt=fmt, progress=bar)
+    finally:
+        bar.close()
+    how = " (derived from the inputs; name it with --run)" if report.run_derived else ""
+    click.echo(f"run: {report.run}{how}")
+    click.echo(f"store: {report.db}")
+    n = len(report.ingested)
+    click.echo(f"files: {n} ingested" + (f", {len(report.duplicates)} already present (skipped)" if report.duplicates else ""))
+    if report.unknown_files:
+        note(f"note: {len(report.unknown_files)} files in the folders are not profiler outputs profdb reads, skipped "
+             f"(e.g. {report.unknown_files[0]})")
+    if report.rows_by_kind:
+        click.echo("rows: " + ", ".join(f"{k} {v:,}" for k, v in sorted(report.rows_by_kind.items())))
+    hosts = sorted({h for _, h, _ in report.ranks if h})
+    world = f" of world size {report.world_size}" if report.world_size else ""
+    click.echo(f"ranks: {len(report.ranks)}{world}" + (f" on {len(hosts)} hosts ({', '.join(hosts[:8])})" if hosts else ""))
+    if report.missing_ranks:
+        miss = report.missing_ranks
+        shown = ", ".join(map(str, miss[:16])) + (", ..." if len(miss) > 16 else "")
+        click.echo(f"missing ranks: {len(miss)} ({shown})")
+
+
+@click.command("runs")
+@db_option
+@output_options
+def runs_command(db: str | None, fmt: str) -> None:
+    """Runs in the store: world size, ranks found and missing, sources, rows."""
+    engine = open_db(db)
+    try:
+        headers, rows = inventory.list_runs(engine)
+    finally:
+        engine.dispose()
+    render(headers, rows, fmt)
+
+
+@click.command("ranks")
+@click.option("--run", default=None, help="Run name (default: the most recent run).")
+@db_option
+@output_options
+def ranks_command(run: str | None, db: str | None, fmt: str) -> None:
+    """Ranks of a run: hostname, local rank, pid, device, rows, source files; missing ranks flagged."""
+    engine = open_db(db)
+    try:
+        headers, rows, notes = inventory.list_ranks(engine, run)
+    finally:
+        engine.dispose()
+    for n in notes:
+        note(n)
+    render(headers, rows, fmt)
+
+
+@click.command("formats")
+@output_options
+def formats_command(fmt: str) -> None:
+    """Input formats profdb reads (detected from content; force one with `ingest --format NAME`)."""
+    render(["format", "reads"], readers.formats(), fmt)

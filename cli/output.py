@@ -1,0 +1,128 @@
+"""Rendering rows for every command that prints them: one shared option, four formats.
+
+table: aligned columns for people; ``*_ns`` columns shown in readable units (us/ms/s) under a header
+without the suffix. csv / json / jsonl: raw values (integer ns) for programs, streamed row by row.
+Data goes to stdout; notes go to stderr, so ``profdb ... --format csv > x.csv`` stays clean."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from typing import Any, Callable, Iterable, Sequence, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+FORMATS = ("table", "csv", "json", "jsonl")
+
+
+def output_options(f: F) -> F:
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(FORMATS),
+        default="table",
+        show_default=True,
+        help="Output format: aligned table with readable units, or raw values as csv / json / jsonl.",
+    )(f)
+
+
+def db_option(f: F) -> F:
+    return click.option(
+        "--db",
+        envvar="PROFDB_DB",
+        default=None,
+        metavar="PATH|URL",
+        help="Store: an SQLite file (default ./profdb.db, or $PROFDB_DB) or a URL such as postgresql+psycopg://host/db.",
+    )(f)
+
+
+def human_ns(v: Any) -> str:
+    if v is None:
+        return ""
+    if not isinstance(v, (int, float)):
+        return str(v)
+    a = abs(v)
+    if a >= 1e9:
+        return f"{v / 1e9:.3f} s"
+    if a >= 1e6:
+        return f"{v / 1e6:.3f} ms"
+    if a >= 1e3:
+        return f"{v / 1e3:.3f} us"
+    return f"{v:.0f} ns"
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.3f}" if abs(v) < 1e6 else f"{v:.4g}"
+    return str(v)
+
+
+def _json_value(v: Any) -> Any:
+    if isinstance(v, (str, int, float, bool)) or v is None:
+        return v
+    return str(v)
+
+
+def render(headers: Sequence[str], rows: Iterable[Sequence[Any]], fmt: str = "table", out: Any = None) -> None:
+    out = out or sys.stdout
+    if fmt == "csv":
+        w = csv.writer(out, lineterminator="\n")
+        w.writerow(headers)
+        for r in rows:
+            w.writerow(["" if v is None else v for v in r])
+        return
+    if fmt == "jsonl":
+        for r in rows:
+            out.write(json.dumps({h: _json_value(v) for h, v in zip(headers, r)}) + "\n")
+        return
+    if fmt == "json":
+        out.write("[")
+        first = True
+        for r in rows:
+            out.write(("\n" if first else ",\n") + json.dumps({h: _json_value(v) for h, v in zip(headers, r)}))
+            first = False
+        out.write("\n]\n" if not first else "]\n")
+        return
+    # table
+    ns_cols = [h.endswith("_ns") for h in headers]
+    shown = [h[:-3] if is_ns else h for h, is_ns in zip(headers, ns_cols)]
+    cells = [[human_ns(v) if is_ns else _cell(v) for v, is_ns in zip(r, ns_cols)] for r in rows]
+    widths = [len(h) for h in shown]
+    for row in cells:
+        for i, c in enumerate(row):
+            if len(c) > widths[i]:
+                widths[i] = len(c)
+    widths = [min(w, 100) for w in widths]
+    numeric = [
+        all(_is_num(r[i]) for r in cells if r[i] != "") and any(r[i] != "" for r in cells) for i in range(len(shown))
+    ]
+
+    def line(vals: Sequence[str]) -> str:
+        parts = []
+        for i, v in enumerate(vals):
+            v = v if len(v) <= widths[i] else v[: widths[i] - 1] + "…"
+            parts.append(v.rjust(widths[i]) if numeric[i] else v.ljust(widths[i]))
+        return "  ".join(parts).rstrip()
+
+    out.write(line(shown) + "\n")
+    out.write("  ".join("-" * w for w in widths) + "\n")
+    for row in cells:
+        out.write(line(row) + "\n")
+
+
+def _is_num(s: str) -> bool:
+    s = s.split(" ")[0]
+    try:
+        float(s)
+        return True
+    except ValueError:
+        return False
+
+
+def note(msg: str) -> None:
+    click.echo(msg, err=True)

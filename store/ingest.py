@@ -1,0 +1,561 @@
+"""``ingest_paths``: files, folders and globs -> one transaction in the store.
+
+Phase 1 (no database): expand paths, detect formats, inspect each file (identity hints, time base),
+hash it, resolve every rank and check the claims across files. Bad input stops here, before the store
+is opened, so it is never touched. Phase 2 (one transaction): create the run and ranks, stream every
+file's records in batches through the driver's executemany (no RETURNING), intern names in memory, keep
+the per-(rank, name, kind) summary and the steps, and commit once. Any error rolls everything back; a
+store file created by this call is removed again."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from sqlalchemy import Connection, Engine, select
+
+from . import bulk, classify, readers
+from .db import open_db, resolve_url, sqlite_path
+from .errors import InputError, ProfdbError, RankIdentityError
+from .identity import Identity, IdentityFlags, RankClaim, RankPlan, check_claims, missing_ranks, resolve_file
+from .manifest import MANIFEST_NAME, RankManifest
+from .models import Name, Rank, Run, SourceFile
+from .readers.base import Reader
+from .records import Activity, Aggregate, Counter, SourceInfo
+
+BATCH = 20000
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+
+#: progress(event, path, done_bytes, total_bytes): "start" once with total, "file" after each file
+Progress = Callable[[str, str, int, int], None]
+
+
+@dataclass
+class InputFile:
+    path: Path
+    reader: Reader
+    info: SourceInfo
+    size: int
+    sha256: str
+    claim: RankClaim | None = None
+
+
+@dataclass
+class FileResult:
+    path: str
+    format: str
+    content_kind: str
+    global_rank: int
+    rows: int
+    skipped: bool = False
+
+
+@dataclass
+class IngestReport:
+    run: str
+    run_derived: bool
+    db: str
+    files: list[FileResult] = field(default_factory=list)
+    unknown_files: list[str] = field(default_factory=list)
+    rows_by_kind: dict[str, int] = field(default_factory=dict)
+    ranks: list[tuple[int, str | None, int | None]] = field(default_factory=list)
+    world_size: int | None = None
+    missing_ranks: list[int] = field(default_factory=list)
+
+    @property
+    def ingested(self) -> list[FileResult]:
+        return [f for f in self.files if not f.skipped]
+
+    @property
+    def duplicates(self) -> list[FileResult]:
+        return [f for f in self.files if f.skipped]
+
+
+# --------------------------------------------------------------------------- phase 1: inputs
+
+
+def expand(paths: Sequence[str | Path], fmt: str | None = None) -> tuple[list[tuple[Path, Reader]], list[Path]]:
+    """(files with their reader, unreadable files found inside folders). Explicit files that no
+    reader recognises, missing paths and folders without any profile are errors."""
+    forced = readers.by_name(fmt) if fmt else None
+    found: list[tuple[Path, Reader]] = []
+    unknown: list[Path] = []
+    if not paths:
+        raise InputError("no input paths given; pass profile files or folders, e.g. `profdb ingest out/rank*/`")
+    for raw in paths:
+        p = Path(raw)
+        if not p.exists():
+            matches = sorted(glob.glob(str(raw), recursive=True)) if glob.has_magic(str(raw)) else []
+            if not matches:
+                raise InputError(f"{raw}: no such file or folder; check the path (globs are expanded too)")
+            expanded: list[Path] = [Path(m) for m in matches]
+        else:
+            expanded = [p]
+        for q in expanded:
+            if q.is_dir():
+                folder_files = _walk(q)
+                hits = 0
+                for f in folder_files:
+                    r = forced if (forced and forced.detect(f)) else (None if forced else readers.detect(f))
+                    if r is None:
+                        unknown.append(f)
+                    else:
+                        found.append((f, r))
+                        hits += 1
+                if hits == 0:
+                    what = f"{len(folder_files)} files looked at" if folder_files else "it is empty"
+                    raise InputError(
+                        f"{q}: no profiler output profdb can read in this folder ({what}); "
+                        f"supported formats: {', '.join(n for n, _ in readers.formats())} (see `profdb formats`)"
+                    )
+            elif q.is_file():
+                r = forced or readers.detect(q)
+                if r is None:
+                    raise InputError(
+                        f"{q}: not a profiler output profdb recognises; supported formats: "
+                        f"{', '.join(n for n, _ in readers.formats())} (see `profdb formats`); "
+                        "if it is one of them, pass --format NAME"
+                    )
+                found.append((q, r))
+            else:
+                raise InputError(f"{q}: not a regular file or folder")
+    # the same file named twice (a folder and a file inside it) is read once
+    seen: set[Path] = set()
+    unique = []
+    for f, r in found:
+        key = f.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append((f, r))
+    return unique, unknown
+
+
+def _walk(folder: Path) -> list[Path]:
+    out = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(files):
+            if name.startswith(".") or name == MANIFEST_NAME:
+                continue
+            out.append(Path(root) / name)
+    return out
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def prepare(
+    paths: Sequence[str | Path], flags: IdentityFlags, fmt: str | None = None
+) -> tuple[list[InputFile], list[Path], RankPlan]:
+    files, unknown = expand(paths, fmt)
+    inputs: list[InputFile] = []
+    manifests: dict[Path, RankManifest | None] = {}
+    for path, reader in files:
+        info = reader.inspect(path)
+        inp = InputFile(path, reader, info, path.stat().st_size, sha256_of(path))
+        ident = resolve_file(path, info.hint, flags, manifests)
+        inp.claim = RankClaim(path, info.format, info.kind, ident)
+        inputs.append(inp)
+    # identical content named twice for the same rank (copies) is ingested once
+    by_key: dict[tuple[int, str], InputFile] = {}
+    for inp in inputs:
+        assert inp.claim is not None
+        by_key.setdefault((inp.claim.identity.global_rank, inp.sha256), inp)
+    inputs = list(by_key.values())
+    plan = check_claims([i.claim for i in inputs if i.claim], flags)
+    return inputs, unknown, plan
+
+
+def derive_run_name(paths: Sequence[str | Path], inputs: list[InputFile]) -> str:
+    names = {i.claim.identity.manifest.run for i in inputs if i.claim and i.claim.identity.manifest}
+    names.discard(None)
+    if len(names) == 1:
+        return str(names.pop())
+    parents = [Path(os.path.abspath(i.path)).parent for i in inputs]
+    common = Path(os.path.commonpath([str(p) for p in parents])) if parents else Path.cwd()
+    # a rank folder is not a run name: go up to the folder holding the ranks
+    from .identity import RANK_DIR
+
+    while RANK_DIR.match(common.name) and common.parent != common:
+        common = common.parent
+    return common.name or "run"
+
+
+# --------------------------------------------------------------------------- phase 2: the store
+
+
+class _Writer:
+    """Streams records into one open transaction; keeps names, summaries and steps in memory."""
+
+    ACTIVITY_COLS = (
+        "rank_id", "source_id", "kind", "category", "name_id", "start_ns", "duration_ns", "device", "stream",
+        "correlation", "pid", "tid", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "args",
+    )
+    COUNTER_COLS = (
+        "rank_id", "source_id", "kernel_name_id", "counter_name_id", "dispatch_id", "value", "samples",
+        "min_value", "max_value",
+    )
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.dialect = conn.dialect.name
+        self.names: dict[str, int] = {}
+        self.categories: dict[tuple[str, int], str] = {}
+        # (rank_id, name_id, kind) -> [category, calls, total, min, max, sumsq]
+        self.summary: dict[tuple[int, int, str], list[Any]] = {}
+        self.steps: dict[tuple[int, int], tuple[int, int, int]] = {}
+        self.mark = bulk.placeholder(conn)
+
+    def name_ids(self, values: Iterable[str]) -> None:
+        """Intern every new name in one round trip per batch (insert-or-ignore, then select)."""
+        new = [v for v in set(values) if v not in self.names]
+        if not new:
+            return
+        m = self.mark
+        if self.dialect == "postgresql":
+            ins = f"INSERT INTO name (value) VALUES ({m}) ON CONFLICT (value) DO NOTHING"
+        else:
+            ins = f"INSERT OR IGNORE INTO name (value) VALUES ({m})"
+        self.conn.exec_driver_sql(ins, [(v,) for v in new])
+        for i in range(0, len(new), 500):
+            chunk = new[i : i + 500]
+            rows = self.conn.execute(select(Name.id, Name.value).where(Name.value.in_(chunk))).all()
+            for nid, value in rows:
+                self.names[value] = nid
+
+    def write(self, rank_id: int, source_id: int, records: Iterator[Any]) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        acts: list[Activity] = []
+        ctrs: list[Counter] = []
+        for rec in records:
+            if type(rec) is Activity:
+                acts.append(rec)
+                if len(acts) >= BATCH:
+                    self._flush_activities(rank_id, source_id, acts, counts)
+                    acts = []
+            elif type(rec) is Counter:
+                ctrs.append(rec)
+                if len(ctrs) >= BATCH:
+                    self._flush_counters(rank_id, source_id, ctrs, counts)
+                    ctrs = []
+            elif type(rec) is Aggregate:
+                self._aggregate(rank_id, rec, counts)
+        if acts:
+            self._flush_activities(rank_id, source_id, acts, counts)
+        if ctrs:
+            self._flush_counters(rank_id, source_id, ctrs, counts)
+        return counts
+
+    def _category(self, kind: str, name: str, name_id: int, given: str | None) -> str:
+        if given is not None:
+            return given
+        key = (kind, name_id)
+        cat = self.categories.get(key)
+        if cat is None:
+            cat = self.categories[key] = classify.category(kind, name)
+        return cat
+
+    def _flush_activities(self, rank_id: int, source_id: int, acts: list[Activity], counts: dict[str, int]) -> None:
+        self.name_ids(a.name for a in acts)
+        names = self.names
+        summary = self.summary
+        rows = []
+        for a in acts:
+            nid = names[a.name]
+            kind = a.kind
+            cat = self._category(kind, a.name, nid, a.category)
+            d = a.duration_ns
+            rows.append((rank_id, source_id, kind, cat, nid, a.start_ns, d) + tuple(a[5:]))
+            key = (rank_id, nid, kind)
+            s = summary.get(key)
+            if s is None:
+                summary[key] = [cat, 1, d, d, d, float(d) * d]
+            else:
+                s[1] += 1
+                s[2] += d
+                if d < s[3]:
+                    s[3] = d
+                if d > s[4]:
+                    s[4] = d
+                s[5] += float(d) * d
+            counts[kind] = counts.get(kind, 0) + 1
+            if kind == "annotation" and a.name.startswith("ProfilerStep#"):
+                m = _STEP.match(a.name)
+                if m:
+                    self.steps[(rank_id, int(m.group(1)))] = (source_id, a.start_ns, d)
+        bulk.insert_rows(self.conn, "activity", self.ACTIVITY_COLS, rows)
+
+    def _flush_counters(self, rank_id: int, source_id: int, ctrs: list[Counter], counts: dict[str, int]) -> None:
+        self.name_ids([c.kernel for c in ctrs] + [c.name for c in ctrs])
+        names = self.names
+        rows = [
+            (rank_id, source_id, names[c.kernel], names[c.name], c.dispatch_id, c.value, c.samples, c.min_value, c.max_value)
+            for c in ctrs
+        ]
+        bulk.insert_rows(self.conn, "counter", self.COUNTER_COLS, rows)
+        counts["counter"] = counts.get("counter", 0) + len(rows)
+
+    def _aggregate(self, rank_id: int, g: Aggregate, counts: dict[str, int]) -> None:
+        self.name_ids([g.name])
+        nid = self.names[g.name]
+        cat = self._category(g.kind, g.name, nid, g.category)
+        mean = g.total_ns / g.calls if g.calls else 0.0
+        sumsq = g.sum_sq_ns if g.sum_sq_ns is not None else g.calls * mean * mean
+        key = (rank_id, nid, g.kind)
+        s = self.summary.get(key)
+        if s is None:
+            self.summary[key] = [cat, g.calls, g.total_ns, g.min_ns, g.max_ns, sumsq]
+        else:
+            s[1] += g.calls
+            s[2] += g.total_ns
+            s[3] = min(s[3], g.min_ns)
+            s[4] = max(s[4], g.max_ns)
+            s[5] += sumsq
+        counts["aggregate"] = counts.get("aggregate", 0) + 1
+
+    def finish(self) -> None:
+        """Merge the in-memory summaries and steps into the store (adding to earlier ingests)."""
+        m = self.mark
+        if self.summary:
+            sql = (
+                "INSERT INTO summary (rank_id, name_id, kind, category, calls, total_ns, min_ns, max_ns, sum_sq_ns) "
+                f"VALUES ({', '.join([m] * 9)}) ON CONFLICT (rank_id, name_id, kind) DO UPDATE SET "
+                "calls = summary.calls + excluded.calls, total_ns = summary.total_ns + excluded.total_ns, "
+                "min_ns = CASE WHEN excluded.min_ns < summary.min_ns THEN excluded.min_ns ELSE summary.min_ns END, "
+                "max_ns = CASE WHEN excluded.max_ns > summary.max_ns THEN excluded.max_ns ELSE summary.max_ns END, "
+                "sum_sq_ns = summary.sum_sq_ns + excluded.sum_sq_ns"
+            )
+            self.conn.exec_driver_sql(sql, [(k[0], k[1], k[2], *v) for k, v in self.summary.items()])
+        if self.steps:
+            sql = (
+                f"INSERT INTO step (rank_id, step, source_id, start_ns, duration_ns) VALUES ({', '.join([m] * 5)}) "
+                "ON CONFLICT (rank_id, step) DO NOTHING"
+            )
+            self.conn.exec_driver_sql(sql, [(k[0], k[1], *v) for k, v in self.steps.items()])
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def _get_or_create_run(conn: Connection, name: str, plan: RankPlan, inputs: list[InputFile]) -> int:
+    row = conn.execute(select(Run.id, Run.world_size).where(Run.name == name)).first()
+    manifest = next((i.claim.identity.manifest for i in inputs if i.claim and i.claim.identity.manifest), None)
+    if row is not None:
+        run_id, world = row
+        if plan.world_size is not None and world is not None and world != plan.world_size:
+            raise RankIdentityError(
+                f"run {name!r} has world size {world} but these inputs say {plan.world_size}; "
+                "they come from another job: pick another name with --run"
+            )
+        if world is None and plan.world_size is not None:
+            conn.execute(Run.__table__.update().where(Run.id == run_id).values(world_size=plan.world_size))
+        return int(run_id)
+    res = conn.execute(
+        Run.__table__.insert().values(
+            name=name,
+            created_at=_now(),
+            launcher=manifest.launcher if manifest else None,
+            command=json.dumps(manifest.command) if manifest and manifest.command else None,
+            world_size=plan.world_size,
+        )
+    )
+    return int(res.inserted_primary_key[0])  # type: ignore[index]
+
+
+def _rank_ids(conn: Connection, run_id: int, run_name: str, plan: RankPlan) -> dict[int, int]:
+    existing = {
+        r.global_rank: r
+        for r in conn.execute(
+            select(Rank.id, Rank.global_rank, Rank.local_rank, Rank.hostname, Rank.pid, Rank.device, Rank.node_rank).where(
+                Rank.run_id == run_id
+            )
+        )
+    }
+    ids: dict[int, int] = {}
+    for g, ident in sorted(plan.ranks.items()):
+        old = existing.get(g)
+        if old is None:
+            res = conn.execute(
+                Rank.__table__.insert().values(
+                    run_id=run_id,
+                    global_rank=g,
+                    local_rank=ident.local_rank,
+                    hostname=ident.hostname,
+                    node_rank=ident.node_rank,
+                    pid=ident.pid,
+                    device=ident.device,
+                )
+            )
+            ids[g] = int(res.inserted_primary_key[0])  # type: ignore[index]
+            continue
+        for f in ("hostname", "local_rank"):
+            new, have = getattr(ident, f), getattr(old, f)
+            if new is not None and have is not None and new != have:
+                raise RankIdentityError(
+                    f"rank {g} of run {run_name!r} is stored with {f} {have!r}, but the new input says {new!r} "
+                    f"({ident.origin}); fix the input, override with --{f.replace('_', '-')}, or use another --run"
+                )
+        fill = {
+            f: getattr(ident, f)
+            for f in ("hostname", "local_rank", "pid", "device", "node_rank")
+            if getattr(old, f) is None and getattr(ident, f) is not None
+        }
+        if fill:
+            conn.execute(Rank.__table__.update().where(Rank.id == old.id).values(**fill))
+        ids[g] = int(old.id)
+    return ids
+
+
+def ingest_paths(
+    paths: Sequence[str | Path],
+    db: str | None = None,
+    *,
+    run: str | None = None,
+    flags: IdentityFlags | None = None,
+    fmt: str | None = None,
+    progress: Progress | None = None,
+) -> IngestReport:
+    """Ingest profiler outputs into the store ``db`` (path or URL). One transaction; see module doc."""
+    flags = flags or IdentityFlags()
+    inputs, unknown, plan = prepare(paths, flags, fmt)
+    run_name = run or derive_run_name(paths, inputs)
+    url = resolve_url(db)
+    path = sqlite_path(url)
+    created = path is not None and not path.exists()
+    report = IngestReport(
+        run=run_name, run_derived=run is None, db=url, unknown_files=[str(u) for u in unknown], world_size=plan.world_size
+    )
+    engine: Engine | None = None
+    try:
+        engine = open_db(db)
+        _load(engine, run_name, inputs, plan, report, progress, flags.allow_duplicate_ranks)
+    except BaseException:
+        if engine is not None:
+            engine.dispose()
+            engine = None
+        if created and path is not None:
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                Path(str(path) + suffix).unlink(missing_ok=True)
+        raise
+    finally:
+        if engine is not None:
+            engine.dispose()
+    return report
+
+
+def _load(
+    engine: Engine,
+    run_name: str,
+    inputs: list[InputFile],
+    plan: RankPlan,
+    report: IngestReport,
+    progress: Progress | None,
+    allow_dupes: bool = False,
+) -> None:
+    total = sum(i.size for i in inputs)
+    done = 0
+    if progress:
+        progress("start", "", 0, total)
+    with engine.begin() as conn:
+        run_id = _get_or_create_run(conn, run_name, plan, inputs)
+        present = set(
+            conn.execute(
+                select(Rank.global_rank, SourceFile.sha256)
+                .join(SourceFile, SourceFile.rank_id == Rank.id)
+                .where(Rank.run_id == run_id)
+            ).all()
+        )
+        todo = [i for i in inputs if i.claim and (i.claim.identity.global_rank, i.sha256) not in present]
+        for i in inputs:
+            if i.claim and (i.claim.identity.global_rank, i.sha256) in present:
+                assert i.claim is not None
+                report.files.append(
+                    FileResult(str(i.path), i.info.format, i.info.kind, i.claim.identity.global_rank, 0, skipped=True)
+                )
+        todo_plan = RankPlan(
+            ranks={g: ident for g, ident in plan.ranks.items() if any(t.claim and t.claim.identity.global_rank == g for t in todo)},
+            world_size=plan.world_size,
+        )
+        _check_store_duplicates(conn, run_id, run_name, todo, allow_dupes)
+        rank_ids = _rank_ids(conn, run_id, run_name, todo_plan)
+        writer = _Writer(conn)
+        for inp in todo:
+            assert inp.claim is not None
+            ident: Identity = inp.claim.identity
+            rank_id = rank_ids[ident.global_rank]
+            res = conn.execute(
+                SourceFile.__table__.insert().values(
+                    run_id=run_id,
+                    rank_id=rank_id,
+                    path=str(inp.path.resolve()),
+                    sha256=inp.sha256,
+                    size_bytes=inp.size,
+                    format=inp.info.format,
+                    content_kind=inp.info.kind,
+                    rows=0,
+                    time_base_ns=inp.info.time_base_ns,
+                    identity_origin=ident.origin,
+                    ingested_at=_now(),
+                )
+            )
+            source_id = int(res.inserted_primary_key[0])  # type: ignore[index]
+            try:
+                counts = writer.write(rank_id, source_id, inp.reader.read(inp.path, inp.info))
+            except ProfdbError:
+                raise
+            except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError) as e:
+                raise InputError(
+                    f"{inp.path}: cannot read it as {inp.info.format} ({type(e).__name__}: {e}); "
+                    "the file is damaged or of an unsupported variant: re-copy it or pass --format"
+                ) from e
+            rows = sum(counts.values())
+            conn.execute(SourceFile.__table__.update().where(SourceFile.id == source_id).values(rows=rows))
+            for k, v in counts.items():
+                report.rows_by_kind[k] = report.rows_by_kind.get(k, 0) + v
+            report.files.append(FileResult(str(inp.path), inp.info.format, inp.info.kind, ident.global_rank, rows))
+            done += inp.size
+            if progress:
+                progress("file", str(inp.path), done, total)
+        writer.finish()
+        stored = conn.execute(
+            select(Rank.global_rank, Rank.hostname, Rank.local_rank).where(Rank.run_id == run_id).order_by(Rank.global_rank)
+        ).all()
+        world = conn.execute(select(Run.world_size).where(Run.id == run_id)).scalar()
+        report.ranks = [(r[0], r[1], r[2]) for r in stored]
+        report.world_size = world
+        report.missing_ranks = missing_ranks([r[0] for r in stored], world)
+
+
+def _check_store_duplicates(conn: Connection, run_id: int, run_name: str, todo: list[InputFile], allow: bool) -> None:
+    """A rank already holding a different file of the same format and kind in this run is a conflict."""
+    if not todo:
+        return
+    rows = conn.execute(
+        select(Rank.global_rank, SourceFile.format, SourceFile.content_kind, SourceFile.path)
+        .join(SourceFile, SourceFile.rank_id == Rank.id)
+        .where(Rank.run_id == run_id)
+    ).all()
+    have = {(r[0], r[1], r[2]): r[3] for r in rows}
+    for inp in todo:
+        assert inp.claim is not None
+        key = (inp.claim.identity.global_rank, inp.info.format, inp.info.kind)
+        if key in have and not allow:
+            raise RankIdentityError(
+                f"{inp.path}: rank {key[0]} of run {run_name!r} already has a {key[1]} {key[2]} from {have[key]}; "
+                "ingest this one into another run (--run NAME), or pass --allow-duplicate-ranks if it is another "
+                "window or process of the same rank"
+            )
+
