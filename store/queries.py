@@ -24,7 +24,7 @@ from typing import Any, Iterable, Sequence
 
 from sqlalchemy import Connection, desc, func, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
-from sqlalchemy.sql import ColumnElement, Select, text
+from sqlalchemy.sql import ColumnElement, text
 
 from .errors import QueryError
 from .metrics import Spread, ratio, spread
@@ -158,23 +158,50 @@ def like_pattern(name_like: str | None) -> str | None:
     return name_like if "%" in name_like else f"%{name_like}%"
 
 
-def _kinds_present(conn: Connection, scope: RunScope) -> dict[str, int]:
+@dataclass(frozen=True)
+class RunFacts:
+    """What a run holds, from one small query: summary rows and total ns per (kind, category)."""
+
+    rows: dict[tuple[str, str], int]
+    total_ns: dict[tuple[str, str], int]
+
+    @property
+    def kinds(self) -> set[str]:
+        return {k for k, _c in self.rows}
+
+    def comm_kind(self) -> str | None:
+        have = {k for k, c in self.rows if c == COMM}
+        for k in COMM_KIND_ORDER:
+            if k in have:
+                return k
+        return sorted(have)[0] if have else None
+
+    def kind_total(self, kinds: Iterable[str]) -> int:
+        ks = set(kinds)
+        return sum(v for (k, _c), v in self.total_ns.items() if k in ks)
+
+
+def run_facts(conn: Connection, scope: RunScope) -> RunFacts:
     rows = conn.execute(
-        select(_sum.c.kind, func.count())
+        select(_sum.c.kind, _sum.c.category, func.count(), func.sum(_sum.c.total_ns))
         .select_from(_sum.join(_rank, _rank.c.id == _sum.c.rank_id))
         .where(_rank.c.run_id == scope.id)
-        .group_by(_sum.c.kind)
+        .group_by(_sum.c.kind, _sum.c.category)
     ).all()
-    return {r[0]: int(r[1]) for r in rows}
+    return RunFacts({(k, c): int(n) for k, c, n, _t in rows}, {(k, c): int(t or 0) for k, c, _n, t in rows})
 
 
 def select_kinds(
-    conn: Connection, scope: RunScope, kind: str | Sequence[str] | None, default: tuple[str, ...]
+    conn: Connection,
+    scope: RunScope,
+    kind: str | Sequence[str] | None,
+    default: tuple[str, ...],
+    facts: RunFacts | None = None,
 ) -> tuple[tuple[str, ...], list[str]]:
     """The kinds to report, and notes about the choice. Without ``kind``: ``default`` when the run has
     any of it, else CPU operators (a CPU-only run), else whatever kinds the run has."""
     chosen = parse_kinds(kind)
-    present = _kinds_present(conn, scope)
+    present = (facts or run_facts(conn, scope)).kinds
     if not present:
         raise QueryError(
             f"run {scope.name!r} has no timed activity in the store (no summary rows); "
@@ -196,61 +223,55 @@ def select_kinds(
     ]
 
 
-def comm_kind(conn: Connection, scope: RunScope) -> str | None:
+def comm_kind(conn: Connection, scope: RunScope, facts: RunFacts | None = None) -> str | None:
     """The kind whose communication rows best measure collective waiting in this run (see
     ``COMM_KIND_ORDER``), or None when the run has no communication at all."""
-    rows = conn.execute(
-        select(_sum.c.kind)
-        .select_from(_sum.join(_rank, _rank.c.id == _sum.c.rank_id))
-        .where(_rank.c.run_id == scope.id, _sum.c.category == COMM)
-        .distinct()
-    ).scalars().all()
-    have = set(rows)
-    for k in COMM_KIND_ORDER:
-        if k in have:
-            return k
-    return sorted(have)[0] if have else None
+    return (facts or run_facts(conn, scope)).comm_kind()
 
 
-def _where(
-    scope: RunScope, kinds: Iterable[str], comm: bool | None, pattern: str | None
-) -> list[ColumnElement[bool]]:
-    cond: list[ColumnElement[bool]] = [_rank.c.run_id == scope.id, _sum.c.kind.in_(list(kinds))]
-    if comm is True:
-        cond.append(_sum.c.category == COMM)
-    elif comm is False:
-        cond.append(_sum.c.category != COMM)
+def _where(scope: RunScope, kinds: Iterable[str], pattern: str | None) -> list[ColumnElement[bool]]:
+    cond: list[ColumnElement[bool]] = [_rank.c.run_id == scope.id, _sum.c.kind.in_(sorted(set(kinds)))]
     if pattern is not None:
         cond.append(_name.c.value.ilike(pattern))
     return cond
 
 
-def _from(pattern: str | None, with_name: bool = False) -> Any:
+def _from(with_name: bool) -> Any:
     j = _sum.join(_rank, _rank.c.id == _sum.c.rank_id)
-    if pattern is not None or with_name:
+    if with_name:
         j = j.join(_name, _name.c.id == _sum.c.name_id)
     return j
 
 
-def rank_totals(
-    conn: Connection, scope: RunScope, kinds: Iterable[str], comm: bool | None, pattern: str | None = None
-) -> dict[int, dict[str, int]]:
-    """Per rank id: total ns per category, over ``kinds`` (communication only, none, or all)."""
+#: per rank id: total ns per (kind, category)
+RankTotals = dict[int, dict[tuple[str, str], int]]
+
+
+def rank_totals(conn: Connection, scope: RunScope, kinds: Iterable[str], pattern: str | None = None) -> RankTotals:
+    """Per rank: total ns per (kind, category) over ``kinds`` (names LIKE ``pattern`` only, if given)."""
     rows = conn.execute(
-        select(_sum.c.rank_id, _sum.c.category, func.sum(_sum.c.total_ns))
-        .select_from(_from(pattern))
-        .where(*_where(scope, kinds, comm, pattern))
-        .group_by(_sum.c.rank_id, _sum.c.category)
+        select(_sum.c.rank_id, _sum.c.kind, _sum.c.category, func.sum(_sum.c.total_ns))
+        .select_from(_from(pattern is not None))
+        .where(*_where(scope, kinds, pattern))
+        .group_by(_sum.c.rank_id, _sum.c.kind, _sum.c.category)
     ).all()
-    out: dict[int, dict[str, int]] = defaultdict(dict)
-    for rank_id, cat, total in rows:
-        out[rank_id][cat] = int(total or 0)
+    out: RankTotals = defaultdict(dict)
+    for rank_id, kind, cat, total in rows:
+        out[rank_id][(kind, cat)] = int(total or 0)
     return out
 
 
-def _per_rank(totals: dict[int, dict[str, int]], scope: RunScope) -> list[int]:
-    """Totals in rank order (zeros for ranks without any)."""
-    return [sum(totals.get(r.id, {}).values()) for r in scope.ranks]
+def _busy(totals: RankTotals, scope: RunScope, kinds: Iterable[str], exclude: tuple[str, ...] = (COMM,)) -> list[int]:
+    """Per rank, in rank order: time in ``kinds`` outside the ``exclude`` categories."""
+    ks = set(kinds)
+    return [
+        sum(v for (k, c), v in totals.get(r.id, {}).items() if k in ks and c not in exclude) for r in scope.ranks
+    ]
+
+
+def _in_category(totals: RankTotals, scope: RunScope, kinds: Iterable[str], category: str) -> list[int]:
+    ks = set(kinds)
+    return [sum(v for (k, c), v in totals.get(r.id, {}).items() if k in ks and c == category) for r in scope.ranks]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -287,20 +308,28 @@ _COMM_WHAT = {
 }
 
 
-def straggler(conn: Connection, scope: RunScope, kinds: Sequence[str]) -> Verdict:
+def straggler(
+    conn: Connection,
+    scope: RunScope,
+    kinds: Sequence[str],
+    facts: RunFacts | None = None,
+    totals: RankTotals | None = None,
+) -> Verdict:
     """The most likely straggler of the run: the rank that waits least in collectives (when the run
-    has communication on at least two ranks), else the rank with the most busy time in ``kinds``."""
+    has communication on at least two ranks), else the rank with the most busy time in ``kinds``.
+    ``totals`` must cover ``kinds`` and the communication kind when given."""
     if len(scope.ranks) < 2:
         return Verdict(None, f"run {scope.name!r} has {len(scope.ranks)} rank: no straggler to find")
-    busy = _per_rank(rank_totals(conn, scope, kinds, comm=False), scope)
-    b = spread(busy)
+    ck = comm_kind(conn, scope, facts)
+    if totals is None:
+        totals = rank_totals(conn, scope, set(kinds) | ({ck} if ck else set()))
+    b = spread(_busy(totals, scope, kinds))
     busiest = scope.ranks[b.argmax]
-    ck = comm_kind(conn, scope)
     what = "/".join(kinds)
     busy_why = f"the most {what} time ({fmt_ns(b.max)}, {_pct(b.max, b.mean)} vs mean {fmt_ns(b.mean)})"
     balanced_busy = b.max - b.min <= 0.02 * max(b.mean, 1)
     if ck is not None:
-        wait = _per_rank(rank_totals(conn, scope, (ck,), comm=True), scope)
+        wait = _in_category(totals, scope, (ck,), COMM)
         if sum(1 for w in wait if w > 0) >= 2:
             c = spread(wait)
             least = scope.ranks[c.argmin]
@@ -367,42 +396,54 @@ IMBALANCE_HEADERS = [
 ]
 
 
-def _top_names(
-    conn: Connection,
-    scope: RunScope,
-    kinds: Sequence[str],
-    comm: bool | None,
-    pattern: str | None,
-    top: int,
-    order: str,
-) -> list[Any]:
-    """(kind, name_id, name, category, calls) of the top names, by recoverable time or by total."""
-    n = len(scope.ranks)
-    total = func.sum(_sum.c.total_ns)
-    key = func.max(_sum.c.total_ns) * n - total if order == "recoverable" else total
-    q: Select[Any] = (
-        select(_sum.c.kind, _sum.c.name_id, _name.c.value, func.min(_sum.c.category), func.sum(_sum.c.calls))
-        .select_from(_from(pattern, with_name=True))
-        .where(*_where(scope, kinds, comm, pattern))
+@dataclass(frozen=True)
+class NameGroup:
+    kind: str
+    name_id: int
+    name: str
+    category: str
+    calls: int
+    total: int
+    max: int
+
+
+def _name_groups(conn: Connection, scope: RunScope, kinds: Iterable[str], pattern: str | None) -> list[NameGroup]:
+    """Per (kind, name) of ``kinds`` in the run: calls, total and largest T_r (one GROUP BY)."""
+    rows = conn.execute(
+        select(
+            _sum.c.kind,
+            _sum.c.name_id,
+            _name.c.value,
+            func.min(_sum.c.category),
+            func.sum(_sum.c.calls),
+            func.sum(_sum.c.total_ns),
+            func.max(_sum.c.total_ns),
+        )
+        .select_from(_from(True))
+        .where(*_where(scope, kinds, pattern))
         .group_by(_sum.c.kind, _sum.c.name_id, _name.c.value)
-        .order_by(desc(key), _name.c.value, _sum.c.kind)
-    )
-    if top > 0:
-        q = q.limit(top)
-    return list(conn.execute(q).all())
+    ).all()
+    return [NameGroup(k, int(i), v, c, int(n), int(t or 0), int(m or 0)) for k, i, v, c, n, t, m in rows]
+
+
+def _top(groups: Iterable[NameGroup], n_ranks: int, top: int, by: str) -> list[NameGroup]:
+    """Largest recoverable time (n * max - total, exact in integers) or largest total; ties by name."""
+    if by == "recoverable":
+        ordered = sorted(groups, key=lambda g: (-(g.max * n_ranks - g.total), g.name, g.kind))
+    else:
+        ordered = sorted(groups, key=lambda g: (-g.total, g.name, g.kind))
+    return ordered[:top] if top > 0 else ordered
 
 
 def _rank_values(
-    conn: Connection, scope: RunScope, names: Sequence[Any]
-) -> dict[tuple[str, int], list[int]]:
-    """T_r in rank order (zeros where absent) for each (kind, name_id) of ``names``."""
-    if not names:
-        return {}
+    conn: Connection, scope: RunScope, groups: Sequence[NameGroup]
+) -> dict[tuple[str, int], tuple[list[int], set[int]]]:
+    """For each (kind, name_id): T_r in rank order (0 where absent) and the positions of the ranks
+    that have the name."""
     pos = {r.id: i for i, r in enumerate(scope.ranks)}
-    wanted = {(r[0], r[1]) for r in names}
-    out = {k: [0] * len(scope.ranks) for k in wanted}
-    name_ids = sorted({r[1] for r in names})
-    kinds = sorted({r[0] for r in names})
+    out = {(g.kind, g.name_id): ([0] * len(scope.ranks), set[int]()) for g in groups}
+    name_ids = sorted({g.name_id for g in groups})
+    kinds = sorted({g.kind for g in groups})
     for chunk in (name_ids[i : i + 500] for i in range(0, len(name_ids), 500)):
         rows = conn.execute(
             select(_sum.c.kind, _sum.c.name_id, _sum.c.rank_id, _sum.c.total_ns)
@@ -410,9 +451,10 @@ def _rank_values(
             .where(_rank.c.run_id == scope.id, _sum.c.name_id.in_(chunk), _sum.c.kind.in_(kinds))
         ).all()
         for kind, name_id, rank_id, total in rows:
-            key = (kind, name_id)
-            if key in out:
-                out[key][pos[rank_id]] = int(total)
+            entry = out.get((kind, name_id))
+            if entry is not None:
+                entry[0][pos[rank_id]] = int(total)
+                entry[1].add(pos[rank_id])
     return out
 
 
@@ -420,17 +462,16 @@ def _missing(scope: RunScope, present: set[int]) -> str:
     return ",".join(str(r.global_rank) for i, r in enumerate(scope.ranks) if i not in present)
 
 
-def _imbalance_row(scope: RunScope, name_row: Any, values: list[int], present: set[int]) -> tuple[Any, ...]:
-    kind, _name_id, name, category, calls = name_row
+def _imbalance_row(scope: RunScope, g: NameGroup, values: list[int], present: set[int]) -> tuple[Any, ...]:
     s = spread(values)
     slow = scope.ranks[s.argmax]
     fast = scope.ranks[s.argmin]
-    suspect = fast if category == COMM else slow
+    suspect = fast if g.category == COMM else slow
     return (
-        name,
-        kind,
-        category,
-        int(calls),
+        g.name,
+        g.kind,
+        g.category,
+        g.calls,
         s.mean,
         s.max,
         s.min,
@@ -448,25 +489,6 @@ def _imbalance_row(scope: RunScope, name_row: Any, values: list[int], present: s
     )
 
 
-def _present_positions(
-    conn: Connection, scope: RunScope, names: Sequence[Any]
-) -> dict[tuple[str, int], set[int]]:
-    """Positions (in rank order) of the ranks that have a summary row for each name."""
-    pos = {r.id: i for i, r in enumerate(scope.ranks)}
-    out: dict[tuple[str, int], set[int]] = {(r[0], r[1]): set() for r in names}
-    name_ids = sorted({r[1] for r in names})
-    for chunk in (name_ids[i : i + 500] for i in range(0, len(name_ids), 500)):
-        rows = conn.execute(
-            select(_sum.c.kind, _sum.c.name_id, _sum.c.rank_id)
-            .select_from(_sum.join(_rank, _rank.c.id == _sum.c.rank_id))
-            .where(_rank.c.run_id == scope.id, _sum.c.name_id.in_(chunk))
-        ).all()
-        for kind, name_id, rank_id in rows:
-            if (kind, name_id) in out:
-                out[(kind, name_id)].add(pos[rank_id])
-    return out
-
-
 def imbalance(
     conn: Connection,
     run: str | None = None,
@@ -482,19 +504,20 @@ def imbalance(
     scope = resolve_run(conn, run)
     if not scope.ranks:
         raise QueryError(f"run {scope.name!r} has no ranks; ingest its profiles first")
-    kinds, notes = select_kinds(conn, scope, kind, ("kernel",))
+    facts = run_facts(conn, scope)
+    kinds, notes = select_kinds(conn, scope, kind, ("kernel",), facts)
     notes += _scope_notes(scope)
     pattern = like_pattern(name_like)
+    ck = facts.comm_kind()
     if by != "rank":
-        return _imbalance_by_group(conn, scope, kinds, pattern, by, notes)
-    ck = comm_kind(conn, scope)
-    compute = _top_names(conn, scope, kinds, False, pattern, top, "recoverable")
-    comm = _top_names(conn, scope, (ck,), True, pattern, top, "recoverable") if ck else []
-    names = compute + comm
-    values = _rank_values(conn, scope, names)
-    present = _present_positions(conn, scope, names)
-    rows = [_imbalance_row(scope, r, values[(r[0], r[1])], present[(r[0], r[1])]) for r in names]
-    verdict = straggler(conn, scope, kinds)
+        return _imbalance_by_group(conn, scope, kinds, ck, pattern, by, notes)
+    groups = _name_groups(conn, scope, set(kinds) | ({ck} if ck else set()), pattern)
+    n = len(scope.ranks)
+    compute = _top([g for g in groups if g.kind in kinds and g.category != COMM], n, top, "recoverable")
+    comm = _top([g for g in groups if g.kind == ck and g.category == COMM], n, top, "recoverable")
+    values = _rank_values(conn, scope, compute + comm)
+    rows = [_imbalance_row(scope, g, *values[(g.kind, g.name_id)]) for g in compute + comm]
+    verdict = straggler(conn, scope, kinds, facts)
     if ck is not None:
         notes.append(
             f"communication ({ck} rows, after the {'/'.join(kinds)} rows) is read inverted: the rank that "
@@ -512,16 +535,22 @@ GROUP_HEADERS = {
 
 
 def _imbalance_by_group(
-    conn: Connection, scope: RunScope, kinds: Sequence[str], pattern: str | None, by: str, notes: list[str]
+    conn: Connection,
+    scope: RunScope,
+    kinds: Sequence[str],
+    ck: str | None,
+    pattern: str | None,
+    by: str,
+    notes: list[str],
 ) -> Result:
     key_col = GROUP_HEADERS[by]
 
     def key_of(r: RankRef) -> Any:
         return r.hostname if by == "host" else r.local_rank
 
-    busy = _per_rank(rank_totals(conn, scope, kinds, comm=False, pattern=pattern), scope)
-    ck = comm_kind(conn, scope)
-    wait = _per_rank(rank_totals(conn, scope, (ck,), comm=True, pattern=pattern), scope) if ck else [0] * len(busy)
+    totals = rank_totals(conn, scope, set(kinds) | ({ck} if ck else set()), pattern)
+    busy = _busy(totals, scope, kinds)
+    wait = _in_category(totals, scope, (ck,), COMM) if ck else [0] * len(busy)
     overall_busy = spread(busy)
     overall_wait = spread(wait)
     groups: dict[Any, list[int]] = defaultdict(list)
@@ -532,8 +561,8 @@ def _imbalance_by_group(
     col = _rank.c.hostname if by == "host" else _rank.c.local_rank
     per_name = conn.execute(
         select(_name.c.value, col, func.sum(_sum.c.total_ns))
-        .select_from(_from(pattern, with_name=True))
-        .where(*_where(scope, kinds, False, pattern))
+        .select_from(_from(True))
+        .where(*_where(scope, kinds, pattern), _sum.c.category != COMM)
         .group_by(_sum.c.kind, _sum.c.name_id, _name.c.value, col)
     ).all()
     n = len(scope.ranks)
@@ -635,33 +664,26 @@ def hotspots(
     scope = resolve_run(conn, run)
     if not scope.ranks:
         raise QueryError(f"run {scope.name!r} has no ranks; ingest its profiles first")
-    kinds, notes = select_kinds(conn, scope, kind, ("kernel",))
+    facts = run_facts(conn, scope)
+    kinds, notes = select_kinds(conn, scope, kind, ("kernel",), facts)
     notes += _scope_notes(scope)
-    pattern = like_pattern(name_like)
-    grand = conn.execute(
-        select(func.sum(_sum.c.total_ns))
-        .select_from(_from(None))
-        .where(*_where(scope, kinds, None, None))
-    ).scalar()
-    grand_total = int(grand or 0)
-    names = _top_names(conn, scope, kinds, None, pattern, top, "total")
-    values = _rank_values(conn, scope, names)
-    present = _present_positions(conn, scope, names)
+    grand_total = facts.kind_total(kinds)
+    groups = _top(_name_groups(conn, scope, kinds, like_pattern(name_like)), len(scope.ranks), top, "total")
+    values = _rank_values(conn, scope, groups)
     rows = []
-    for r in names:
-        kind_, name_id, name, category, calls = r
-        v = values[(kind_, name_id)]
+    for g in groups:
+        v, present = values[(g.kind, g.name_id)]
         s = spread(v)
         rows.append(
             (
-                name,
-                kind_,
-                category,
+                g.name,
+                g.kind,
+                g.category,
                 s.total,
                 100.0 * s.total / grand_total if grand_total else None,
-                int(calls),
-                s.total // int(calls) if calls else None,
-                len(present[(kind_, name_id)]),
+                g.calls,
+                s.total // g.calls if g.calls else None,
+                len(present),
                 s.min,
                 s.max,
                 s.cv,
@@ -673,7 +695,10 @@ def hotspots(
             f"run {scope.name!r}: {fmt_ns(grand_total)} of {'/'.join(kinds)} time over {len(scope.ranks)} ranks; "
             f"top: {rows[0][0]} ({rows[0][4]:.1f}%)"
         )
-    notes.append(f"share_pct: of all {'/'.join(kinds)} time in the run; mean_ns: per call; rank_*: T_r over ranks (0 where absent)")
+    notes.append(
+        f"share_pct: of all {'/'.join(kinds)} time in the run; mean_ns: per call; "
+        "rank_*: T_r over ranks (0 where absent)"
+    )
     return Result(list(HOTSPOT_HEADERS), rows, headline, notes)
 
 
@@ -761,10 +786,14 @@ def steps(conn: Connection, run: str | None = None) -> Result:
         headline = f"no rank is the slowest more often than the others; slowest: {tied} of {compared} steps"
     else:
         others = ", ".join(f"rank {gg} in {c}" for gg, c in ranked[1:4])
-        headline = f"{ref.label()} is the slowest in {count} of {compared} steps" + (f" (then {others})" if others else "")
+        headline = f"{ref.label()} is the slowest in {count} of {compared} steps"
+        if others:
+            headline += f" (then {others})"
     partial = [st for st, e in per_step.items() if len(e) < len(scope.ranks)]
     if partial:
-        notes.append(f"{len(partial)} step(s) were not recorded on every rank; their figures use the ranks that have them")
+        notes.append(
+            f"{len(partial)} step(s) were not recorded on every rank; their figures use the ranks that have them"
+        )
     return Result(list(STEP_HEADERS), rows, headline, notes)
 
 
@@ -790,14 +819,14 @@ def rank_split(conn: Connection, run: str | None = None, kind: str | Sequence[st
     scope = resolve_run(conn, run)
     if not scope.ranks:
         raise QueryError(f"run {scope.name!r} has no ranks; ingest its profiles first")
-    kinds, notes = select_kinds(conn, scope, kind, GPU_KINDS)
+    facts = run_facts(conn, scope)
+    kinds, notes = select_kinds(conn, scope, kind, GPU_KINDS, facts)
     notes += _scope_notes(scope)
-    own = rank_totals(conn, scope, kinds, comm=False)
-    ck = comm_kind(conn, scope)
-    comm_totals = rank_totals(conn, scope, (ck,), comm=True) if ck else {}
-    compute = [sum(v for c, v in own.get(r.id, {}).items() if c != "memory") for r in scope.ranks]
-    memory = [own.get(r.id, {}).get("memory", 0) for r in scope.ranks]
-    comm = [comm_totals.get(r.id, {}).get(COMM, 0) for r in scope.ranks]
+    ck = facts.comm_kind()
+    totals = rank_totals(conn, scope, set(kinds) | ({ck} if ck else set()))
+    compute = _busy(totals, scope, kinds, exclude=(COMM, "memory"))
+    memory = _in_category(totals, scope, kinds, "memory")
+    comm = _in_category(totals, scope, (ck,), COMM) if ck else [0] * len(scope.ranks)
     cs = spread(compute)
     ms = spread(comm)
     n = len(scope.ranks)
@@ -815,7 +844,7 @@ def rank_split(conn: Connection, run: str | None = None, kind: str | Sequence[st
         )
         for i, r in enumerate(scope.ranks)
     ]
-    verdict = straggler(conn, scope, kinds)
+    verdict = straggler(conn, scope, kinds, facts, totals)
     notes.append(
         f"compute/memory: {'/'.join(kinds)} rows; communication: "
         + (f"{ck} rows of category communication" if ck else "none in this run")

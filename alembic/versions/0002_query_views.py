@@ -91,7 +91,7 @@ VIEWS = {
               FROM summary s JOIN rank k ON k.id = s.rank_id
               GROUP BY k.run_id, s.kind) t ON t.run_id = v.run_id AND t.kind = v.kind
         GROUP BY v.run_id, v.run, v.kind, v.category, v.name_id, v.name, t.kind_total_ns""",
-    "rank_total_v": f"""
+    "rank_total_v": """
         SELECT r.name AS run, k.hostname, k.global_rank, k.local_rank, s.kind, s.category,
                COUNT(*) AS names, CAST(SUM(s.calls) AS BIGINT) AS calls,
                CAST(SUM(s.total_ns) AS BIGINT) AS total_ns,
