@@ -608,7 +608,13 @@ def _imbalance_by_group(
         "top_name_excess_ns",
     ]
     what = "host" if by == "host" else "GPU slot (local_rank)"
-    if len(rows) < 2:
+    if all(r[0] is None for r in rows):
+        field_name = "hostname" if by == "host" else "local_rank"
+        headline = (
+            f"the ranks of run {scope.name!r} have no {field_name}: nothing to roll up (ingest with rank manifests "
+            f"from profdb record, or --rank-from-path with (?P<{field_name}>...))"
+        )
+    elif len(rows) < 2:
         headline = f"one {what} only ({rows[0][0] if rows else 'none'}): nothing to compare"
     else:
         slow = rows[0]

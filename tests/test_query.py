@@ -221,6 +221,8 @@ def test_lead_rocprof_generator_slow_rank_and_host(tmp_path: Path, db_path: Path
     assert rows_of(r.stdout)[0]["name"] == KERNELS[0]
     r = run_cli("query", "--imbalance", "--by", "host", "--db", db_path, "--format", "csv")
     assert r.stderr.startswith("slowest host: node01: ")
+    r = run_cli("query", "--imbalance", "--by", "local-rank", "--db", db_path, "--format", "csv")
+    assert "have no local_rank: nothing to roll up" in r.stderr  # rocprofv3 CSV files do not say
 
 
 # ---------------------------------------------------------------------------------------------
