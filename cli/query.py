@@ -48,7 +48,7 @@ def _emit(result: queries.Result, fmt: str) -> None:
     "python, or gpu (= kernel,memcpy,memset). Default: kernel (gpu for --ranks); cpu_op for CPU-only runs.",
 )
 @click.option("--top", default=20, show_default=True, type=click.IntRange(min=0), help="Rows per section (0 = all).")
-@click.option("--name", "name_like", default=None, help="Only names LIKE this (case-insensitive; no %% = substring).")
+@click.option("--name", "name_like", default=None, help="Only names LIKE this (case-insensitive; without % it matches a substring).")
 @click.option(
     "--by",
     type=click.Choice(queries.GROUP_BY),

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Iterable, Sequence
 
 from sqlalchemy import Connection, desc, func, select
@@ -881,7 +882,14 @@ def run_sql(conn: Connection, sql: str, params: dict[str, Any] | None = None) ->
     if not res.returns_rows:
         return Result([], [], None, [f"{res.rowcount} row(s) affected"])
     headers = list(res.keys())
-    return Result(headers, [tuple(r) for r in res.all()])
+    return Result(headers, [tuple(_plain(v) for v in r) for r in res.all()])
+
+
+def _plain(v: Any) -> Any:
+    """PostgreSQL NUMERIC (SUM of BIGINT) comes back as Decimal: give ints and floats, like SQLite."""
+    if isinstance(v, Decimal):
+        return int(v) if v == v.to_integral_value() else float(v)
+    return v
 
 
 __all__ = [

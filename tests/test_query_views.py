@@ -256,3 +256,10 @@ def test_engines_agree(pg_server: str | None, tmp_path: Path) -> None:
             admin.dispose()
         results.append(out)
     assert results[0] == results[1]
+
+
+def test_run_sql_gives_plain_numbers(conn: Connection) -> None:
+    res = queries.run_sql(conn, "select sum(total_ns) as t, avg(total_ns) as a, count(*) as n from summary")
+    assert res.headers == ["t", "a", "n"]
+    t, a, n = res.rows[0]
+    assert type(t) is int and type(n) is int and isinstance(a, (int, float))
