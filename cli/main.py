@@ -11,6 +11,7 @@ import click
 from profdb.store import errors
 
 from .ingest import formats_command, ingest_command, ranks_command, runs_command
+from .record import env_command, record_command
 
 
 class ProfdbGroup(click.Group):
@@ -37,6 +38,8 @@ cli.add_command(ingest_command)
 cli.add_command(runs_command)
 cli.add_command(ranks_command)
 cli.add_command(formats_command)
+cli.add_command(env_command)
+cli.add_command(record_command)
 
 
 def main() -> None:
