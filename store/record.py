@@ -30,6 +30,7 @@ train.py -- --lr 1``.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -55,6 +56,7 @@ PROFILER_OUTPUT_VARS = ("ROCPROF_OUTPUT_PATH", "ROCPROFSYS_OUTPUT_PATH")
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 _SI_KERNEL = 0x80  # si_code of signals the kernel sends itself (terminal Ctrl-C, hangup)
+_SI_USER = 0  # si_code of kill() and killpg()
 
 
 class RecordError(ProfdbError):
@@ -229,27 +231,35 @@ def run_forwarding(
 ) -> int:
     """Run ``argv`` as a child, forward SIGINT/SIGTERM/SIGHUP to it, return its exit status.
 
-    The child stays in our process group, so a launcher that signals the group (torchrun's
-    ``killpg``, Slurm's step signals, a final SIGKILL) reaches it even if we are gone. Signals the
-    kernel sent to the whole foreground group (Ctrl-C or hangup on a terminal) already reached the
-    child and are not sent twice; every other SIGINT/SIGTERM/SIGHUP is forwarded. Signals are
-    blocked and taken with sigwaitinfo, so none is lost between the start of the child and the wait.
+    The child stays in our process group, so whatever signals the group, up to a launcher's final
+    SIGKILL, reaches it and everything it started, even if we are gone. A signal is forwarded
+    unless the command already received it:
+
+    - the kernel sent it to the terminal's foreground group (Ctrl-C, hangup), command included;
+    - our parent sent it and made us a process-group leader: a launcher that starts each rank in a
+      group of its own signals that group (torchrun's ``os.killpg``; OpenMPI's mpirun, seen here
+      reaching a grandchild; slurmstepd signals every process of the step; a shell's ``kill %1``).
+
+    Everything else (``kill PID`` from a person, a watchdog, a harness) is forwarded. The child gets
+    SIGTERM if we die first (PR_SET_PDEATHSIG), so a parent that kills only our pid does not leave
+    the command running unseen. Signals are blocked and taken with sigwaitinfo, so none is lost
+    between the start of the child and the wait.
     Raises OSError (FileNotFoundError, PermissionError) when the command cannot be started.
     """
     waited = {*FORWARDED_SIGNALS, signal.SIGCHLD}
+    parent = os.getppid()
+    launcher_managed = os.getpgrp() == os.getpid()
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, waited)
     try:
-        child = subprocess.Popen(
-            list(argv),
-            env=dict(env),
-            preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_SETMASK, old_mask),
-        )
+        child = subprocess.Popen(list(argv), env=dict(env), preexec_fn=_child_setup(old_mask, os.getpid()))
         on_start(child.pid)
         while child.poll() is None:
             info = signal.sigwaitinfo(waited)
             if info.si_signo == signal.SIGCHLD:
                 continue
             if info.si_code == _SI_KERNEL and _same_group(child.pid):
+                continue
+            if info.si_code == _SI_USER and launcher_managed and info.si_pid == parent and _same_group(child.pid):
                 continue
             try:
                 os.kill(child.pid, info.si_signo)
@@ -262,6 +272,28 @@ def run_forwarding(
         return exit_status(child.returncode)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _child_setup(mask: Iterable[int], parent: int) -> Callable[[], None]:
+    """What the child runs between fork and exec: our signal mask undone, SIGTERM when we die."""
+    prctl = None
+    if sys.platform.startswith("linux"):
+        try:
+            prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before fork
+        except (OSError, AttributeError):
+            prctl = None
+
+    def setup() -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+            if os.getppid() != parent:  # we died before prctl took effect
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    return setup
 
 
 def _same_group(pid: int) -> bool:
