@@ -1,4 +1,5 @@
-"""`profdb env` and `profdb record`: parse arguments, call profdb.store.launch / profdb.store.record."""
+"""`profdb env` and `profdb record`: parse arguments, call profdb.store.launch / profdb.store.record.
+Library errors become one-line messages in cli.main's group."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import os
 
 import click
 
-from profdb.store.errors import ProfdbError
 from profdb.store.launch import detect_context
 from profdb.store.record import parse_ranks, record
 
@@ -25,11 +25,7 @@ def env_command(fmt: str) -> None:
     Run it under the launcher the way `profdb record` will run, e.g.
     `mpirun -np 2 profdb env` or `torchrun --nproc_per_node=2 $(which profdb) env`.
     """
-    try:
-        ctx = detect_context(os.environ)
-    except ProfdbError as e:
-        raise click.ClickException(str(e)) from e
-    data = ctx.as_dict()
+    data = detect_context(os.environ).as_dict()
     if fmt == "json":
         click.echo(json.dumps(data))
         return
@@ -61,7 +57,11 @@ def _ranks(ctx: click.Context, param: click.Parameter, value: str | None) -> fro
     help="Profile only these global ranks (e.g. 0,3 or 0-3,7); the others run only the "
     "application part of CMD (what follows its inner `--`), unprofiled.",
 )
-@click.option("--run", "run_name", metavar="NAME", help="Run name stored in each rank manifest.")
+@click.option(
+    "--run", "--run-name", "run_name", metavar="NAME",
+    help="Run name stored in each rank manifest (`profdb ingest` uses it). Under torchrun write "
+    "--run-name, or put `--` before profdb: torchrun's parser takes --run for its --run-path.",
+)
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
 def record_command(ctx: click.Context, output: str, ranks: frozenset[int] | None, run_name: str | None, cmd: tuple[str, ...]) -> None:
@@ -75,8 +75,4 @@ def record_command(ctx: click.Context, output: str, ranks: frozenset[int] | None
     The command sees PROFDB_RANK_DIR (and PROFDB_RANK, ...) and ROCPROF_OUTPUT_PATH set to the
     rank folder. Exits with CMD's exit code (128+N if signal N killed it).
     """
-    try:
-        code = record(output, list(cmd), ranks=ranks, run=run_name)
-    except ProfdbError as e:
-        raise click.ClickException(str(e)) from e
-    ctx.exit(code)
+    ctx.exit(record(output, list(cmd), ranks=ranks, run=run_name))

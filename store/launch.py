@@ -83,6 +83,7 @@ class LaunchContext:
     node_rank: int | None
     hostname: str
     sources: Mapping[str, str] = field(default_factory=dict)
+    restart_count: int = 0  # torchrun's TORCHELASTIC_RESTART_COUNT: 1 on the first restart of the workers
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -92,6 +93,7 @@ class LaunchContext:
             "world_size": self.world_size,
             "node_rank": self.node_rank,
             "hostname": self.hostname,
+            "restart_count": self.restart_count,
             "sources": dict(self.sources),
         }
 
@@ -173,6 +175,7 @@ def detect_context(env: Mapping[str, str], hostname: str | None = None) -> Launc
                     f"environment variable {sources[fld]}={v} is not below the world size "
                     f"{sources['world_size']}={world}; the launcher's variables contradict each other"
                 )
-    return LaunchContext(
-        launcher.name, rank, values["local_rank"], world, values["node_rank"], host, sources
-    )
+    restarts = 0
+    if launcher is TORCHRUN and _present(env, "TORCHELASTIC_RESTART_COUNT"):
+        restarts = _int_var(env, "TORCHELASTIC_RESTART_COUNT")
+    return LaunchContext(launcher.name, rank, values["local_rank"], world, values["node_rank"], host, sources, restarts)

@@ -303,18 +303,38 @@ def _same_group(pid: int) -> bool:
         return True
 
 
-def claim_rank_dir(rank_dir: Path) -> None:
-    """Create the rank folder; refuse one that already holds a recording."""
+ATTEMPTS_DIR = ".attempts"
+
+
+def claim_rank_dir(rank_dir: Path, restart_count: int = 0) -> Path | None:
+    """Create the rank folder; refuse one that already holds a recording.
+
+    Except on a torchrun restart (``restart_count`` > 0): then the folder holds the failed earlier
+    attempt, which is moved to ``OUT/.attempts/attempt<N-1>/rank%04d/`` (hidden: ``profdb ingest
+    OUT/`` and ``OUT/rank*/`` skip it) so the new attempt starts clean. Returns where it went.
+    """
     existing = rank_dir / MANIFEST_NAME
+    moved = None
     if existing.exists():
-        raise RecordError(
-            f"{existing} already exists: this rank was recorded into {rank_dir} before; "
-            "use a new -o/--output folder (or delete the old one) so outputs are not mixed"
-        )
+        if restart_count <= 0:
+            raise RecordError(
+                f"{existing} already exists: this rank was recorded into {rank_dir} before; "
+                "use a new -o/--output folder (or delete the old one) so outputs are not mixed"
+            )
+        moved = rank_dir.parent / ATTEMPTS_DIR / f"attempt{restart_count - 1}" / rank_dir.name
+        try:
+            moved.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(rank_dir, moved)
+        except OSError as e:
+            raise RecordError(
+                f"torchrun restart {restart_count}: cannot move the earlier attempt {rank_dir} to {moved}: "
+                f"{e.strerror}; move or delete it by hand"
+            ) from e
     try:
         rank_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise RecordError(f"cannot create rank folder {rank_dir}: {e.strerror}; choose another -o/--output") from e
+    return moved
 
 
 def record(
@@ -332,7 +352,7 @@ def record(
     if plan.rank_dir is None or plan.manifest is None:
         return _run_reporting(plan.argv, full_env)
     rank_dir = plan.rank_dir
-    claim_rank_dir(rank_dir)
+    claim_rank_dir(rank_dir, context.restart_count)
     manifest = replace(plan.manifest, started_at=now_iso())
     write_manifest(rank_dir, manifest)
 

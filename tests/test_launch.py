@@ -50,6 +50,10 @@ def test_torchrun() -> None:
     assert ctx(TORCHRUN) == ("torchrun", 5, 1, 8, 1)
     c = detect_context(TORCHRUN, hostname="h1")
     assert c.sources == {"global_rank": "RANK", "local_rank": "LOCAL_RANK", "world_size": "WORLD_SIZE", "node_rank": "GROUP_RANK"}
+    assert c.restart_count == 0
+    assert detect_context({**TORCHRUN, "TORCHELASTIC_RESTART_COUNT": "2"}, hostname="h").restart_count == 2
+    # only torchrun restarts workers under the same ranks: the variable means nothing elsewhere
+    assert detect_context({**OPENMPI, "TORCHELASTIC_RESTART_COUNT": "2"}, hostname="h").restart_count == 0
 
 
 def test_rank_without_torchelastic_is_generic_env() -> None:

@@ -181,6 +181,16 @@ def test_a_recorded_rank_folder_is_not_clobbered(tmp_path: Path) -> None:
     assert (tmp_path / "rank0001" / MANIFEST_NAME).read_text() == before
 
 
+def test_torchrun_restart_moves_the_earlier_attempt_aside(tmp_path: Path) -> None:
+    torch_env = clean_env(RANK="1", LOCAL_RANK="1", WORLD_SIZE="2", GROUP_RANK="0", TORCHELASTIC_RUN_ID="x")
+    cmd = [sys.executable, PROBE, "--out", "{rank_dir}/p.json", "--exit", "1"]
+    assert record(tmp_path, cmd, env={**torch_env, "TORCHELASTIC_RESTART_COUNT": "0"}) == 1
+    assert record(tmp_path, cmd[:-1] + ["0"], env={**torch_env, "TORCHELASTIC_RESTART_COUNT": "1"}) == 0
+    assert manifest_json(tmp_path / "rank0001")["exit_code"] == 0
+    earlier = tmp_path / ".attempts" / "attempt0" / "rank0001"
+    assert manifest_json(earlier)["exit_code"] == 1 and (earlier / "p.json").exists()
+
+
 def test_unselected_rank_runs_unprofiled_without_folder(tmp_path: Path) -> None:
     marker = tmp_path / "ran.txt"
     out = tmp_path / "out"
