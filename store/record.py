@@ -7,15 +7,17 @@ The launcher runs outside, the profiler per rank::
 For each rank this module
 
 1. reads the rank from the launcher's environment (launch.detect_context),
-2. creates ``OUT/rank%04d/`` (refusing one that already holds a manifest: no clobbering) and writes the
-   rank manifest (manifest.py) before the command starts,
+2. creates ``OUT/rank%04d/`` (refusing one that already holds a manifest: no clobbering; on a torchrun
+   restart the earlier attempt moves to ``OUT/.attempts/attempt<N>/``) and writes the rank manifest
+   (manifest.py) before the command starts,
 3. substitutes the placeholders ``{rank_dir} {rank} {local_rank} {world_size} {node_rank} {hostname}``
    in every argument (plain text replacement; other braces are left alone),
 4. exports ``PROFDB_RANK_DIR``, ``PROFDB_RANK``, ``PROFDB_LOCAL_RANK``, ``PROFDB_WORLD_SIZE``,
    ``PROFDB_NODE_RANK``, ``PROFDB_HOSTNAME``, ``PROFDB_LAUNCHER`` (and ``PROFDB_RUN``), and the
    profilers' own output variables (``ROCPROF_OUTPUT_PATH`` is rocprofv3's default for ``-d``;
    ``ROCPROFSYS_OUTPUT_PATH`` for rocprof-sys) set to the rank folder,
-5. runs the command as a child in the same process group, forwards SIGINT/SIGTERM/SIGHUP to it, waits,
+5. runs the command as a child in the same process group, forwards SIGINT/SIGTERM/SIGHUP to it unless
+   it got them already (run_forwarding), waits,
 6. writes ``pid``, ``ended_at`` and ``exit_code`` into the manifest and returns the command's exit code
    (128+N when a signal N killed it; 127 when the command does not exist, 126 when it cannot be run).
 
@@ -166,6 +168,12 @@ def plan_rank(
                     f"--ranks names rank(s) {', '.join(map(str, outside))} but the job has "
                     f"{context.world_size} ranks (0..{context.world_size - 1})"
                 )
+        if app is None and any("{rank_dir}" in a for a in cmd):
+            raise RecordError(
+                "{rank_dir} appears in a command without an inner `--`: ranks that --ranks leaves unprofiled "
+                "run the command unchanged and have no rank folder; separate the profiler from the application "
+                "(PROFILER ... -- APP ...) so those ranks run only the application"
+            )
         if app is not None and any("{rank_dir}" in a for a in app):
             raise RecordError(
                 "{rank_dir} appears after the inner `--` (the application part), which also runs on ranks "
@@ -238,7 +246,7 @@ def run_forwarding(
     - the kernel sent it to the terminal's foreground group (Ctrl-C, hangup), command included;
     - our parent sent it and made us a process-group leader: a launcher that starts each rank in a
       group of its own signals that group (torchrun's ``os.killpg``; OpenMPI's mpirun, seen here
-      reaching a grandchild; slurmstepd signals every process of the step; a shell's ``kill %1``).
+      reaching a grandchild; a shell's ``kill %1``). Tested with real torchrun and mpirun.
 
     Everything else (``kill PID`` from a person, a watchdog, a harness) is forwarded. The child gets
     SIGTERM if we die first (PR_SET_PDEATHSIG), so a parent that kills only our pid does not leave

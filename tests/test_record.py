@@ -131,6 +131,7 @@ def test_plan_with_empty_profiler_part(tmp_path: Path) -> None:
         (["python", "t.py"], frozenset({4}), r"--ranks names rank\(s\) 4 but the job has 4 ranks"),
         (["prof", "--", "python", "{rank_dir}/x"], frozenset({0}), r"\{rank_dir\} appears after the inner `--`"),
         (["prof", "--"], frozenset({0}), "application part is empty"),
+        (["nsys", "-o", "{rank_dir}/r", "python"], frozenset({0}), r"\{rank_dir\} appears in a command without an inner `--`"),
     ],
 )
 def test_plan_errors(tmp_path: Path, cmd: list[str], ranks: frozenset[int] | None, message: str) -> None:

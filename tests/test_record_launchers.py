@@ -57,8 +57,10 @@ def mpirun(n: int) -> list[str]:
     return [MPIRUN, "-np", str(n)]
 
 
-def torchrun(n: int) -> list[str]:
-    return [str(TORCHRUN), "--standalone", f"--nproc_per_node={n}"]
+def torchrun(n: int, *options: str) -> list[str]:
+    """As documented: --no-python (profdb is a program, not a script for torchrun's python), and
+    `--` to end torchrun's options (its parser would take profdb's --run for its --run-path)."""
+    return [str(TORCHRUN), "--standalone", f"--nproc_per_node={n}", *options, "--no-python", "--"]
 
 
 def manifests(out: Path) -> dict[int, dict[str, Any]]:
@@ -77,8 +79,7 @@ def run(argv: list[str], timeout: float = 240, **kw: Any) -> subprocess.Complete
 @needs_torchrun
 def test_torchrun_four_ranks_profiled_and_ingested_without_flags(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    # `--` ends torchrun's own options: its parser would take --run for an abbreviation of --run-path
-    p = run(torchrun(4) + ["--", PROFDB, "record", "-o", str(out), "--run", "ddp4", "--", sys.executable, str(APPS / "torch_app.py")])
+    p = run(torchrun(4) + [PROFDB, "record", "-o", str(out), "--run", "ddp4", "--", sys.executable, str(APPS / "torch_app.py")])
     assert p.returncode == 0, p.stderr[-3000:]
     ms = manifests(out)
     assert sorted(ms) == [0, 1, 2, 3]
@@ -111,7 +112,7 @@ def test_torchrun_restart_keeps_the_last_attempt_in_the_rank_folders(tmp_path: P
     out = tmp_path / "out"
     # attempt 0 fails on every rank, torchrun restarts the workers, attempt 1 succeeds
     script = 'echo "$TORCHELASTIC_RESTART_COUNT" > {rank_dir}/attempt.txt; [ "$TORCHELASTIC_RESTART_COUNT" != 0 ]'
-    p = run(torchrun(2) + ["--max-restarts=1", "--", PROFDB, "record", "-o", str(out), "--", "sh", "-c", script])
+    p = run(torchrun(2, "--max-restarts=1") + [PROFDB, "record", "-o", str(out), "--", "sh", "-c", script])
     assert p.returncode == 0, p.stderr[-3000:]
     for r in (0, 1):
         assert (out / f"rank{r:04d}" / "attempt.txt").read_text() == "1\n"
