@@ -158,13 +158,20 @@ def upgrade_db(engine: Engine, path: Path | None = None, revision: str = "head")
     head = head_revision()
     if current == head and revision == "head":
         return
-    if current is not None and path is not None and path.exists():
+    if current is not None:
         from alembic.script import ScriptDirectory
+        from alembic.util import CommandError
 
-        if ScriptDirectory.from_config(alembic_config()).get_revision(current) is None:
+        try:
+            known = ScriptDirectory.from_config(alembic_config()).get_revision(current) is not None
+        except CommandError:
+            known = False
+        if not known:
+            where = path or engine.url.render_as_string(hide_password=True)
             raise StoreError(
-                f"{path} was written by a newer profdb (schema {current}); upgrade profdb (pip install -U profdb)"
+                f"{where} was written by a newer profdb (schema revision {current}); upgrade profdb (pip install -U profdb)"
             )
+    if current is not None and path is not None and path.exists():
         backup = path.with_name(path.name + f".bak-{current}")
         engine.dispose()
         shutil.copy2(path, backup)

@@ -168,11 +168,12 @@ def prepare(
         ident = resolve_file(path, info.hint, flags, manifests)
         inp.claim = RankClaim(path, info.format, info.kind, ident)
         inputs.append(inp)
-    # identical content named twice (copies) is ingested once
-    by_sha: dict[str, InputFile] = {}
+    # identical content named twice for the same rank (copies) is ingested once
+    by_key: dict[tuple[int, str], InputFile] = {}
     for inp in inputs:
-        by_sha.setdefault(inp.sha256, inp)
-    inputs = list(by_sha.values())
+        assert inp.claim is not None
+        by_key.setdefault((inp.claim.identity.global_rank, inp.sha256), inp)
+    inputs = list(by_key.values())
     plan = check_claims([i.claim for i in inputs if i.claim], flags)
     return inputs, unknown, plan
 
@@ -471,11 +472,15 @@ def _load(
     with engine.begin() as conn:
         run_id = _get_or_create_run(conn, run_name, plan, inputs)
         present = set(
-            conn.execute(select(SourceFile.sha256).where(SourceFile.run_id == run_id)).scalars().all()
+            conn.execute(
+                select(Rank.global_rank, SourceFile.sha256)
+                .join(SourceFile, SourceFile.rank_id == Rank.id)
+                .where(Rank.run_id == run_id)
+            ).all()
         )
-        todo = [i for i in inputs if i.sha256 not in present]
+        todo = [i for i in inputs if i.claim and (i.claim.identity.global_rank, i.sha256) not in present]
         for i in inputs:
-            if i.sha256 in present:
+            if i.claim and (i.claim.identity.global_rank, i.sha256) in present:
                 assert i.claim is not None
                 report.files.append(
                     FileResult(str(i.path), i.info.format, i.info.kind, i.claim.identity.global_rank, 0, skipped=True)
