@@ -11,7 +11,11 @@ import click
 from profdb.store import errors
 
 from .ingest import formats_command, ingest_command, ranks_command, runs_command
+<<<<<<< HEAD
 from .query import query_cmd, sql_cmd
+=======
+from .record import env_command, record_command
+>>>>>>> record
 
 
 class ProfdbGroup(click.Group):
@@ -40,6 +44,8 @@ cli.add_command(ranks_command)
 cli.add_command(formats_command)
 cli.add_command(query_cmd)
 cli.add_command(sql_cmd)
+cli.add_command(env_command)
+cli.add_command(record_command)
 
 
 def main() -> None:
