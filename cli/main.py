@@ -11,11 +11,8 @@ import click
 from profdb.store import errors
 
 from .ingest import formats_command, ingest_command, ranks_command, runs_command
-<<<<<<< HEAD
 from .query import query_cmd, sql_cmd
-=======
 from .record import env_command, record_command
->>>>>>> record
 
 
 class ProfdbGroup(click.Group):
