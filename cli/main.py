@@ -11,6 +11,8 @@ import click
 from profdb.store import errors
 
 from .ingest import formats_command, ingest_command, ranks_command, runs_command
+from .query import query_cmd, sql_cmd
+from .record import env_command, record_command
 
 
 class ProfdbGroup(click.Group):
@@ -37,6 +39,10 @@ cli.add_command(ingest_command)
 cli.add_command(runs_command)
 cli.add_command(ranks_command)
 cli.add_command(formats_command)
+cli.add_command(query_cmd)
+cli.add_command(sql_cmd)
+cli.add_command(env_command)
+cli.add_command(record_command)
 
 
 def main() -> None:

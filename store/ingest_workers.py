@@ -42,6 +42,8 @@ class Task:
     info: SourceInfo
     rank_id: int
     source_id: int
+    #: one rank section of a multi-rank file (reader.read_rank), or None
+    section: int | None = None
 
 
 def worker_count(total_bytes: int, files: int) -> int:
@@ -132,7 +134,11 @@ def _parse(task: Task, conn: Connection, names: _Names, cats: dict[tuple[str, st
         counts["counter"] = counts.get("counter", 0) + len(rows)
         conn.send(("rows", task.index, table, rows))
 
-    for rec in reader.read(task.path, task.info):
+    if task.section is not None:
+        records = reader.read_rank(task.path, task.info, task.section)  # type: ignore[attr-defined]
+    else:
+        records = reader.read(task.path, task.info)
+    for rec in records:
         t = type(rec)
         if t is Activity:
             acts.append(rec)  # type: ignore[arg-type]
