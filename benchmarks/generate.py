@@ -40,6 +40,8 @@ SEED = 20250806
 SLOW_FACTOR = 1.6
 DISPATCHES_1X = 1_000_000
 META = "generated.meta"
+#: bumped whenever the output for the same parameters changes (cached inputs are then rebuilt)
+VERSION = 2
 
 # Real rocprofv3 2025 headers (shared/samples/rocprofv3_csv/rocm-systems_2025-08), byte for byte.
 KERNEL_TRACE_HEADER = (
@@ -278,7 +280,7 @@ def generate_csv(
     slow_r = (ranks * 2) // 3 if ranks > 1 else 0
     layout = _hosts_layout(ranks, hosts, rng)
     gen = Generated("rocprofv3-csv", dict(scale=scale, dispatches=dispatches, ranks=ranks, hosts=hosts,
-                    counters=counters, names=names, step_len=step_len, seed=seed), slow_r, kernels[slow_k].name)
+                    counters=counters, names=names, step_len=step_len, seed=seed, version=VERSION), slow_r, kernels[slow_k].name)
     gen.rows = {"kernel_trace": 0, "counter_collection": 0}
     out.mkdir(parents=True, exist_ok=True)
     # static tails of each kernel's rows, formatted once
@@ -432,7 +434,9 @@ def _kineto_rank(path: Path, rank: int, world: int, target_bytes: int, kernels: 
     )
     ts = 1_000_000.0 + rng.uniform(0, 5000)  # us, relative to baseTimeNanoseconds
     t0 = ts
-    ext = corr = rfid = 0
+    # CUPTI/roctracer correlation ids count from process start: a profiling window sees large ones
+    corr = rng.randrange(40_000, 60_000)
+    ext = rfid = corr // 4
     events = kernel_events = 0
     step = 0
     seq_pos = 0
@@ -551,7 +555,7 @@ def generate_kineto(out: Path, *, ranks: int = 8, size_mb: float = 300.0, names:
     seq = step_sequence(kernels, 2 * names, rng)
     slow_k = slow_kernel(kernels, seq)
     slow_r = (ranks * 2) // 3 if ranks > 1 else 0
-    gen = Generated("kineto", dict(ranks=ranks, size_mb=size_mb, names=names, gzip=gz, seed=seed), slow_r, kernels[slow_k].name)
+    gen = Generated("kineto", dict(ranks=ranks, size_mb=size_mb, names=names, gzip=gz, seed=seed, version=VERSION), slow_r, kernels[slow_k].name)
     gen.rows = {"x_events": 0, "kernels": 0}
     out.mkdir(parents=True, exist_ok=True)
     target = int(size_mb * 1e6 / ranks)

@@ -10,6 +10,7 @@ store file created by this call is removed again."""
 from __future__ import annotations
 
 import glob
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 import hashlib
 import json
@@ -170,11 +171,24 @@ def prepare(
     paths: Sequence[str | Path], flags: IdentityFlags, fmt: str | None = None
 ) -> tuple[list[InputFile], list[Path], RankPlan]:
     files, unknown = expand(paths, fmt)
+    # hashing reads every byte: two threads (hashlib and file reads release the GIL) keep both cores
+    # busy; each result is taken where it was computed before, so errors surface in the same order
+    pool = ThreadPoolExecutor(max_workers=2)
+    try:
+        hashes = [pool.submit(sha256_of, path) for path, _ in files]
+        return _prepare(files, hashes, unknown, flags)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _prepare(
+    files: list[tuple[Path, Reader]], hashes: list[Future[str]], unknown: list[Path], flags: IdentityFlags
+) -> tuple[list[InputFile], list[Path], RankPlan]:
     inputs: list[InputFile] = []
     manifests: dict[Path, RankManifest | None] = {}
-    for path, reader in files:
+    for (path, reader), sha_future in zip(files, hashes):
         info = reader.inspect(path)
-        size, sha = path.stat().st_size, sha256_of(path)
+        size, sha = path.stat().st_size, sha_future.result()
         if info.ranks and has_rank_sections(reader):
             if flags.rank is not None or flags.rank_from_path:
                 raise RankIdentityError(
@@ -605,8 +619,11 @@ def _load(
                     raise
                 raise err from e
             file_done(inp, source_id, counts)
-        for sql in recreate:
-            conn.exec_driver_sql(sql)
+        if recreate:
+            conn.exec_driver_sql("PRAGMA threads=2")  # the sorter builds each index on two cores
+            for sql in recreate:
+                conn.exec_driver_sql(sql)
+            conn.exec_driver_sql("PRAGMA threads=0")
         writer.finish()
         stored = conn.execute(
             select(Rank.global_rank, Rank.hostname, Rank.local_rank).where(Rank.run_id == run_id).order_by(Rank.global_rank)

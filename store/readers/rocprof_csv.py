@@ -233,6 +233,7 @@ def _split_rows(path: Path, f: IO[bytes], free: str) -> tuple[dict[str, int], It
     def rows() -> Iterator[tuple[int, list[Any], bool]]:
         quotes = -1  # quotes on a line of the file's usual shape, learnt from the first data line
         names: dict[bytes, str] = {}  # raw quoted name -> name, for names checked to hold no quote
+        prev_raw, prev_name = b"", ""
         lineno = 1
         for line in f:
             lineno += 1
@@ -242,10 +243,13 @@ def _split_rows(path: Path, f: IO[bytes], free: str) -> tuple[dict[str, int], It
                     post = pre.pop().rsplit(b",", n_post)
                     if len(post) > n_post:
                         raw = post[0]
-                        name = names.get(raw)
+                        # counter_collection repeats a dispatch's name on consecutive rows: an equal
+                        # previous raw name (memcmp) spares hashing this one
+                        name = prev_name if raw == prev_raw else names.get(raw)
                         if name is None and len(raw) >= 2 and raw[0] == _QUOTE and raw[-1] == _QUOTE and raw.count(b'"') == 2:
                             name = names[raw] = raw[1:-1].decode("utf-8", "replace")
                         if name is not None:
+                            prev_raw, prev_name = raw, name
                             post[0] = name  # type: ignore[call-overload]
                             post[-1] = post[-1].rstrip(b"\r\n")
                             pre += post
