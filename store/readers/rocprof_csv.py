@@ -198,84 +198,62 @@ def _text(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
 
-def _str_row(row: list[Any]) -> list[str]:
-    return [v if isinstance(v, str) else _text(v) for v in row]
+class _Lines:
+    """The state of one rocprofv3 CSV file read by the hot loops below: its header, the shape of its
+    usual line (learnt from the first data line), the kernel names seen, and the csv-module path for
+    any other line."""
 
+    def __init__(self, path: Path, f: IO[bytes], free: str) -> None:
+        self.path = path
+        self.f = f
+        self.ix: dict[str, int] = {}
+        self.width = 0
+        self.quotes = -1  # quotes on a line of the usual shape; -1 until learnt (or never: no fast path)
+        self.names: dict[bytes, str] = {}  # raw quoted name -> name, for names checked to hold no quote
+        header = f.readline()
+        cols = next(csv.reader([header.decode("utf-8", "replace")]), []) if header else []
+        if cols:
+            cols[0] = cols[0].lstrip("\ufeff")
+            self.ix = {c: i for i, c in enumerate(cols)}
+            self.width = len(cols)
+        self.i_free = self.ix.get(free, -1)
+        self.n_pre, self.n_post = self.i_free, self.width - 1 - self.i_free
 
-def _split_rows(path: Path, f: IO[bytes], free: str) -> tuple[dict[str, int], Iterator[tuple[int, list[Any], bool]]] | None:
-    """(column index, rows). Rows are (row number, fields, raw). Raw rows hold bytes fields, still
-    quoted where the file quotes them, except the ``free`` column, already a str; other rows are the
-    csv module's (all str)."""
-    header = f.readline()
-    if not header:
+    def name_of(self, raw: bytes) -> str | None:
+        """The name in a raw quoted field (cached), or None if it is not one plain quoted value."""
+        if len(raw) >= 2 and raw[0] == _QUOTE and raw[-1] == _QUOTE and raw.count(b'"') == 2:
+            name = self.names[raw] = raw[1:-1].decode("utf-8", "replace")
+            return name
         return None
-    cols = next(csv.reader([header.decode("utf-8", "replace")]), [])
-    if not cols:
-        return None
-    cols[0] = cols[0].lstrip("\ufeff")
-    ix = {c: i for i, c in enumerate(cols)}
-    width = len(cols)
-    i_free = ix.get(free, -1)
-    n_pre, n_post = i_free, width - 1 - i_free
 
-    def parse(line: bytes, lineno: int) -> list[str]:
+    def slow(self, line: bytes, lineno: int) -> list[str]:
+        """The csv module's fields for this line (and the next ones, if a quoted field spans lines);
+        [] for a blank line. The first well-formed line also teaches the usual shape."""
         text = line.decode("utf-8", "replace")
-        while text.count('"') % 2:  # a quoted field goes on over the next line
-            more = f.readline()
+        while text.count('"') % 2:
+            more = self.f.readline()
             if not more:
                 break
             text += more.decode("utf-8", "replace")
         try:
-            return next(csv.reader([text]), [])
+            row = next(csv.reader([text]), [])
         except csv.Error as e:
-            raise InputError(f"{path}: line {lineno}: malformed CSV ({e}); re-copy the file") from e
-
-    def rows() -> Iterator[tuple[int, list[Any], bool]]:
-        quotes = -1  # quotes on a line of the file's usual shape, learnt from the first data line
-        names: dict[bytes, str] = {}  # raw quoted name -> name, for names checked to hold no quote
-        prev_raw, prev_name = b"", ""
-        lineno = 1
-        for line in f:
-            lineno += 1
-            if quotes == line.count(b'"'):
-                pre = line.split(b",", n_pre)
-                if len(pre) > n_pre:
-                    post = pre.pop().rsplit(b",", n_post)
-                    if len(post) > n_post:
-                        raw = post[0]
-                        # counter_collection repeats a dispatch's name on consecutive rows: an equal
-                        # previous raw name (memcmp) spares hashing this one
-                        name = prev_name if raw == prev_raw else names.get(raw)
-                        if name is None and len(raw) >= 2 and raw[0] == _QUOTE and raw[-1] == _QUOTE and raw.count(b'"') == 2:
-                            name = names[raw] = raw[1:-1].decode("utf-8", "replace")
-                        if name is not None:
-                            prev_raw, prev_name = raw, name
-                            post[0] = name  # type: ignore[call-overload]
-                            post[-1] = post[-1].rstrip(b"\r\n")
-                            pre += post
-                            yield lineno, pre, True
-                            continue
-            row = parse(line, lineno)
-            if not row:
-                continue
-            if quotes < 0 and i_free >= 0 and len(row) == width:
-                # adopt the fast path if it splits this line exactly as the csv module does
-                pre = line.rstrip(b"\r\n").split(b",", n_pre)
-                post = pre.pop().rsplit(b",", n_post) if len(pre) > n_pre else []
-                if [_text(v) for v in pre + post] == row and '"' not in row[i_free]:
-                    quotes = line.count(b'"')
-            yield lineno, row, False
-
-    return ix, rows()
+            raise InputError(f"{self.path}: line {lineno}: malformed CSV ({e}); re-copy the file") from e
+        if self.quotes < 0 and self.i_free >= 0 and len(row) == self.width:
+            # adopt the fast path if it splits this line exactly as the csv module does
+            pre = line.rstrip(b"\r\n").split(b",", self.n_pre)
+            post = pre.pop().rsplit(b",", self.n_post) if len(pre) > self.n_pre else []
+            if [_text(v) for v in pre + post] == row and '"' not in row[self.i_free]:
+                self.quotes = line.count(b'"')
+        return row
 
 
 def _kernels(path: Path) -> Iterator[Record]:
     with open_binary(path) as f:
-        opened = _split_rows(path, f, "Kernel_Name")
-        if opened is None:
+        lines = _Lines(path, f, "Kernel_Name")
+        if not lines.ix:
             return
-        ix, rows = opened
-        width = len(ix)
+        ix, width, n_pre, n_post = lines.ix, lines.width, lines.n_pre, lines.n_post
         i_name, i_start, i_end = ix["Kernel_Name"], ix["Start_Timestamp"], ix["End_Timestamp"]
         i_agent = ix.get("Agent_Id", -1)
         i_stream = ix.get("Stream_Id", ix.get("Queue_Id", -1))
@@ -284,72 +262,100 @@ def _kernels(path: Path) -> Iterator[Record]:
         fast = i_agent >= 0 and i_stream >= 0 and min(ints) >= 0
         i_corr, i_tid, i_gx, i_gy, i_gz, i_bx, i_by, i_bz = ints
         agents: dict[Any, int | None] = {}
-        for lineno, row, raw in rows:
+        names = lines.names
+        quotes = lines.quotes
+        lineno = 1
+        for line in f:
+            lineno += 1
+            row: list[Any] | None = None
+            if quotes == line.count(b'"') and fast:
+                row = line.split(b",", n_pre)
+                if len(row) > n_pre:
+                    post = row.pop().rsplit(b",", n_post)
+                    if len(post) > n_post:
+                        raw = post[0]
+                        name = names.get(raw) or lines.name_of(raw)
+                        if name is not None:
+                            try:
+                                row += post
+                                a = row[i_agent]
+                                if a in agents:
+                                    dev = agents[a]
+                                else:
+                                    dev = agents[a] = _agent(_text(a))
+                                start = int(row[i_start])
+                                yield _new(Activity, (
+                                    "kernel", name, start, int(row[i_end]) - start, None, dev,
+                                    int(row[i_stream]), int(row[i_corr]), None, int(row[i_tid]),
+                                    int(row[i_gx]), int(row[i_gy]), int(row[i_gz]),
+                                    int(row[i_bx]), int(row[i_by]), int(row[i_bz]), None,
+                                ))
+                                continue
+                            except ValueError:  # an empty, quoted or float-formatted cell: the csv path
+                                pass
+            row = lines.slow(line, lineno)
+            quotes = lines.quotes
+            if not row:
+                continue
             if len(row) != width:
                 raise _truncated(path, lineno, len(row), width)
             try:
-                if fast:
-                    try:
-                        start = int(row[i_start])
-                        end = int(row[i_end])
-                        rest: tuple[int | None, ...] = (
-                            int(row[i_stream]), int(row[i_corr]), None, int(row[i_tid]),
-                            int(row[i_gx]), int(row[i_gy]), int(row[i_gz]),
-                            int(row[i_bx]), int(row[i_by]), int(row[i_bz]),
-                        )
-                    except ValueError:  # empty, quoted or float-formatted cells
-                        if raw:
-                            row, raw = _str_row(row), False
-                        start = int(row[i_start])
-                        end = int(row[i_end])
-                        rest = (
-                            _int(row[i_stream]), _int(row[i_corr]), None, _int(row[i_tid]),
-                            _int(row[i_gx]), _int(row[i_gy]), _int(row[i_gz]),
-                            _int(row[i_bx]), _int(row[i_by]), _int(row[i_bz]),
-                        )
-                    a = row[i_agent]
-                    if a in agents:
-                        dev = agents[a]
-                    else:
-                        dev = agents[a] = _agent(_text(a) if raw else a)
-                else:
-                    if raw:
-                        row = _str_row(row)
-                    start = int(row[i_start])
-                    end = int(row[i_end])
-                    g = lambda i: _int(row[i]) if i >= 0 else None  # noqa: E731
-                    dev = _agent(row[i_agent]) if i_agent >= 0 else None
-                    rest = (g(i_stream), g(i_corr), None, g(i_tid), g(i_gx), g(i_gy), g(i_gz), g(i_bx), g(i_by), g(i_bz))
-                yield _new(Activity, ("kernel", row[i_name], start, end - start, None, dev) + rest + (None,))
+                start = int(row[i_start])
+                g = lambda i: _int(row[i]) if i >= 0 else None  # noqa: E731
+                yield _new(Activity, (
+                    "kernel", row[i_name], start, int(row[i_end]) - start, None,
+                    _agent(row[i_agent]) if i_agent >= 0 else None,
+                    g(i_stream), g(i_corr), None, g(i_tid), g(i_gx), g(i_gy), g(i_gz), g(i_bx), g(i_by), g(i_bz), None,
+                ))
             except (ValueError, KeyError) as e:
                 raise _bad_line(path, lineno, e) from e
 
 
 def _counters(path: Path) -> Iterator[Record]:
     with open_binary(path) as f:
-        opened = _split_rows(path, f, "Kernel_Name")
-        if opened is None:
+        lines = _Lines(path, f, "Kernel_Name")
+        if not lines.ix:
             return
-        ix, rows = opened
-        width = len(ix)
+        ix, width, n_pre, n_post = lines.ix, lines.width, lines.n_pre, lines.n_post
         i_kernel, i_name, i_value, i_dispatch = ix["Kernel_Name"], ix["Counter_Name"], ix["Counter_Value"], ix["Dispatch_Id"]
+        # rocprofv3's order (dispatch before the kernel name, counter after it) is read from the two
+        # halves of the split line directly; any other order takes the csv path
+        fast = i_dispatch < n_pre < i_name and n_pre < i_value
+        j_name, j_value = i_name - n_pre, i_value - n_pre
         counter_names: dict[bytes, str] = {}
-        for lineno, row, raw in rows:
+        names = lines.names
+        quotes = lines.quotes
+        prev_raw, prev_name = b"", ""
+        lineno = 1
+        for line in f:
+            lineno += 1
+            if quotes == line.count(b'"') and fast:
+                pre = line.split(b",", n_pre)
+                if len(pre) > n_pre:
+                    post = pre[n_pre].rsplit(b",", n_post)
+                    if len(post) > n_post:
+                        raw = post[0]
+                        # a dispatch's counters are consecutive rows repeating its kernel name: an
+                        # equal previous raw name (memcmp) spares hashing this one
+                        name = prev_name if raw == prev_raw else (names.get(raw) or lines.name_of(raw))
+                        if name is not None:
+                            prev_raw, prev_name = raw, name
+                            try:
+                                cn = post[j_name]
+                                counter = counter_names.get(cn)
+                                if counter is None:
+                                    counter = counter_names[cn] = _text(cn)
+                                yield _new(Counter, (name, counter, float(post[j_value]), int(pre[i_dispatch]), 1, None, None))
+                                continue
+                            except ValueError:
+                                pass
+            row = lines.slow(line, lineno)
+            quotes = lines.quotes
+            if not row:
+                continue
             if len(row) != width:
                 raise _truncated(path, lineno, len(row), width)
             try:
-                if raw:
-                    try:
-                        dispatch: int | None = int(row[i_dispatch])
-                        value = float(row[i_value])
-                        cn = row[i_name]
-                        name = counter_names.get(cn)
-                        if name is None:
-                            name = counter_names[cn] = _text(cn)
-                        yield _new(Counter, (row[i_kernel], name, value, dispatch, 1, None, None))
-                        continue
-                    except ValueError:
-                        row = _str_row(row)
                 yield _new(Counter, (row[i_kernel], row[i_name], float(row[i_value]), _int(row[i_dispatch]), 1, None, None))
             except ValueError as e:
                 raise _bad_line(path, lineno, e) from e
