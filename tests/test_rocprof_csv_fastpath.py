@@ -1,0 +1,105 @@
+"""The rocprofv3 CSV reader splits usual lines as bytes around the kernel name and sends any other
+line through the csv module: on hostile lines (quotes and commas in names, names over two lines,
+empty, quoted or float cells, CRLF, a BOM, blank lines) in every position of the file, including
+first, it must give exactly what the csv module reads."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import pytest
+
+from profdb.store.readers import rocprof_csv
+from profdb.store.records import Activity, Counter
+
+KT = (
+    '"Kind","Agent_Id","Queue_Id","Stream_Id","Thread_Id","Dispatch_Id","Kernel_Id","Kernel_Name","Correlation_Id",'
+    '"Start_Timestamp","End_Timestamp","LDS_Block_Size","Scratch_Size","VGPR_Count","Accum_VGPR_Count","SGPR_Count",'
+    '"Workgroup_Size_X","Workgroup_Size_Y","Workgroup_Size_Z","Grid_Size_X","Grid_Size_Y","Grid_Size_Z"'
+)
+KT_ROWS = [
+    '"KERNEL_DISPATCH","Agent 4",1,1,834304,1,10,"void add<float>(float*, int)",1,100,200,0,0,8,0,16,64,1,1,1024,1024,1',
+    '"KERNEL_DISPATCH","Agent 4",1,1,834304,2,10,"op""x""(a, b)",2,100,250,0,0,8,0,16,64,1,1,1024,1024,1',
+    '"KERNEL_DISPATCH","Agent 5",1,,834304,3,10,"two\nlines, name",3,100,300,0,0,8,0,16,64,1,1,1024,1024,1',
+    "",
+    '"KERNEL_DISPATCH","Agent 4",1,1,834304,4,10,"float cell",4,100,400,0,0,8,0,16,64.0,1,1,1024,1024,1',
+    '"KERNEL_DISPATCH","Agent 4",1,"1",834304,5,10,"q,uoted,num",5,100,500,0,0,8,0,16,64,1,1,1024,1024,1',
+    '"KERNEL_DISPATCH","Agent, 4",1,1,834304,6,10,"comma in agent",6,100,600,0,0,8,0,16,64,1,1,1024,1024,1',
+    "KERNEL_DISPATCH,4,1,1,834304,7,10,unquoted name,7,100,700,0,0,8,0,16,64,1,1,1024,1024,1",
+    'KERNEL_DISPATCH,"Agent 4",1,1,834304,9,10,"na""me",8,100,800,0,0,8,0,16,64,1,1,1024,1024,1',
+    '"KERNEL_DISPATCH","Agent 4",1,1,834304,8,10,"l\u00e4st \u00fc",8,100,800,0,0,8,0,16,64,1,1,1024,1024,1',
+    '"KERNEL_DISPATCH","Agent 4",1,1,834304,8,10,"void add<float>(float*, int)",1,100,200,0,0,8,0,16,64,1,1,1024,1024,1',
+]
+CC = (
+    '"Correlation_Id","Dispatch_Id","Agent_Id","Queue_Id","Process_Id","Thread_Id","Grid_Size","Kernel_Id",'
+    '"Kernel_Name","Workgroup_Size","LDS_Block_Size","Scratch_Size","VGPR_Count","Accum_VGPR_Count","SGPR_Count",'
+    '"Counter_Name","Counter_Value","Start_Timestamp","End_Timestamp"'
+)
+CC_ROWS = [
+    '1,1,"Agent 1",1,15606,15606,1048576,17,"void a<float>(x, y)",64,0,0,8,0,16,"SQ_WAVES",16384.000000,32,48',
+    '1,1,"Agent 1",1,15606,15606,1048576,17,"b""q""",64,0,0,8,0,16,"SQ_WAVES",16384.000000,32,48',
+    '1,"2","Agent 1",1,15606,15606,1048576,17,"c, d",64,0,0,8,0,16,"SQ,X","1e3",32,48',
+    '1,,"Agent 1",1,15606,15606,1048576,17,"e",64,0,0,8,0,16,"GRBM",5,32,48',
+    '1,3,"Agent 1",1,15606,15606,1048576,17,"f",64,0,0,8,0,16,GRBM2,5.5,32,48',
+    '1,3,"Agent 1",1,15606,15606,1048576,17,"f",64,0,0,8,0,16,"GR""BM3",5.5,32,48',
+    '1,3,"Agent 1",1,15606,15606,1048576,17,"void a<float>(x, y)",64,0,0,8,0,16,"SQ_WAVES",7,32,48',
+]
+
+
+def _int(v: str) -> int | None:
+    return None if v == "" else int(float(v))
+
+
+def _expected_kernels(text: str) -> list[Activity]:
+    out = []
+    for r in csv.DictReader(io.StringIO(text.lstrip("\ufeff"), newline="")):
+        agent = r["Agent_Id"].rsplit(" ", 1)[-1] if r["Agent_Id"].startswith("A") else r["Agent_Id"]
+        try:
+            dev: int | None = int(agent)
+        except ValueError:
+            dev = None
+        start = int(r["Start_Timestamp"])
+        out.append(Activity(
+            "kernel", r["Kernel_Name"], start, int(r["End_Timestamp"]) - start, None, dev, _int(r["Stream_Id"]),
+            _int(r["Correlation_Id"]), None, _int(r["Thread_Id"]), _int(r["Grid_Size_X"]), _int(r["Grid_Size_Y"]),
+            _int(r["Grid_Size_Z"]), _int(r["Workgroup_Size_X"]), _int(r["Workgroup_Size_Y"]), _int(r["Workgroup_Size_Z"]),
+        ))
+    return out
+
+
+def _expected_counters(text: str) -> list[Counter]:
+    return [
+        Counter(r["Kernel_Name"], r["Counter_Name"], float(r["Counter_Value"]), _int(r["Dispatch_Id"]))
+        for r in csv.DictReader(io.StringIO(text, newline=""))
+    ]
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+@pytest.mark.parametrize("bom", ["", "\ufeff"])
+def test_kernel_trace_lines_read_as_the_csv_module_reads_them(tmp_path: Path, newline: str, bom: str) -> None:
+    path = tmp_path / "1_kernel_trace.csv"
+    for first in range(len(KT_ROWS)):  # every hostile line also comes first, where the shape is learnt
+        rows = KT_ROWS[first:] + KT_ROWS[:first]
+        text = bom + KT + newline + newline.join(rows) + newline
+        path.write_bytes(text.encode())
+        got = list(rocprof_csv.read(path, rocprof_csv.inspect(path)))
+        assert got == _expected_kernels(text.replace(newline, "\n")), first
+
+
+def test_counter_lines_read_as_the_csv_module_reads_them(tmp_path: Path) -> None:
+    path = tmp_path / "1_counter_collection.csv"
+    for first in range(len(CC_ROWS)):
+        rows = CC_ROWS[first:] + CC_ROWS[:first]
+        text = CC + "\n" + "\n".join(rows) + "\n"
+        path.write_text(text)
+        got = list(rocprof_csv.read(path, rocprof_csv.inspect(path)))
+        assert got == _expected_counters(text), first
+
+
+def test_a_bad_number_on_a_usual_line_is_still_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "1_kernel_trace.csv"
+    path.write_text(KT + "\n" + KT_ROWS[0] + "\n" + KT_ROWS[0].replace(",100,200,", ",100,2x0,") + "\n")
+    with pytest.raises(Exception, match=r"1_kernel_trace.csv: line 3"):
+        list(rocprof_csv.read(path, rocprof_csv.inspect(path)))
