@@ -293,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
         gbig = ensure(cbig, csv_params(s.big_dispatches, 1.0, s.csv_ranks, s.csv_hosts, 0),
                       lambda: generate.generate_csv(cbig, dispatches=s.big_dispatches, ranks=s.csv_ranks,
                                                     hosts=s.csv_hosts, counters=0), log)
-    ranks_of = lambda d: sorted(str(x) for x in d.glob("rank*") if x.is_dir())  # noqa: E731
+    def ranks_of(d: Path) -> list[str]:
+        return sorted(str(x) for x in d.glob("rank*") if x.is_dir())
 
     # ------------------------------------------------------------- 1. ingest vs sqlite3 .import
     ingest1: Measured | None = None

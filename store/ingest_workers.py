@@ -22,7 +22,7 @@ import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, cast
 
 from . import classify, readers
 from .records import Activity, Aggregate, Counter, SourceInfo
@@ -124,6 +124,7 @@ def _parse(task: Task, conn: Connection, names: _Names, cats: dict[tuple[str, st
 
     def flush_ctrs() -> None:
         names.resolve({c[0] for c in ctrs} | {c[1] for c in ctrs})
+        rows: list[tuple[Any, ...]]
         if all(s == 1 and mn is None and mx is None for _k, _n, _v, _d, s, mn, mx in ctrs):
             table = "counter1"  # per-dispatch values: the writer binds six columns, not nine
             # (tuple unpacking: several times cheaper than NamedTuple attribute access)
@@ -139,20 +140,21 @@ def _parse(task: Task, conn: Connection, names: _Names, cats: dict[tuple[str, st
         records = reader.read_rank(task.path, task.info, task.section)  # type: ignore[attr-defined]
     else:
         records = reader.read(task.path, task.info)
+    rec: Any
     for rec in records:
         t = type(rec)
         if t is Activity:
-            acts.append(rec)  # type: ignore[arg-type]
+            acts.append(rec)
             if len(acts) >= BATCH:
                 flush_acts()
                 acts = []
         elif t is Counter:
-            ctrs.append(rec)  # type: ignore[arg-type]
+            ctrs.append(rec)
             if len(ctrs) >= BATCH:
                 flush_ctrs()
                 ctrs = []
         elif t is Aggregate:
-            g: Aggregate = rec  # type: ignore[assignment]
+            g = rec
             names.resolve({g.name})
             nid = ids[g.name]
             cat = g.category or cats.get((g.kind, g.name)) or classify.category(g.kind, g.name)
@@ -216,7 +218,7 @@ class Parsers:
 
     def __init__(self, tasks: list[Task], workers: int) -> None:
         methods = mp.get_all_start_methods()
-        ctx = mp.get_context("fork" if "fork" in methods else "spawn")
+        ctx: Any = mp.get_context("fork" if "fork" in methods else "spawn")
         # largest first, so the last file to finish is a small one
         self.tasks = sorted(tasks, key=lambda t: -t.path.stat().st_size)
         self.counter = ctx.Value("i", 0)
@@ -235,18 +237,19 @@ class Parsers:
         with ``answer_names(list_of_names) -> list_of_ids``. Raises WorkerError on a worker's error."""
         live = {c: p for c, p in zip(self.conns, self.procs)}
         while live:
-            for conn in wait(list(live)):
+            for ready in wait(list(live)):
+                conn = cast(Connection, ready)
                 try:
-                    msg = conn.recv()
+                    msg: Any = conn.recv()
                 except EOFError:
-                    proc = live.pop(conn)  # type: ignore[call-overload]
+                    proc = live.pop(conn)
                     proc.join(5)
                     raise WorkerError(-1, RuntimeError(f"an ingest worker died (exit code {proc.exitcode})"), "")
                 kind = msg[0]
                 if kind == "names":
                     conn.send(answer_names(msg[1]))
                 elif kind == "exit":
-                    live.pop(conn)  # type: ignore[call-overload]
+                    live.pop(conn)
                 elif kind == "error":
                     raise WorkerError(msg[1], msg[2], msg[3])
                 else:

@@ -301,7 +301,10 @@ def _kernels(path: Path) -> Iterator[Record]:
                 raise _truncated(path, lineno, len(row), width)
             try:
                 start = int(row[i_start])
-                g = lambda i: _int(row[i]) if i >= 0 else None  # noqa: E731
+
+                def g(i: int) -> int | None:
+                    return _int(row[i]) if i >= 0 else None
+
                 yield _new(Activity, (
                     "kernel", row[i_name], start, int(row[i_end]) - start, None,
                     _agent(row[i_agent]) if i_agent >= 0 else None,
