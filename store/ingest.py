@@ -14,15 +14,17 @@ import hashlib
 import json
 import os
 import re
+import weakref
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import Connection, Engine, delete, select
 
 from . import bulk, classify, readers
-from .db import open_db, resolve_url, sqlite_path
+from .db import display_url, open_db, resolve_url, sqlite_path
 from .errors import InputError, ProfdbError, RankIdentityError
 from .identity import Identity, IdentityFlags, RankClaim, RankPlan, check_claims, missing_ranks, resolve_file
 from .manifest import MANIFEST_NAME, RankManifest
@@ -216,6 +218,20 @@ class _Writer:
         self.summary: dict[tuple[int, int, str], list[Any]] = {}
         self.steps: dict[tuple[int, int], tuple[int, int, int]] = {}
         self.mark = bulk.placeholder(conn)
+        self._names_conn: Connection | None = None
+        self._close_names: Callable[[], Any] = lambda: None
+
+    def _pg_names_conn(self) -> Connection:
+        """PostgreSQL interns names on a second, autocommit connection: a name committed at once is
+        visible to every node, so nodes sharing names never wait for each other's whole ingest (an
+        insert of a name another open transaction inserted would block until it ends, and two
+        nodes doing so in different orders would deadlock). Names of an ingest that fails stay
+        interned; they are only a dictionary."""
+        if self._names_conn is None:
+            c = self.conn.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            self._names_conn = c
+            self._close_names = weakref.finalize(self, c.close)
+        return self._names_conn
 
     def name_ids(self, values: Iterable[str]) -> None:
         """Intern every new name in one round trip per batch (insert-or-ignore, then select)."""
@@ -224,9 +240,18 @@ class _Writer:
             return
         m = self.mark
         if self.dialect == "postgresql":
-            ins = f"INSERT INTO name (value) VALUES ({m}) ON CONFLICT (value) DO NOTHING"
-        else:
-            ins = f"INSERT OR IGNORE INTO name (value) VALUES ({m})"
+            # one statement, in sorted order: concurrent interning statements lock in the same order
+            new.sort()
+            nc = self._pg_names_conn()
+            nc.exec_driver_sql(
+                "INSERT INTO name (value) SELECT v FROM unnest(%s::text[]) AS t(v) ORDER BY v "
+                "ON CONFLICT (value) DO NOTHING",
+                (new,),
+            )
+            for nid, value in nc.exec_driver_sql("SELECT id, value FROM name WHERE value = ANY(%s)", (new,)):
+                self.names[value] = nid
+            return
+        ins = f"INSERT OR IGNORE INTO name (value) VALUES ({m})"
         self.conn.exec_driver_sql(ins, [(v,) for v in new])
         for i in range(0, len(new), 500):
             chunk = new[i : i + 500]
@@ -327,6 +352,7 @@ class _Writer:
     def finish(self) -> None:
         """Merge the in-memory summaries and steps into the store (adding to earlier ingests)."""
         m = self.mark
+        self._close_names()
         if self.summary:
             sql = (
                 "INSERT INTO summary (rank_id, name_id, kind, category, calls, total_ns, min_ns, max_ns, sum_sq_ns) "
@@ -336,42 +362,98 @@ class _Writer:
                 "max_ns = CASE WHEN excluded.max_ns > summary.max_ns THEN excluded.max_ns ELSE summary.max_ns END, "
                 "sum_sq_ns = summary.sum_sq_ns + excluded.sum_sq_ns"
             )
-            self.conn.exec_driver_sql(sql, [(k[0], k[1], k[2], *v) for k, v in self.summary.items()])
+            # in key order, so two transactions updating shared rows cannot deadlock
+            self.conn.exec_driver_sql(sql, [(k[0], k[1], k[2], *v) for k, v in sorted(self.summary.items())])
         if self.steps:
             sql = (
                 f"INSERT INTO step (rank_id, step, source_id, start_ns, duration_ns) VALUES ({', '.join([m] * 5)}) "
                 "ON CONFLICT (rank_id, step) DO NOTHING"
             )
-            self.conn.exec_driver_sql(sql, [(k[0], k[1], *v) for k, v in self.steps.items()])
+            self.conn.exec_driver_sql(sql, [(k[0], k[1], *v) for k, v in sorted(self.steps.items())])
 
 
 def _now() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
-def _get_or_create_run(conn: Connection, name: str, plan: RankPlan, inputs: list[InputFile]) -> int:
-    row = conn.execute(select(Run.id, Run.world_size).where(Run.name == name)).first()
+def _insert_ignore(conn: Connection, table: Any) -> Any:
+    """INSERT ... ON CONFLICT DO NOTHING for the connection's dialect (SQLite and PostgreSQL)."""
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(table).on_conflict_do_nothing()
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert(table).on_conflict_do_nothing()
+
+
+def _get_or_create_run(conn: Connection, name: str, plan: RankPlan, inputs: list[InputFile]) -> tuple[int, bool]:
+    """(run id, created). Two nodes creating the same run at once: one inserts, the other's insert
+    does nothing (ON CONFLICT) and it reads the winner's row."""
     manifest = next((i.claim.identity.manifest for i in inputs if i.claim and i.claim.identity.manifest), None)
-    if row is not None:
-        run_id, world = row
-        if plan.world_size is not None and world is not None and world != plan.world_size:
-            raise RankIdentityError(
-                f"run {name!r} has world size {world} but these inputs say {plan.world_size}; "
-                "they come from another job: pick another name with --run"
+    created = False
+    if conn.execute(select(Run.id).where(Run.name == name)).first() is None:
+        res = conn.execute(
+            _insert_ignore(conn, Run.__table__).values(
+                name=name,
+                created_at=_now(),
+                launcher=manifest.launcher if manifest else None,
+                command=json.dumps(manifest.command) if manifest and manifest.command else None,
+                world_size=plan.world_size,
             )
-        if world is None and plan.world_size is not None:
-            conn.execute(Run.__table__.update().where(Run.id == run_id).values(world_size=plan.world_size))
-        return int(run_id)
-    res = conn.execute(
-        Run.__table__.insert().values(
-            name=name,
-            created_at=_now(),
-            launcher=manifest.launcher if manifest else None,
-            command=json.dumps(manifest.command) if manifest and manifest.command else None,
-            world_size=plan.world_size,
+            .returning(Run.id)
         )
-    )
-    return int(res.inserted_primary_key[0])  # type: ignore[index]
+        created = res.first() is not None
+    run_id, world = conn.execute(select(Run.id, Run.world_size).where(Run.name == name)).one()
+    if plan.world_size is not None and world is not None and world != plan.world_size:
+        raise RankIdentityError(
+            f"run {name!r} has world size {world} but these inputs say {plan.world_size}; "
+            "they come from another job: pick another name with --run"
+        )
+    if world is None and plan.world_size is not None:
+        conn.execute(
+            Run.__table__.update().where(Run.id == run_id, Run.world_size.is_(None)).values(world_size=plan.world_size)
+        )
+    return int(run_id), created
+
+
+@contextmanager
+def _run_scope(engine: Engine, name: str, plan: RankPlan, inputs: list[InputFile]) -> Iterator[int]:
+    """Find or create the run in a short transaction of its own, committed at once, so that nodes
+    loading their ranks of one run at the same time do not wait for each other's whole ingest. If
+    the ingest then fails, a run it created is removed again unless another ingest put ranks in it."""
+    with engine.begin() as conn:
+        run_id, created = _get_or_create_run(conn, name, plan, inputs)
+    try:
+        yield run_id
+    except BaseException:
+        if created:
+            try:
+                with engine.begin() as conn:
+                    # FOR UPDATE waits for ingests still holding the run (_hold_run), then sees their ranks
+                    if conn.execute(select(Run.id).where(Run.id == run_id).with_for_update()).first() is not None:
+                        if conn.execute(select(Rank.id).where(Rank.run_id == run_id).limit(1)).first() is None:
+                            conn.execute(delete(Run.__table__).where(Run.id == run_id))
+            except Exception:  # the ingest's own error is the one to report
+                pass
+        raise
+
+
+def _hold_run(conn: Connection, run_id: int, name: str, plan: RankPlan, inputs: list[InputFile]) -> int:
+    """First statements of the ingest transaction. PostgreSQL: hold the run row (FOR KEY SHARE: a
+    failing node cannot remove it meanwhile) and this ingest's ranks (transaction advisory locks on
+    (run, rank), taken in rank order, so never a deadlock) until commit. Nodes with their own ranks
+    load in parallel; two given the same rank take turns, and the second then finds the first's files
+    present and its rank rows made. SQLite needs none of it: BEGIN IMMEDIATE already lets one writer in."""
+    if conn.dialect.name != "postgresql":
+        return run_id
+    held = conn.execute(select(Run.id).where(Run.id == run_id).with_for_update(key_share=True)).first()
+    if held is None:  # removed by another node's failed ingest just now: create it in this transaction
+        run_id, _ = _get_or_create_run(conn, name, plan, inputs)
+        conn.execute(select(Run.id).where(Run.id == run_id).with_for_update(key_share=True)).one()
+    for g in sorted(plan.ranks):
+        conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%s::int4, %s::int4)", (run_id, g))
+    return run_id
 
 
 def _rank_ids(conn: Connection, run_id: int, run_name: str, plan: RankPlan) -> dict[int, int]:
@@ -435,7 +517,7 @@ def ingest_paths(
     path = sqlite_path(url)
     created = path is not None and not path.exists()
     report = IngestReport(
-        run=run_name, run_derived=run is None, db=url, unknown_files=[str(u) for u in unknown], world_size=plan.world_size
+        run=run_name, run_derived=run is None, db=display_url(url), unknown_files=[str(u) for u in unknown], world_size=plan.world_size
     )
     engine: Engine | None = None
     try:
@@ -468,8 +550,8 @@ def _load(
     done = 0
     if progress:
         progress("start", "", 0, total)
-    with engine.begin() as conn:
-        run_id = _get_or_create_run(conn, run_name, plan, inputs)
+    with _run_scope(engine, run_name, plan, inputs) as run_id, engine.begin() as conn:
+        run_id = _hold_run(conn, run_id, run_name, plan, inputs)
         present = set(
             conn.execute(select(SourceFile.sha256).where(SourceFile.run_id == run_id)).scalars().all()
         )
