@@ -447,10 +447,10 @@ def _hold_run(conn: Connection, run_id: int, name: str, plan: RankPlan, inputs: 
     present and its rank rows made. SQLite needs none of it: BEGIN IMMEDIATE already lets one writer in."""
     if conn.dialect.name != "postgresql":
         return run_id
-    held = conn.execute(select(Run.id).where(Run.id == run_id).with_for_update(key_share=True)).first()
+    held = conn.execute(select(Run.id).where(Run.id == run_id).with_for_update(read=True, key_share=True)).first()
     if held is None:  # removed by another node's failed ingest just now: create it in this transaction
         run_id, _ = _get_or_create_run(conn, name, plan, inputs)
-        conn.execute(select(Run.id).where(Run.id == run_id).with_for_update(key_share=True)).one()
+        conn.execute(select(Run.id).where(Run.id == run_id).with_for_update(read=True, key_share=True)).one()
     for g in sorted(plan.ranks):
         conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%s::int4, %s::int4)", (run_id, g))
     return run_id
