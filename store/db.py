@@ -245,11 +245,13 @@ def upgrade_db(engine: Engine, path: Path | None = None, revision: str = "head")
     head = head_revision()
     if current == head and revision == "head":
         return
-    if current is not None and path is not None and path.exists():
+    if current is not None:
         if not known_revision(current):
+            where = path or display_url(str(engine.url))
             raise StoreError(
-                f"{path} was written by a newer profdb (schema {current}); upgrade profdb (pip install -U profdb)"
+                f"{where} was written by a newer profdb (schema revision {current}); upgrade profdb (pip install -U profdb)"
             )
+    if current is not None and path is not None and path.exists():
         backup = path.with_name(path.name + f".bak-{current}")
         engine.dispose()
         shutil.copy2(path, backup)

@@ -80,10 +80,11 @@ def path_hint(path: Path) -> RankHint:
     if tb:
         hint.hostname = tb.group("host")
         hint.pid = int(tb.group("pid"))
-    elif ROCPROF_PID_FILE.match(path.name) and path.parent.name and not RANK_DIR.match(path.parent.name):
-        # rocprofv3 default %hostname%/%pid%: the folder holding <pid>_... is the hostname
-        hint.hostname = path.parent.name
+    elif ROCPROF_PID_FILE.match(path.name):
         hint.pid = int(path.name.split("_", 1)[0])
+        if path.parent.name and not RANK_DIR.match(path.parent.name):
+            # rocprofv3 default %hostname%/%pid%: the folder holding <pid>_... is the hostname
+            hint.hostname = path.parent.name
     return hint
 
 
@@ -152,10 +153,13 @@ def resolve_file(
 
     resolved: dict[str, object] = {}
     origin_of: dict[str, str] = {}
+    overridden = {
+        f for f, v in (("global_rank", flags.rank), ("local_rank", flags.local_rank), ("hostname", flags.hostname)) if v is not None
+    }
     for cand in candidates:
         for f in _FIELDS:
             v = getattr(cand.hint, f)
-            if v is None:
+            if v is None or f in overridden:
                 continue
             # the path's hostname guess (rocprofv3 %hostname% folder) never conflicts, it only fills in
             weak = cand.origin.startswith("path") and f == "hostname"

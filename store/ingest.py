@@ -170,11 +170,12 @@ def prepare(
         ident = resolve_file(path, info.hint, flags, manifests)
         inp.claim = RankClaim(path, info.format, info.kind, ident)
         inputs.append(inp)
-    # identical content named twice (copies) is ingested once
-    by_sha: dict[str, InputFile] = {}
+    # identical content named twice for the same rank (copies) is ingested once
+    by_key: dict[tuple[int, str], InputFile] = {}
     for inp in inputs:
-        by_sha.setdefault(inp.sha256, inp)
-    inputs = list(by_sha.values())
+        assert inp.claim is not None
+        by_key.setdefault((inp.claim.identity.global_rank, inp.sha256), inp)
+    inputs = list(by_key.values())
     plan = check_claims([i.claim for i in inputs if i.claim], flags)
     return inputs, unknown, plan
 
@@ -418,10 +419,15 @@ def _get_or_create_run(conn: Connection, name: str, plan: RankPlan, inputs: list
 
 
 @contextmanager
-def _run_scope(engine: Engine, name: str, plan: RankPlan, inputs: list[InputFile]) -> Iterator[int]:
-    """Find or create the run in a short transaction of its own, committed at once, so that nodes
-    loading their ranks of one run at the same time do not wait for each other's whole ingest. If
-    the ingest then fails, a run it created is removed again unless another ingest put ranks in it."""
+def _run_scope(engine: Engine, name: str, plan: RankPlan, inputs: list[InputFile]) -> Iterator[int | None]:
+    """PostgreSQL: find or create the run in a short transaction of its own, committed at once, so
+    that nodes loading their ranks of one run at the same time do not wait for each other's whole
+    ingest. If the ingest then fails, a run it created is removed again unless another ingest put
+    ranks in it. SQLite (yields None): the run is made inside the ingest transaction, as one writer
+    at a time holds the store anyway (BEGIN IMMEDIATE) and a failed ingest leaves the file untouched."""
+    if engine.dialect.name != "postgresql":
+        yield None
+        return
     with engine.begin() as conn:
         run_id, created = _get_or_create_run(conn, name, plan, inputs)
     try:
@@ -439,14 +445,14 @@ def _run_scope(engine: Engine, name: str, plan: RankPlan, inputs: list[InputFile
         raise
 
 
-def _hold_run(conn: Connection, run_id: int, name: str, plan: RankPlan, inputs: list[InputFile]) -> int:
+def _hold_run(conn: Connection, run_id: int | None, name: str, plan: RankPlan, inputs: list[InputFile]) -> int:
     """First statements of the ingest transaction. PostgreSQL: hold the run row (FOR KEY SHARE: a
     failing node cannot remove it meanwhile) and this ingest's ranks (transaction advisory locks on
     (run, rank), taken in rank order, so never a deadlock) until commit. Nodes with their own ranks
     load in parallel; two given the same rank take turns, and the second then finds the first's files
     present and its rank rows made. SQLite needs none of it: BEGIN IMMEDIATE already lets one writer in."""
-    if conn.dialect.name != "postgresql":
-        return run_id
+    if run_id is None:
+        return _get_or_create_run(conn, name, plan, inputs)[0]
     held = conn.execute(select(Run.id).where(Run.id == run_id).with_for_update(read=True, key_share=True)).first()
     if held is None:  # removed by another node's failed ingest just now: create it in this transaction
         run_id, _ = _get_or_create_run(conn, name, plan, inputs)
@@ -553,11 +559,15 @@ def _load(
     with _run_scope(engine, run_name, plan, inputs) as run_id, engine.begin() as conn:
         run_id = _hold_run(conn, run_id, run_name, plan, inputs)
         present = set(
-            conn.execute(select(SourceFile.sha256).where(SourceFile.run_id == run_id)).scalars().all()
+            conn.execute(
+                select(Rank.global_rank, SourceFile.sha256)
+                .join(SourceFile, SourceFile.rank_id == Rank.id)
+                .where(Rank.run_id == run_id)
+            ).all()
         )
-        todo = [i for i in inputs if i.sha256 not in present]
+        todo = [i for i in inputs if i.claim and (i.claim.identity.global_rank, i.sha256) not in present]
         for i in inputs:
-            if i.sha256 in present:
+            if i.claim and (i.claim.identity.global_rank, i.sha256) in present:
                 assert i.claim is not None
                 report.files.append(
                     FileResult(str(i.path), i.info.format, i.info.kind, i.claim.identity.global_rank, 0, skipped=True)

@@ -67,10 +67,11 @@ class Rank(Base):
 
 
 class SourceFile(Base):
-    """Every ingested file. Re-ingesting the same content into the same run is a no-op."""
+    """Every ingested file. Re-ingesting the same content for the same rank is a no-op (two ranks
+    may well write byte-identical small files)."""
 
     __tablename__ = "source_file"
-    __table_args__ = (UniqueConstraint("run_id", "sha256"),)
+    __table_args__ = (UniqueConstraint("rank_id", "sha256"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), index=True)
     rank_id: Mapped[int] = mapped_column(ForeignKey("rank.id", ondelete="CASCADE"), index=True)

@@ -1,1 +1,67 @@
-from pg_fixtures import *  # noqa: F401,F403  (store_url, pg_url, pg_server: both backends, see pg_fixtures.py)
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from click.testing import CliRunner, Result
+
+from profdb.cli.main import cli
+
+from pg_fixtures import *  # noqa: E402,F401,F403  (store_url, pg_url, pg_server: both backends, see pg_fixtures.py)
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture
+def data() -> Path:
+    return DATA
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "store.db"
+
+
+@pytest.fixture(autouse=True)
+def _no_env_db(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PROFDB_DB", raising=False)
+
+
+Invoke = Callable[..., Result]
+
+
+@pytest.fixture
+def run_cli() -> Invoke:
+    def invoke(*args: Any, ok: bool = True) -> Result:
+        r = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+        if ok:
+            assert r.exit_code == 0, r.output + r.stderr
+        return r
+
+    return invoke
+
+
+def sql(db: Path, query: str, *params: Any) -> list[tuple[Any, ...]]:
+    """Read the store the way a user would: plain sqlite3."""
+    con = sqlite3.connect(db)
+    try:
+        return con.execute(query, params).fetchall()
+    finally:
+        con.close()
+
+
+def file_bytes(path: Path) -> bytes | None:
+    return path.read_bytes() if path.exists() else None
+
+
+def copy_tree(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def pytest_report_header() -> str:
+    return f"profdb tests, cwd {os.getcwd()}"

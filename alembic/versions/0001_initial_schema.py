@@ -113,7 +113,7 @@ def upgrade() -> None:
     sa.ForeignKeyConstraint(['rank_id'], ['rank.id'], name=op.f('fk_source_file_rank_id_rank'), ondelete='CASCADE'),
     sa.ForeignKeyConstraint(['run_id'], ['run.id'], name=op.f('fk_source_file_run_id_run'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_source_file')),
-    sa.UniqueConstraint('run_id', 'sha256', name=op.f('uq_source_file_run_id_sha256'))
+    sa.UniqueConstraint('rank_id', 'sha256', name=op.f('uq_source_file_rank_id_sha256'))
     )
     with op.batch_alter_table('source_file', schema=None) as batch_op:
         batch_op.create_index(batch_op.f('ix_source_file_rank_id'), ['rank_id'], unique=False)

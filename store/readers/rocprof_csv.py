@@ -50,16 +50,32 @@ def _kind_of(cols: set[str]) -> str | None:
     return None
 
 
+_NAME_KINDS = (
+    ("counter_collection.csv", "counter_collection"),
+    ("kernel_trace.csv", "kernel_trace"),
+    ("memory_copy_trace.csv", "memory_copy_trace"),
+    ("api_trace.csv", "api_trace"),
+)
+
+
+def _kind(path: Path, cols: list[str] | None) -> str | None:
+    """By header; failing that by rocprofv3's file name (so a damaged header gets a precise error)."""
+    kind = _kind_of(set(cols or []))
+    if kind is None and cols:
+        name = display_name(path)
+        kind = next((k for suffix, k in _NAME_KINDS if name.endswith(suffix)), None)
+    return kind
+
+
 def detect(path: Path) -> bool:
     if not display_name(path).endswith(".csv"):
         return False
-    cols = _header(path)
-    return cols is not None and _kind_of(set(cols)) is not None
+    return _kind(path, _header(path)) is not None
 
 
 def inspect(path: Path) -> SourceInfo:
     cols = _header(path)
-    kind = _kind_of(set(cols or []))
+    kind = _kind(path, cols)
     if cols is None or kind is None:
         raise InputError(
             f"{path}: not a rocprofv3 CSV trace (header has none of kernel_trace, counter_collection, "

@@ -1,0 +1,110 @@
+"""Generate a multi-rank, multi-host rocprofv3 CSV run (2025 column layout) for tests.
+
+Layout is what `profdb record` + rocprofv3's default %hostname%/%pid% produce:
+``<out>/rank0003/<hostname>/<pid>_kernel_trace.csv`` (+ counter_collection, memory_copy_trace).
+Returns the exact totals written, so tests compare the store against them, not against constants."""
+
+from __future__ import annotations
+
+import csv
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+KERNEL_HEADER = (
+    "Kind,Agent_Id,Queue_Id,Stream_Id,Thread_Id,Dispatch_Id,Kernel_Id,Kernel_Name,Correlation_Id,Start_Timestamp,"
+    "End_Timestamp,LDS_Block_Size,Scratch_Size,VGPR_Count,Accum_VGPR_Count,SGPR_Count,Workgroup_Size_X,"
+    "Workgroup_Size_Y,Workgroup_Size_Z,Grid_Size_X,Grid_Size_Y,Grid_Size_Z"
+).split(",")
+COUNTER_HEADER = (
+    "Correlation_Id,Dispatch_Id,Agent_Id,Queue_Id,Process_Id,Thread_Id,Grid_Size,Kernel_Id,Kernel_Name,Workgroup_Size,"
+    "LDS_Block_Size,Scratch_Size,VGPR_Count,Accum_VGPR_Count,SGPR_Count,Counter_Name,Counter_Value,Start_Timestamp,End_Timestamp"
+).split(",")
+COPY_HEADER = "Kind,Direction,Stream_Id,Source_Agent_Id,Destination_Agent_Id,Correlation_Id,Start_Timestamp,End_Timestamp".split(",")
+
+KERNELS = [
+    "void gemm_kernel<float, 128, 128>(float const*, float const*, float*, int, int, int)",
+    "layernorm_fwd_kernel(float*, float const*, int)",
+    "void softmax_warp_forward<float, 8>(float*, float const*, int)",
+    "elementwise_add_kernel(float*, float const*, float const*, int)",
+    "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+]
+
+
+@dataclass
+class GeneratedRun:
+    root: Path
+    world_size: int
+    hosts: list[str]
+    #: (global_rank, kernel) -> (calls, total_ns)
+    totals: dict[tuple[int, str], tuple[int, int]] = field(default_factory=dict)
+    counters: int = 0
+    copies: int = 0
+
+    def rank_dirs(self) -> list[Path]:
+        return sorted(self.root.glob("rank*"))
+
+
+def generate(
+    root: Path,
+    nodes: int = 2,
+    gpus_per_node: int = 4,
+    calls: int = 20,
+    slow_rank: int | None = 5,
+    slow_kernel: str = KERNELS[0],
+    slow_host: int | None = None,
+    seed: int = 7,
+    counters: bool = True,
+) -> GeneratedRun:
+    """``slow_rank`` runs ``slow_kernel`` 3x longer; every rank of ``slow_host`` (index) runs 1.5x longer.
+    Communication kernels run *shorter* on the slow rank (it waits less: the others wait for it)."""
+    rnd = random.Random(seed)
+    world = nodes * gpus_per_node
+    hosts = [f"node{n:02d}" for n in range(nodes)]
+    run = GeneratedRun(root, world, hosts)
+    for g in range(world):
+        node, local = divmod(g, gpus_per_node)
+        host = hosts[node]
+        pid = 1000 + g
+        d = root / f"rank{g:04d}" / host
+        d.mkdir(parents=True, exist_ok=True)
+        t = 1_000_000_000 + node * 7_000_000  # per-node BOOTTIME clocks differ
+        dispatch = 0
+        with open(d / f"{pid}_kernel_trace.csv", "w", newline="") as kf, open(
+            d / f"{pid}_counter_collection.csv", "w", newline=""
+        ) as cf:
+            kw = csv.writer(kf, quoting=csv.QUOTE_NONNUMERIC)
+            cw = csv.writer(cf, quoting=csv.QUOTE_NONNUMERIC)
+            kw.writerow(KERNEL_HEADER)
+            cw.writerow(COUNTER_HEADER)
+            for _ in range(calls):
+                for ki, name in enumerate(KERNELS):
+                    base = 10_000 * (ki + 1)
+                    dur = base + rnd.randint(0, 500)
+                    if g == slow_rank and name == slow_kernel:
+                        dur *= 3
+                    if slow_host is not None and node == slow_host and not name.startswith("nccl"):
+                        dur = dur * 3 // 2
+                    if g == slow_rank and name.startswith("nccl"):
+                        dur //= 4
+                    dispatch += 1
+                    kw.writerow(
+                        ["KERNEL_DISPATCH", f"Agent {local + 2}", 1, 1, pid, dispatch, ki + 1, name, dispatch, t, t + dur,
+                         0, 0, 8, 0, 16, 256, 1, 1, 4096, 1, 1]
+                    )
+                    if counters:
+                        for cname in ("SQ_WAVES", "GRBM_GUI_ACTIVE"):
+                            cw.writerow(
+                                [dispatch, dispatch, f"Agent {local + 2}", 1, pid, pid, 4096, ki + 1, name, 256, 0, 0, 8, 0,
+                                 16, cname, float(dispatch * 10), t, t + dur]
+                            )
+                            run.counters += 1
+                    c, tot = run.totals.get((g, name), (0, 0))
+                    run.totals[(g, name)] = (c + 1, tot + dur)
+                    t += dur + 1000
+        with open(d / f"{pid}_memory_copy_trace.csv", "w", newline="") as mf:
+            mw = csv.writer(mf, quoting=csv.QUOTE_NONNUMERIC)
+            mw.writerow(COPY_HEADER)
+            mw.writerow(["MEMORY_COPY", "MEMORY_COPY_HOST_TO_DEVICE", 0, "Agent 0", f"Agent {local + 2}", 1, 500, 900])
+            run.copies += 1
+    return run

@@ -1,0 +1,219 @@
+"""`profdb ingest` end to end from the CLI, then read back with plain sqlite3 as a user would."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import Invoke, file_bytes, sql
+from gen_rocprof_run import generate
+
+
+def test_torchrun_cpu_sample(data: Path, db_path: Path, run_cli: Invoke) -> None:
+    r = run_cli("ingest", "--db", db_path, data / "kineto" / "torchrun4_cpu")
+    assert "run: torchrun4_cpu (derived" in r.output
+    assert "ranks: 4 of world size 4" in r.output
+    ranks = sql(db_path, "select global_rank, hostname, local_rank from rank_v order by global_rank")
+    assert ranks == [(0, "vm", None), (1, "vm", None), (2, "vm", None), (3, "vm", None)]
+    # rows per rank equal the X events of the kinds the reader keeps, counted from the json itself
+    for g in range(4):
+        doc = json.load(gzip.open(data / "kineto" / "torchrun4_cpu" / f"rank{g}_iter5_7.json.gz"))
+        n = sum(1 for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation"))
+        assert sql(db_path, "select count(*) from activity_v where global_rank = ?", g) == [(n,)]
+    # the summary equals a full scan of the fact table
+    assert sql(
+        db_path,
+        "select rank_id, name_id, kind, count(*), sum(duration_ns), min(duration_ns), max(duration_ns) "
+        "from activity group by 1, 2, 3 order by 1, 2, 3",
+    ) == sql(db_path, "select rank_id, name_id, kind, calls, total_ns, min_ns, max_ns from summary order by 1, 2, 3")
+    steps = sql(db_path, "select global_rank, step from step_v order by 1, 2")
+    assert steps == [(g, s) for g in range(4) for s in (4, 5, 6)]
+    cats = dict(sql(db_path, "select category, count(*) from activity_v where name = 'gloo:all_reduce' group by 1"))
+    assert set(cats) == {"communication"}
+
+
+def test_reingest_is_a_noop(data: Path, db_path: Path, run_cli: Invoke) -> None:
+    src = data / "kineto" / "torchrun4_cpu"
+    run_cli("ingest", "--db", db_path, src)
+    before = sql(db_path, "select count(*), sum(calls) from activity, summary")
+    r = run_cli("ingest", "--db", db_path, src)
+    assert "0 ingested, 4 already present (skipped)" in r.output
+    assert sql(db_path, "select count(*), sum(calls) from activity, summary") == before
+
+
+def test_hta_two_rank_set_reports_missing_ranks(data: Path, db_path: Path, run_cli: Invoke) -> None:
+    r = run_cli("ingest", "--db", db_path, "--run", "hta", data / "kineto" / "hta_trace_filter_2ranks")
+    assert "missing ranks: 126" in r.output
+    r = run_cli("ranks", "--db", db_path, "--run", "hta", "--format", "csv")
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 1 + 128
+    assert "MISSING" in lines[3] and lines[1].startswith("0,")
+    r = run_cli("runs", "--db", db_path, "--format", "json")
+    runs = json.loads(r.stdout)
+    assert runs[0]["run"] == "hta" and runs[0]["ranks"] == 2 and runs[0]["world_size"] == 128
+
+
+def test_rocprof_csv_samples_with_rank_flag(data: Path, db_path: Path, run_cli: Invoke) -> None:
+    for layout in ("rocm-systems_2025-08", "rocprofiler-sdk_2024-10"):
+        d = data / "rocprofv3_csv" / layout
+        run_cli(
+            "ingest", "--db", db_path, "--run", layout, "--rank", 0,
+            d / "kernel_trace.csv", d / "counter_collection.csv", d / "memory_copy_trace.csv",
+        )
+        kernels = sql(db_path, "select count(*) from activity_v where run = ? and kind = 'kernel'", layout)
+        with open(d / "kernel_trace.csv", newline="") as f:
+            assert kernels == [(sum(1 for row in csv.reader(f) if row) - 1,)]
+        assert sql(db_path, "select count(*) > 0 from counter_v where run = ?", layout) == [(1,)]
+
+
+def test_generated_multi_host_run(tmp_path: Path, db_path: Path, run_cli: Invoke) -> None:
+    gen = generate(tmp_path / "out", nodes=2, gpus_per_node=4, calls=10)
+    r = run_cli("ingest", "--db", db_path, "--run", "gen", *gen.rank_dirs())
+    assert "ranks: 8 on 2 hosts (node00, node01)" in r.output
+    got = sql(db_path, "select global_rank, hostname from rank_v order by 1")
+    assert got == [(g, gen.hosts[g // 4]) for g in range(8)]
+    totals = {
+        (g, n): (c, t)
+        for g, n, c, t in sql(db_path, "select global_rank, name, calls, total_ns from summary_v where kind = 'kernel'")
+    }
+    assert totals == gen.totals
+    # byte-identical files from different ranks are different data, not duplicates
+    assert sql(db_path, "select count(*) from activity where kind = 'memcpy'") == [(gen.copies,)] == [(8,)]
+    assert sql(db_path, "select count(*) from counter") == [(gen.counters,)]
+    pids = sql(db_path, "select global_rank, pid from rank_v order by 1")
+    assert pids == [(g, 1000 + g) for g in range(8)]
+
+
+def test_rank_from_manifest(tmp_path: Path, db_path: Path, run_cli: Invoke, data: Path) -> None:
+    from profdb.store.manifest import RankManifest, write_manifest
+
+    out = tmp_path / "job"
+    for g in range(2):
+        d = out / f"rank{g:04d}"
+        write_manifest(d, RankManifest(global_rank=g, local_rank=g, world_size=2, hostname="gpu7", launcher="torchrun", run="job-7"))
+        shutil.copy(data / "rocprofv3_csv" / "rocm-systems_2025-08" / "kernel_trace.csv", d / f"{100 + g}_kernel_trace.csv")
+    # the copies are identical content: ingest them as two ranks anyway (two files, two manifests)
+    (out / "rank0001" / "101_kernel_trace.csv").write_text(
+        (out / "rank0001" / "101_kernel_trace.csv").read_text() + "\n"
+    )
+    r = run_cli("ingest", "--db", db_path, out / "rank0000", out / "rank0001")
+    assert "run: job-7" in r.output
+    assert sql(db_path, "select run, global_rank, local_rank, hostname from rank_v order by 2") == [
+        ("job-7", 0, 0, "gpu7"), ("job-7", 1, 1, "gpu7"),
+    ]
+    assert sql(db_path, "select launcher, world_size from run") == [("torchrun", 2)]
+
+
+def test_more_ranks_later_join_the_run(tmp_path: Path, db_path: Path, run_cli: Invoke) -> None:
+    gen = generate(tmp_path / "out", nodes=1, gpus_per_node=4, calls=2)
+    dirs = gen.rank_dirs()
+    run_cli("ingest", "--db", db_path, "--run", "r", *dirs[:2])
+    run_cli("ingest", "--db", db_path, "--run", "r", *dirs[2:])
+    assert sql(db_path, "select count(*) from rank_v where run = 'r'") == [(4,)]
+
+
+# ----------------------------------------------------------------- bad input: exit 1, message, store unchanged
+
+
+@pytest.fixture
+def seeded(data: Path, db_path: Path, run_cli: Invoke) -> bytes:
+    run_cli("ingest", "--db", db_path, data / "kineto" / "torchrun4_cpu")
+    content = file_bytes(db_path)
+    assert content is not None
+    return content
+
+
+def _fails(run_cli: Invoke, db_path: Path, before: bytes | None, *args: object, match: str) -> None:
+    r = run_cli("ingest", "--db", db_path, *args, ok=False)
+    assert r.exit_code == 1, r.output
+    assert match in r.stderr, r.stderr
+    assert file_bytes(db_path) == before
+
+
+def test_bad_inputs_leave_store_unchanged(tmp_path: Path, data: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
+    _fails(run_cli, db_path, seeded, tmp_path / "nope", match="nope: no such file or folder")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    _fails(run_cli, db_path, seeded, empty, match="empty: no profiler output profdb can read in this folder")
+    readme = tmp_path / "notes.txt"
+    readme.write_text("hello")
+    _fails(run_cli, db_path, seeded, readme, match="notes.txt: not a profiler output profdb recognises; supported formats:")
+    raw = (data / "kineto" / "torchrun4_cpu" / "rank1_iter5_7.json.gz").read_bytes()
+    trunc = tmp_path / "rank1_iter5_7.json.gz"
+    trunc.write_bytes(raw[:-2000])
+    _fails(run_cli, db_path, seeded, "--run", "x", trunc, match="rank1_iter5_7.json.gz: the gzip stream is truncated")
+    lines = (data / "rocprofv3_csv" / "rocm-systems_2025-08" / "kernel_trace.csv").read_text().splitlines()
+    nocol = tmp_path / "rank0004" / "kernel_trace.csv"
+    nocol.parent.mkdir()
+    nocol.write_text("\n".join([lines[0].replace('"Kernel_Name",', "")] + lines[1:]))
+    _fails(run_cli, db_path, seeded, nocol, match="missing required column(s) Kernel_Name")
+    a, b = tmp_path / "a" / "rank0.json.gz", tmp_path / "b" / "rank0.json.gz"
+    for dst, src in ((a, "rank0_iter5_7.json.gz"), (b, "rank1_iter5_7.json.gz")):
+        dst.parent.mkdir()
+        shutil.copy(data / "kineto" / "torchrun4_cpu" / src, dst)
+    _fails(run_cli, db_path, seeded, "--run", "y", a, b, match="global_rank = 1 but path (rank0.json.gz) says 0")
+    _fails(run_cli, db_path, seeded, "--run", "y", "--rank", "0", a, b, match="both claim rank 0")
+    _fails(
+        run_cli, db_path, seeded, data / "kineto" / "distributed_info_not_found.json.gz",
+        match="distributed_info_not_found.json.gz: cannot tell which rank wrote this file",
+    )
+    # a file of another job into the same run: world size conflict
+    _fails(run_cli, db_path, seeded, "--run", "torchrun4_cpu", data / "kineto" / "nccl_data.json.gz", match="world size")
+
+
+def test_no_store_is_created_on_failure(tmp_path: Path, data: Path, run_cli: Invoke) -> None:
+    db = tmp_path / "new.db"
+    trunc = tmp_path / "rank0.json.gz"
+    trunc.write_bytes((data / "kineto" / "torchrun4_cpu" / "rank0_iter5_7.json.gz").read_bytes()[:-500])
+    run_cli("ingest", "--db", db, trunc, ok=False)
+    assert not db.exists()
+
+
+def test_failure_midway_rolls_back(tmp_path: Path, data: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
+    """A file whose header is fine but whose rows break is found while loading: rollback."""
+    good = data / "rocprofv3_csv" / "rocm-systems_2025-08" / "kernel_trace.csv"
+    bad = tmp_path / "rank0001" / "kernel_trace.csv"
+    bad.parent.mkdir()
+    text = good.read_text().splitlines()
+    bad.write_text("\n".join(text + [text[1].replace(",1550151853029637,", ",notanumber,")]) + "\n")
+    ok = tmp_path / "rank0000" / "kernel_trace.csv"
+    ok.parent.mkdir()
+    shutil.copy(good, ok)
+    r = run_cli("ingest", "--db", db_path, "--run", "z", ok, bad, ok=False)
+    assert r.exit_code == 1 and "kernel_trace.csv: line" in r.stderr
+    assert file_bytes(db_path) == seeded
+
+
+def test_not_a_profdb_database(tmp_path: Path, data: Path, run_cli: Invoke) -> None:
+    import sqlite3
+
+    other = tmp_path / "other.db"
+    con = sqlite3.connect(other)
+    con.execute("create table customers (id integer)")
+    con.commit()
+    con.close()
+    before = other.read_bytes()
+    r = run_cli("ingest", "--db", other, data / "kineto" / "torchrun4_cpu", ok=False)
+    assert r.exit_code == 1 and "other.db is not a profdb database (it has tables customers)" in r.stderr
+    assert other.read_bytes() == before
+    text = tmp_path / "text.db"
+    text.write_text("not sqlite")
+    r = run_cli("runs", "--db", text, ok=False)
+    assert r.exit_code == 1 and "text.db is not a profdb database" in r.stderr
+
+
+def test_env_var_selects_store(tmp_path: Path, data: Path, run_cli: Invoke, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "env.db"
+    monkeypatch.setenv("PROFDB_DB", str(db))
+    run_cli("ingest", data / "kineto" / "torchrun4_cpu")
+    assert sql(db, "select count(*) from rank") == [(4,)]
+
+
+def test_formats_lists_readers(run_cli: Invoke) -> None:
+    r = run_cli("formats", "--format", "csv")
+    assert "rocprof-csv," in r.stdout and "kineto," in r.stdout
