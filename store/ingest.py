@@ -15,13 +15,12 @@ import json
 import os
 import re
 import weakref
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from sqlalchemy import Connection, Engine, delete, select
+from sqlalchemy import Connection, Engine, select
 
 from . import bulk, classify, readers
 from .db import display_url, open_db, resolve_url, sqlite_path
@@ -219,20 +218,8 @@ class _Writer:
         self.summary: dict[tuple[int, int, str], list[Any]] = {}
         self.steps: dict[tuple[int, int], tuple[int, int, int]] = {}
         self.mark = bulk.placeholder(conn)
-        self._names_conn: Connection | None = None
+        self._names_conn: Connection | None = None  # PostgreSQL: see bulk.names_connection
         self._close_names: Callable[[], Any] = lambda: None
-
-    def _pg_names_conn(self) -> Connection:
-        """PostgreSQL interns names on a second, autocommit connection: a name committed at once is
-        visible to every node, so nodes sharing names never wait for each other's whole ingest (an
-        insert of a name another open transaction inserted would block until it ends, and two
-        nodes doing so in different orders would deadlock). Names of an ingest that fails stay
-        interned; they are only a dictionary."""
-        if self._names_conn is None:
-            c = self.conn.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-            self._names_conn = c
-            self._close_names = weakref.finalize(self, c.close)
-        return self._names_conn
 
     def name_ids(self, values: Iterable[str]) -> None:
         """Intern every new name in one round trip per batch (insert-or-ignore, then select)."""
@@ -241,16 +228,11 @@ class _Writer:
             return
         m = self.mark
         if self.dialect == "postgresql":
-            # one statement, in sorted order: concurrent interning statements lock in the same order
-            new.sort()
-            nc = self._pg_names_conn()
-            nc.exec_driver_sql(
-                "INSERT INTO name (value) SELECT v FROM unnest(%s::text[]) AS t(v) ORDER BY v "
-                "ON CONFLICT (value) DO NOTHING",
-                (new,),
-            )
-            for nid, value in nc.exec_driver_sql("SELECT id, value FROM name WHERE value = ANY(%s)", (new,)):
-                self.names[value] = nid
+            if self._names_conn is None:
+                self._names_conn = nc = bulk.names_connection(self.conn)
+                assert nc is not None
+                self._close_names = weakref.finalize(self, nc.close)
+            self.names.update((v, i) for i, v in bulk.intern_names(self.conn, new, self._names_conn))
             return
         ins = f"INSERT OR IGNORE INTO name (value) VALUES ({m})"
         self.conn.exec_driver_sql(ins, [(v,) for v in new])
@@ -352,40 +334,13 @@ class _Writer:
 
     def finish(self) -> None:
         """Merge the in-memory summaries and steps into the store (adding to earlier ingests)."""
-        m = self.mark
         self._close_names()
-        if self.summary:
-            sql = (
-                "INSERT INTO summary (rank_id, name_id, kind, category, calls, total_ns, min_ns, max_ns, sum_sq_ns) "
-                f"VALUES ({', '.join([m] * 9)}) ON CONFLICT (rank_id, name_id, kind) DO UPDATE SET "
-                "calls = summary.calls + excluded.calls, total_ns = summary.total_ns + excluded.total_ns, "
-                "min_ns = CASE WHEN excluded.min_ns < summary.min_ns THEN excluded.min_ns ELSE summary.min_ns END, "
-                "max_ns = CASE WHEN excluded.max_ns > summary.max_ns THEN excluded.max_ns ELSE summary.max_ns END, "
-                "sum_sq_ns = summary.sum_sq_ns + excluded.sum_sq_ns"
-            )
-            # in key order, so two transactions updating shared rows cannot deadlock
-            self.conn.exec_driver_sql(sql, [(k[0], k[1], k[2], *v) for k, v in sorted(self.summary.items())])
-        if self.steps:
-            sql = (
-                f"INSERT INTO step (rank_id, step, source_id, start_ns, duration_ns) VALUES ({', '.join([m] * 5)}) "
-                "ON CONFLICT (rank_id, step) DO NOTHING"
-            )
-            self.conn.exec_driver_sql(sql, [(k[0], k[1], *v) for k, v in sorted(self.steps.items())])
+        bulk.add_summaries(self.conn, [(k[0], k[1], k[2], *v) for k, v in self.summary.items()])
+        bulk.add_steps(self.conn, [(k[0], k[1], *v) for k, v in self.steps.items()])
 
 
 def _now() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
-
-
-def _insert_ignore(conn: Connection, table: Any) -> Any:
-    """INSERT ... ON CONFLICT DO NOTHING for the connection's dialect (SQLite and PostgreSQL)."""
-    if conn.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-        return pg_insert(table).on_conflict_do_nothing()
-    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-    return sqlite_insert(table).on_conflict_do_nothing()
 
 
 def _get_or_create_run(conn: Connection, name: str, plan: RankPlan, inputs: list[InputFile]) -> tuple[int, bool]:
@@ -395,7 +350,7 @@ def _get_or_create_run(conn: Connection, name: str, plan: RankPlan, inputs: list
     created = False
     if conn.execute(select(Run.id).where(Run.name == name)).first() is None:
         res = conn.execute(
-            _insert_ignore(conn, Run.__table__).values(
+            bulk.insert_ignore(conn, Run.__table__).values(
                 name=name,
                 created_at=_now(),
                 launcher=manifest.launcher if manifest else None,
@@ -416,50 +371,6 @@ def _get_or_create_run(conn: Connection, name: str, plan: RankPlan, inputs: list
             Run.__table__.update().where(Run.id == run_id, Run.world_size.is_(None)).values(world_size=plan.world_size)
         )
     return int(run_id), created
-
-
-@contextmanager
-def _run_scope(engine: Engine, name: str, plan: RankPlan, inputs: list[InputFile]) -> Iterator[int | None]:
-    """PostgreSQL: find or create the run in a short transaction of its own, committed at once, so
-    that nodes loading their ranks of one run at the same time do not wait for each other's whole
-    ingest. If the ingest then fails, a run it created is removed again unless another ingest put
-    ranks in it. SQLite (yields None): the run is made inside the ingest transaction, as one writer
-    at a time holds the store anyway (BEGIN IMMEDIATE) and a failed ingest leaves the file untouched."""
-    if engine.dialect.name != "postgresql":
-        yield None
-        return
-    with engine.begin() as conn:
-        run_id, created = _get_or_create_run(conn, name, plan, inputs)
-    try:
-        yield run_id
-    except BaseException:
-        if created:
-            try:
-                with engine.begin() as conn:
-                    # FOR UPDATE waits for ingests still holding the run (_hold_run), then sees their ranks
-                    if conn.execute(select(Run.id).where(Run.id == run_id).with_for_update()).first() is not None:
-                        if conn.execute(select(Rank.id).where(Rank.run_id == run_id).limit(1)).first() is None:
-                            conn.execute(delete(Run.__table__).where(Run.id == run_id))
-            except Exception:  # the ingest's own error is the one to report
-                pass
-        raise
-
-
-def _hold_run(conn: Connection, run_id: int | None, name: str, plan: RankPlan, inputs: list[InputFile]) -> int:
-    """First statements of the ingest transaction. PostgreSQL: hold the run row (FOR KEY SHARE: a
-    failing node cannot remove it meanwhile) and this ingest's ranks (transaction advisory locks on
-    (run, rank), taken in rank order, so never a deadlock) until commit. Nodes with their own ranks
-    load in parallel; two given the same rank take turns, and the second then finds the first's files
-    present and its rank rows made. SQLite needs none of it: BEGIN IMMEDIATE already lets one writer in."""
-    if run_id is None:
-        return _get_or_create_run(conn, name, plan, inputs)[0]
-    held = conn.execute(select(Run.id).where(Run.id == run_id).with_for_update(read=True, key_share=True)).first()
-    if held is None:  # removed by another node's failed ingest just now: create it in this transaction
-        run_id, _ = _get_or_create_run(conn, name, plan, inputs)
-        conn.execute(select(Run.id).where(Run.id == run_id).with_for_update(read=True, key_share=True)).one()
-    for g in sorted(plan.ranks):
-        conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%s::int4, %s::int4)", (run_id, g))
-    return run_id
 
 
 def _rank_ids(conn: Connection, run_id: int, run_name: str, plan: RankPlan) -> dict[int, int]:
@@ -556,8 +467,12 @@ def _load(
     done = 0
     if progress:
         progress("start", "", 0, total)
-    with _run_scope(engine, run_name, plan, inputs) as run_id, engine.begin() as conn:
-        run_id = _hold_run(conn, run_id, run_name, plan, inputs)
+    def find_or_create(c: Connection) -> tuple[int, bool]:
+        return _get_or_create_run(c, run_name, plan, inputs)
+
+    # PostgreSQL: the run is made and committed first, then held with this ingest's ranks (bulk.hold_run)
+    with bulk.run_scope(engine, find_or_create) as early_id, engine.begin() as conn:
+        run_id = bulk.hold_run(conn, early_id, plan.ranks, find_or_create)
         present = set(
             conn.execute(
                 select(Rank.global_rank, SourceFile.sha256)
