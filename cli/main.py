@@ -11,6 +11,7 @@ import click
 from profdb.store import errors
 
 from .ingest import formats_command, ingest_command, ranks_command, runs_command
+from .query import query_cmd, sql_cmd
 
 
 class ProfdbGroup(click.Group):
@@ -37,6 +38,8 @@ cli.add_command(ingest_command)
 cli.add_command(runs_command)
 cli.add_command(ranks_command)
 cli.add_command(formats_command)
+cli.add_command(query_cmd)
+cli.add_command(sql_cmd)
 
 
 def main() -> None:
