@@ -12,6 +12,7 @@ from profdb.store import errors
 
 from .ingest import formats_command, ingest_command, ranks_command, runs_command
 from .query import query_cmd, sql_cmd
+from .transfer import export_command, merge_command
 
 
 class ProfdbGroup(click.Group):
@@ -40,6 +41,8 @@ cli.add_command(ranks_command)
 cli.add_command(formats_command)
 cli.add_command(query_cmd)
 cli.add_command(sql_cmd)
+cli.add_command(export_command)
+cli.add_command(merge_command)
 
 
 def main() -> None:

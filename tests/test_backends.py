@@ -4,7 +4,6 @@ idempotency, rollback, same answers from every view on both, and PostgreSQL's ow
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import subprocess
 import sys
@@ -24,13 +23,10 @@ from profdb.store.errors import InputError, StoreError
 from profdb.store.ingest import ingest_paths
 from profdb.store.identity import IdentityFlags
 
-SAMPLES = Path(os.environ.get("PROFDB_SAMPLES", Path(__file__).resolve().parents[2] / "shared" / "samples"))
-if not SAMPLES.exists():
-    SAMPLES = Path("/work/shared/samples")
+SAMPLES = Path(__file__).parent / "data"  # real profiler outputs (tests/data/SOURCES.txt)
 TORCHRUN4 = SAMPLES / "kineto" / "torchrun4_cpu"
 ROCPROF_2025 = SAMPLES / "rocprofv3_csv" / "rocm-systems_2025-08"
 HTA_2RANKS = SAMPLES / "kineto" / "hta_trace_filter_2ranks"
-needs_samples = pytest.mark.skipif(not TORCHRUN4.exists(), reason=f"samples not found at {SAMPLES}")
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> Any:
@@ -59,7 +55,6 @@ def rows(url: str, sql: str) -> list[tuple[Any, ...]]:
 # ----------------------------------------------------------------------------- both backends
 
 
-@needs_samples
 def test_ingest_samples_runs_and_ranks(store_url: str) -> None:
     r = run_cli("ingest", str(TORCHRUN4), "--run", "ddp4", "--db", store_url)
     assert r.exit_code == 0, r.output
@@ -81,7 +76,6 @@ def test_ingest_samples_runs_and_ranks(store_url: str) -> None:
     assert max(per_rank, key=lambda g: per_rank[g]) == 2
 
 
-@needs_samples
 def test_reingest_is_a_noop(store_url: str) -> None:
     first = ingest_paths([TORCHRUN4], store_url, run="ddp4")
     assert len(first.ingested) == 4
@@ -175,7 +169,6 @@ def _norm(v: Any) -> Any:
     return v
 
 
-@needs_samples
 def test_views_answer_the_same_on_both_backends(pg_url: str, tmp_path: Path) -> None:
     write_rocprof_run(tmp_path / "gen", ranks=3, dispatches=400)
     sqlite_url = f"sqlite:///{tmp_path / 'profdb.db'}"
