@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from sqlalchemy import Connection, Engine, Float, cast, func, select
+from sqlalchemy import Connection, Engine, Float, cast, func, insert, select, update
 
 from . import bulk
 from .db import display_url, open_db, resolve_url, sqlite_path
@@ -197,7 +197,7 @@ def _find_or_create_run(run: Any) -> Callable[[Connection], tuple[int, bool]]:
             )
         if world is None and run.world_size is not None:
             conn.execute(
-                Run.__table__.update().where(Run.id == run_id, Run.world_size.is_(None)).values(world_size=run.world_size)
+                update(Run).where(Run.id == run_id, Run.world_size.is_(None)).values(world_size=run.world_size)
             )
         return int(run_id), created
 
@@ -208,7 +208,7 @@ def _copy_run(src: Engine, dst: Engine, name: str, allow_dupes: bool, progress: 
     with src.connect() as s:
         run = s.execute(select(Run.__table__).where(Run.name == name)).one()
         ranks = {r.id: r for r in s.execute(select(Rank.__table__).where(Rank.run_id == run.id))}
-        files = s.execute(select(SourceFile.__table__).where(SourceFile.run_id == run.id).order_by(SourceFile.id)).all()
+        files = list(s.execute(select(SourceFile.__table__).where(SourceFile.run_id == run.id).order_by(SourceFile.id)))
         find_or_create = _find_or_create_run(run)
         with bulk.run_scope(dst, find_or_create) as early_id, dst.begin() as d:
             run_id = bulk.hold_run(d, early_id, [r.global_rank for r in ranks.values()], find_or_create)
@@ -267,7 +267,7 @@ def _map_ranks(d: Connection, run_id: int, run_name: str, src_ranks: dict[int, A
         old = existing.get(r.global_rank)
         if old is None:
             res = d.execute(
-                Rank.__table__.insert()
+                insert(Rank)
                 .values(run_id=run_id, global_rank=r.global_rank, **{f: getattr(r, f) for f in _RANK_FIELDS})
                 .returning(Rank.id)
             )
@@ -282,7 +282,7 @@ def _map_ranks(d: Connection, run_id: int, run_name: str, src_ranks: dict[int, A
                 )
         fill = {f: getattr(r, f) for f in _RANK_FIELDS if getattr(old, f) is None and getattr(r, f) is not None}
         if fill:
-            d.execute(Rank.__table__.update().where(Rank.id == old.id).values(**fill))
+            d.execute(update(Rank).where(Rank.id == old.id).values(**fill))
         out[sid] = int(old.id)
     return out
 
@@ -329,7 +329,7 @@ def _copy_files(
     rows = result.rows
     for n, f in enumerate(todo, 1):
         res = d.execute(
-            SourceFile.__table__.insert()
+            insert(SourceFile)
             .values(
                 run_id=run_id, rank_id=rank_map[f.rank_id], path=f.path, sha256=f.sha256, size_bytes=f.size_bytes,
                 format=f.format, content_kind=f.content_kind, rows=f.rows, time_base_ns=f.time_base_ns,
@@ -348,10 +348,10 @@ def _copy_files(
             progress(run.name, n, len(todo))
     # steps of the copied files
     ids = list(source_map)
-    steps = []
+    steps: list[tuple[int, ...]] = []
     for i in range(0, len(ids), 500):
         q = select(Step.rank_id, Step.step, Step.source_id, Step.start_ns, Step.duration_ns)
-        steps += s.execute(q.where(Step.source_id.in_(ids[i : i + 500]))).all()
+        steps += [tuple(r) for r in s.execute(q.where(Step.source_id.in_(ids[i : i + 500])))]
     bulk.add_steps(d, [(rank_map[r[0]], r[1], source_map[r[2]], r[3], r[4]) for r in steps])
     rows["step"] = len(steps)
     rows["summary"] = _copy_summaries(s, d, run, files, todo, ranks, rank_map, names)
@@ -419,10 +419,10 @@ def _copy_summaries(
             part = s.execute(q).all()
         else:
             ids = [f.id for f in fs]
-            counted = dict(s.execute(
+            counted: dict[int, int] = dict(s.execute(
                 select(_ACT.c.source_id, func.count()).where(_ACT.c.source_id.in_(ids)).group_by(_ACT.c.source_id)
             ).all())
-            counters = dict(s.execute(
+            counters: dict[int, int] = dict(s.execute(
                 select(_CTR.c.source_id, func.count()).where(_CTR.c.source_id.in_(ids)).group_by(_CTR.c.source_id)
             ).all())
             for f in fs:
