@@ -10,6 +10,7 @@ import click
 
 from profdb.store import errors
 
+from .compare import compare_command, tag_command, trend_command
 from .ingest import formats_command, ingest_command, ranks_command, runs_command
 
 
@@ -37,6 +38,9 @@ cli.add_command(ingest_command)
 cli.add_command(runs_command)
 cli.add_command(ranks_command)
 cli.add_command(formats_command)
+cli.add_command(compare_command)
+cli.add_command(trend_command)
+cli.add_command(tag_command)
 
 
 def main() -> None:
