@@ -12,6 +12,7 @@ from profdb.store import errors
 
 from .compare import compare_command, tag_command, trend_command
 from .ingest import formats_command, ingest_command, ranks_command, runs_command
+from .query import query_cmd, sql_cmd
 
 
 class ProfdbGroup(click.Group):
@@ -38,6 +39,8 @@ cli.add_command(ingest_command)
 cli.add_command(runs_command)
 cli.add_command(ranks_command)
 cli.add_command(formats_command)
+cli.add_command(query_cmd)
+cli.add_command(sql_cmd)
 cli.add_command(compare_command)
 cli.add_command(trend_command)
 cli.add_command(tag_command)

@@ -131,10 +131,14 @@ def resolve_file(
     flags: IdentityFlags,
     manifest_cache: dict[Path, RankManifest | None] | None = None,
     stop: Path | None = None,
+    section: bool = False,
 ) -> Identity:
-    """Combine every source for one file. Raises RankIdentityError naming the file."""
+    """Combine every source for one file. Raises RankIdentityError naming the file.
+
+    ``section``: the hint is one rank section of a file holding several ranks (a merged Metrix
+    file): the file's own path and manifest speak for the file as a whole, not for this section."""
     cache = manifest_cache if manifest_cache is not None else {}
-    mpath = find_manifest(path, stop)
+    mpath = None if section else find_manifest(path, stop)
     manifest = None
     if mpath is not None:
         if mpath not in cache:
@@ -145,7 +149,9 @@ def resolve_file(
         candidates.append(_Candidate(_manifest_hint(manifest), f"rank manifest {mpath}"))
     if file_hint.origin or any(getattr(file_hint, f) is not None for f in _FIELDS):
         candidates.append(_Candidate(file_hint, f"in-file metadata ({file_hint.origin or 'file'})"))
-    if flags.rank_from_path:
+    if section:
+        pass
+    elif flags.rank_from_path:
         candidates.insert(0, _Candidate(regex_hint(path, re.compile(flags.rank_from_path)), "--rank-from-path"))
     else:
         ph = path_hint(path)

@@ -27,7 +27,7 @@ from .errors import InputError, ProfdbError, RankIdentityError
 from .identity import Identity, IdentityFlags, RankClaim, RankPlan, check_claims, missing_ranks, resolve_file
 from .manifest import MANIFEST_NAME, RankManifest
 from .models import Name, Rank, Run, SourceFile
-from .readers.base import Reader
+from .readers.base import Reader, has_rank_sections
 from .records import Activity, Aggregate, Counter, SourceInfo
 
 BATCH = 20000
@@ -45,6 +45,13 @@ class InputFile:
     size: int
     sha256: str
     claim: RankClaim | None = None
+    #: index into info.ranks for one rank section of a multi-rank file; None for a one-rank file
+    section: int | None = None
+
+    def records(self) -> Iterator[Any]:
+        if self.section is not None:
+            return self.reader.read_rank(self.path, self.info, self.section)  # type: ignore[attr-defined, no-any-return]
+        return self.reader.read(self.path, self.info)
 
 
 @dataclass
@@ -164,7 +171,20 @@ def prepare(
     manifests: dict[Path, RankManifest | None] = {}
     for path, reader in files:
         info = reader.inspect(path)
-        inp = InputFile(path, reader, info, path.stat().st_size, sha256_of(path))
+        size, sha = path.stat().st_size, sha256_of(path)
+        if info.ranks and has_rank_sections(reader):
+            if flags.rank is not None or flags.rank_from_path:
+                raise RankIdentityError(
+                    f"{path}: this {info.format} file holds {len(info.ranks)} ranks, each named inside it; "
+                    "--rank / --rank-from-path cannot apply to it: ingest it without those flags"
+                )
+            for index, hint in enumerate(info.ranks):
+                inp = InputFile(path, reader, info, size, sha, section=index)
+                ident = resolve_file(path, hint, flags, manifests, section=True)
+                inp.claim = RankClaim(path, info.format, info.kind, ident)
+                inputs.append(inp)
+            continue
+        inp = InputFile(path, reader, info, size, sha)
         ident = resolve_file(path, info.hint, flags, manifests)
         inp.claim = RankClaim(path, info.format, info.kind, ident)
         inputs.append(inp)
@@ -513,7 +533,7 @@ def _load(
             )
             source_id = int(res.inserted_primary_key[0])  # type: ignore[index]
             try:
-                counts = writer.write(rank_id, source_id, inp.reader.read(inp.path, inp.info))
+                counts = writer.write(rank_id, source_id, inp.records())
             except ProfdbError:
                 raise
             except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError) as e:

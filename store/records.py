@@ -92,10 +92,17 @@ class SourceInfo:
     ``kind`` names the file's content within its format (e.g. "kernel_trace"), so two files of the
     same kind claiming one rank can be told apart from a rank folder holding several kinds.
     ``time_base_ns`` is added to every timestamp the reader yields to get the file's absolute clock
-    (Kineto's baseTimeNanoseconds; 0 when timestamps are already absolute)."""
+    (Kineto's baseTimeNanoseconds; 0 when timestamps are already absolute).
+
+    ``ranks`` is empty for the usual one-rank file. A file holding several ranks (a merged Metrix
+    file with ``rank_<r>:`` key prefixes, a rocpd database of several processes) lists one hint per
+    rank section here; the reader then also has ``read_rank(path, info, index)`` streaming only the
+    records of ``info.ranks[index]`` (see readers/base.py). ``hint`` still describes the file as a
+    whole (e.g. Metrix's ``_rank`` block, which is the writer's identity, not the sections')."""
 
     format: str
     kind: str = ""
     hint: RankHint = field(default_factory=RankHint)
     time_base_ns: int = 0
     metadata: dict[str, Any] = field(default_factory=dict)
+    ranks: list[RankHint] = field(default_factory=list)

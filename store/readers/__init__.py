@@ -11,10 +11,14 @@ from types import ModuleType
 from typing import cast
 
 from ..errors import InputError
-from . import kineto_json, rocprof_csv
-from .base import Reader
+from . import kineto_json, metrix, nsys_sqlite, rocpd_sqlite, rocprof_csv, rocprof_json, rpd_sqlite
+from .base import Reader, has_rank_sections
 
-READERS: list[Reader] = [cast(Reader, m) for m in (rocprof_csv, kineto_json)]
+# SQLite formats first (detected by their tables), then JSON/CSV formats detected by their head.
+READERS: list[Reader] = [
+    cast(Reader, m)
+    for m in (rocpd_sqlite, rpd_sqlite, nsys_sqlite, rocprof_json, metrix, rocprof_csv, kineto_json)
+]
 
 
 def by_name(name: str) -> Reader:
@@ -36,4 +40,4 @@ def formats() -> list[tuple[str, str]]:
     return [(r.NAME, r.DESCRIPTION) for r in READERS]
 
 
-__all__ = ["READERS", "Reader", "by_name", "detect", "formats", "ModuleType"]
+__all__ = ["READERS", "Reader", "by_name", "detect", "formats", "has_rank_sections", "ModuleType"]

@@ -6,6 +6,18 @@
 ``inspect(path) -> SourceInfo``     cheap: identity hints and time base, without streaming the rows
 ``read(path, info) -> Iterator[Record]``   streams Activity / Counter / Aggregate records
 
+Optional, for files that hold several ranks (merged Metrix output with ``rank_<r>:`` key prefixes,
+a rocpd database of several processes):
+
+``read_rank(path, info, index) -> Iterator[Record]``
+    streams only the records of rank section ``info.ranks[index]``.
+
+A reader that can return a non-empty ``SourceInfo.ranks`` from ``inspect`` must provide
+``read_rank`` (``has_rank_sections(reader)`` tells). The ingest then treats each section as its own
+input: it resolves the identity of ``info.ranks[index]`` (a RankHint like ``info.hint``) and loads
+``read_rank(path, info, index)`` under that rank; it never calls ``read`` for such a file (``read``
+still yields every section's records one after the other, for tools that do not care about ranks).
+
 Readers know nothing of the database. They raise ``InputError`` naming the file on bad input.
 Helpers here are shared by readers: opening .gz transparently, peeking at a file's head.
 """
@@ -31,6 +43,17 @@ class Reader(Protocol):
     def inspect(self, path: Path) -> SourceInfo: ...
 
     def read(self, path: Path, info: SourceInfo) -> Iterator[Record]: ...
+
+
+class MultiRankReader(Reader, Protocol):
+    """A reader whose files may hold several ranks (``SourceInfo.ranks`` non-empty)."""
+
+    def read_rank(self, path: Path, info: SourceInfo, index: int) -> Iterator[Record]: ...
+
+
+def has_rank_sections(reader: object) -> bool:
+    """True if ``reader`` can split a multi-rank file (provides ``read_rank``)."""
+    return callable(getattr(reader, "read_rank", None))
 
 
 GZIP_MAGIC = b"\x1f\x8b"

@@ -1,0 +1,70 @@
+"""The cross-rank metrics, defined once (DESIGN.md "Metrics"; docs/queries.md).
+
+Per run and name, T_r is the total time of that name on rank r, 0 where the rank never ran it.
+Over the N ranks of the run:
+
+- mean = sum_r T_r / N, in integer ns (floor), so the SQL views give the same numbers;
+- imbalance = max_r T_r / mean_r T_r (exact ratio, 1.0 = perfect balance; None when all are 0);
+- recoverable = max - mean: the time the slowest rank would save if the work were balanced;
+- cv = population standard deviation / mean (coefficient of variation; None when the mean is 0);
+- slowest / fastest rank: the rank with the largest / smallest T_r, ties to the lowest global rank.
+
+Pure functions on plain numbers: no database here."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+
+@dataclass(frozen=True)
+class Spread:
+    """How one quantity is spread over ranks (or steps, or hosts)."""
+
+    n: int
+    total: int
+    mean: int
+    max: int
+    min: int
+    imbalance: float | None
+    recoverable: int
+    cv: float | None
+    #: positions (into the input sequence) of the largest and smallest value, ties to the first
+    argmax: int
+    argmin: int
+
+
+def spread(values: Sequence[int]) -> Spread:
+    """Metrics of ``values`` (one per rank, in rank order; zeros for absent ranks included)."""
+    if not values:
+        raise ValueError("spread() of no values")
+    n = len(values)
+    total = sum(values)
+    hi = max(values)
+    lo = min(values)
+    mean = total // n
+    exact_mean = total / n
+    imbalance = hi * n / total if total > 0 else None
+    if exact_mean > 0:
+        var = sum((v - exact_mean) ** 2 for v in values) / n
+        cv: float | None = math.sqrt(var) / exact_mean
+    else:
+        cv = None
+    return Spread(
+        n=n,
+        total=total,
+        mean=mean,
+        max=hi,
+        min=lo,
+        imbalance=imbalance,
+        recoverable=hi - mean,
+        cv=cv,
+        argmax=values.index(hi),
+        argmin=values.index(lo),
+    )
+
+
+def ratio(value: int | float, mean: int | float) -> float | None:
+    """value / mean, or None when the mean is 0 (used for "x the mean" columns)."""
+    return value / mean if mean else None

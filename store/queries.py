@@ -1,0 +1,912 @@
+"""The cross-rank questions: imbalance and stragglers, hotspots, steps, per-rank time split, plain SQL.
+
+Every question returns a ``Result``: column ``headers``, ``rows`` (raw values: integer ns in
+``*_ns`` columns, ratios as floats), a one-line ``headline`` (the verdict: most likely straggler and
+why) and ``notes`` (choices made, data that is missing). The CLI prints headline and notes on stderr
+and renders the rows; nothing here knows about output formats.
+
+All figures come from the per-(rank, name, kind) ``summary`` table (and ``step``), never from a scan
+of ``activity``, with SQLAlchemy Core that runs unchanged on SQLite and PostgreSQL. The few per-name
+numbers that need more than SUM/MAX/MIN (coefficient of variation, slowest rank, absent ranks) are
+computed in Python on the small per-rank result of the top names. The metrics are defined once, in
+``metrics.py``; the SQL views of migration 0002 (``imbalance_v``, ``hotspot_v``...) answer the same
+questions for sqlite3/psql users and the tests check that both agree.
+
+Communication (category ``communication`` from ``classify.py``: NCCL/RCCL kernels, ``gloo:*`` /
+``nccl:*`` annotations, c10d ops) is reported apart and read inverted: time in a collective is mostly
+waiting for the slowest peer, so the rank that waits *least* is the likely straggler."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Iterable, Sequence
+
+from sqlalchemy import Connection, desc, func, select
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.sql import ColumnElement, text
+
+from .errors import QueryError
+from .metrics import Spread, ratio, spread
+from .models import Name, Rank, Run, Step, Summary
+from .records import KINDS
+
+COMM = "communication"
+#: ``--kind gpu``: everything that runs on the device
+GPU_KINDS: tuple[str, ...] = ("kernel", "memcpy", "memset")
+KIND_ALIASES: dict[str, tuple[str, ...]] = {"gpu": GPU_KINDS}
+#: CPU-only runs (e.g. torchrun with gloo) have no device activity: fall back to CPU operators
+FALLBACK_KINDS: tuple[str, ...] = ("cpu_op",)
+#: where collective waiting is best measured, best first: device kernels (NCCL/RCCL), device-side
+#: annotations, host annotations (gloo:all_reduce runs on gloo's worker for the whole collective),
+#: then host ops (c10d::allreduce_ is mostly the launch) and API calls
+COMM_KIND_ORDER: tuple[str, ...] = ("kernel", "gpu_annotation", "annotation", "cpu_op", "api")
+GROUP_BY = ("rank", "host", "local-rank")
+
+_run = Run.__table__
+_rank = Rank.__table__
+_name = Name.__table__
+_sum = Summary.__table__
+_step = Step.__table__
+
+
+@dataclass
+class Result:
+    headers: list[str]
+    rows: list[tuple[Any, ...]]
+    #: one line, the answer in words (e.g. the likely straggler and why); None when there is none
+    headline: str | None = None
+    #: further lines for the reader (stderr): choices made, missing data
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RankRef:
+    id: int
+    global_rank: int
+    hostname: str | None
+    local_rank: int | None
+
+    def label(self) -> str:
+        where = ", ".join(
+            p
+            for p in (
+                f"host {self.hostname}" if self.hostname is not None else "",
+                f"local_rank {self.local_rank}" if self.local_rank is not None else "",
+            )
+            if p
+        )
+        return f"rank {self.global_rank}" + (f" ({where})" if where else "")
+
+
+@dataclass(frozen=True)
+class RunScope:
+    id: int
+    name: str
+    world_size: int | None
+    #: ranks that have data, ordered by global rank
+    ranks: tuple[RankRef, ...]
+
+    def missing_ranks(self) -> list[int]:
+        """Ranks 0..world_size-1 with no data at all (nothing ingested for them)."""
+        if not self.world_size:
+            return []
+        have = {r.global_rank for r in self.ranks}
+        return [g for g in range(self.world_size) if g not in have]
+
+
+# ---------------------------------------------------------------------------------------------
+# run, kinds, name filter
+
+
+def resolve_run(conn: Connection, run: str | None = None) -> RunScope:
+    """The run named ``run`` (or with that id), or the most recent run when None."""
+    q = select(_run.c.id, _run.c.name, _run.c.world_size)
+    if run is None:
+        row = conn.execute(q.order_by(desc(_run.c.created_at), desc(_run.c.id)).limit(1)).first()
+        if row is None:
+            raise QueryError("the store has no runs yet; ingest some profiles first (profdb ingest PATH...)")
+    else:
+        row = conn.execute(q.where(_run.c.name == run)).first()
+        if row is None and run.isdigit():
+            row = conn.execute(q.where(_run.c.id == int(run))).first()
+        if row is None:
+            names = conn.execute(
+                select(_run.c.name).order_by(desc(_run.c.created_at), desc(_run.c.id)).limit(8)
+            ).scalars().all()
+            known = ", ".join(names) if names else "none: ingest some profiles first"
+            raise QueryError(f"no run named {run!r} in the store; known runs (newest first): {known}")
+    ranks = conn.execute(
+        select(_rank.c.id, _rank.c.global_rank, _rank.c.hostname, _rank.c.local_rank)
+        .where(_rank.c.run_id == row.id)
+        .order_by(_rank.c.global_rank)
+    ).all()
+    return RunScope(
+        id=row.id,
+        name=row.name,
+        world_size=row.world_size,
+        ranks=tuple(RankRef(r.id, r.global_rank, r.hostname, r.local_rank) for r in ranks),
+    )
+
+
+def parse_kinds(kind: str | Sequence[str] | None) -> tuple[str, ...] | None:
+    """``"kernel"``, ``"kernel,memcpy"``, ``"gpu"`` (kernel, memcpy, memset) or a list of those."""
+    if kind is None:
+        return None
+    parts = [kind] if isinstance(kind, str) else list(kind)
+    out: list[str] = []
+    for part in parts:
+        for k in (p.strip() for p in part.split(",")):
+            if not k:
+                continue
+            for kk in KIND_ALIASES.get(k, (k,)):
+                if kk not in KINDS:
+                    raise QueryError(
+                        f"unknown kind {kk!r}; choose from {', '.join(KINDS)} or 'gpu' (kernel, memcpy, memset)"
+                    )
+                if kk not in out:
+                    out.append(kk)
+    if not out:
+        raise QueryError("--kind is empty; choose from " + ", ".join(KINDS))
+    return tuple(out)
+
+
+def like_pattern(name_like: str | None) -> str | None:
+    """An SQL LIKE pattern, matched case-insensitively; without a ``%`` it matches a substring."""
+    if name_like is None or name_like == "":
+        return None
+    return name_like if "%" in name_like else f"%{name_like}%"
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What a run holds, from one small query: summary rows and total ns per (kind, category)."""
+
+    rows: dict[tuple[str, str], int]
+    total_ns: dict[tuple[str, str], int]
+
+    @property
+    def kinds(self) -> set[str]:
+        return {k for k, _c in self.rows}
+
+    def comm_kind(self) -> str | None:
+        have = {k for k, c in self.rows if c == COMM}
+        for k in COMM_KIND_ORDER:
+            if k in have:
+                return k
+        return sorted(have)[0] if have else None
+
+    def kind_total(self, kinds: Iterable[str]) -> int:
+        ks = set(kinds)
+        return sum(v for (k, _c), v in self.total_ns.items() if k in ks)
+
+
+def run_facts(conn: Connection, scope: RunScope) -> RunFacts:
+    rows = conn.execute(
+        select(_sum.c.kind, _sum.c.category, func.count(), func.sum(_sum.c.total_ns))
+        .select_from(_sum.join(_rank, _rank.c.id == _sum.c.rank_id))
+        .where(_rank.c.run_id == scope.id)
+        .group_by(_sum.c.kind, _sum.c.category)
+    ).all()
+    return RunFacts({(k, c): int(n) for k, c, n, _t in rows}, {(k, c): int(t or 0) for k, c, _n, t in rows})
+
+
+def select_kinds(
+    conn: Connection,
+    scope: RunScope,
+    kind: str | Sequence[str] | None,
+    default: tuple[str, ...],
+    facts: RunFacts | None = None,
+) -> tuple[tuple[str, ...], list[str]]:
+    """The kinds to report, and notes about the choice. Without ``kind``: ``default`` when the run has
+    any of it, else CPU operators (a CPU-only run), else whatever kinds the run has."""
+    chosen = parse_kinds(kind)
+    present = (facts or run_facts(conn, scope)).kinds
+    if not present:
+        raise QueryError(
+            f"run {scope.name!r} has no timed activity in the store (no summary rows); "
+            "ingest its profiles (profdb ingest PATH...) or choose another --run"
+        )
+    if chosen is not None:
+        notes = []
+        if not any(k in present for k in chosen):
+            notes.append(
+                f"run {scope.name!r} has no {'/'.join(chosen)} activity; it has: {', '.join(sorted(present))}"
+            )
+        return chosen, notes
+    if any(k in present for k in default):
+        return default, []
+    fallback = tuple(k for k in FALLBACK_KINDS if k in present) or tuple(sorted(present))
+    return fallback, [
+        f"run {scope.name!r} has no GPU activity ({'/'.join(default)}); showing {'/'.join(fallback)} "
+        "instead (pass --kind to choose)"
+    ]
+
+
+def comm_kind(conn: Connection, scope: RunScope, facts: RunFacts | None = None) -> str | None:
+    """The kind whose communication rows best measure collective waiting in this run (see
+    ``COMM_KIND_ORDER``), or None when the run has no communication at all."""
+    return (facts or run_facts(conn, scope)).comm_kind()
+
+
+def _where(scope: RunScope, kinds: Iterable[str], pattern: str | None) -> list[ColumnElement[bool]]:
+    cond: list[ColumnElement[bool]] = [_rank.c.run_id == scope.id, _sum.c.kind.in_(sorted(set(kinds)))]
+    if pattern is not None:
+        cond.append(_name.c.value.ilike(pattern))
+    return cond
+
+
+def _from(with_name: bool) -> Any:
+    j = _sum.join(_rank, _rank.c.id == _sum.c.rank_id)
+    if with_name:
+        j = j.join(_name, _name.c.id == _sum.c.name_id)
+    return j
+
+
+#: per rank id: total ns per (kind, category)
+RankTotals = dict[int, dict[tuple[str, str], int]]
+
+
+def rank_totals(conn: Connection, scope: RunScope, kinds: Iterable[str], pattern: str | None = None) -> RankTotals:
+    """Per rank: total ns per (kind, category) over ``kinds`` (names LIKE ``pattern`` only, if given)."""
+    rows = conn.execute(
+        select(_sum.c.rank_id, _sum.c.kind, _sum.c.category, func.sum(_sum.c.total_ns))
+        .select_from(_from(pattern is not None))
+        .where(*_where(scope, kinds, pattern))
+        .group_by(_sum.c.rank_id, _sum.c.kind, _sum.c.category)
+    ).all()
+    out: RankTotals = defaultdict(dict)
+    for rank_id, kind, cat, total in rows:
+        out[rank_id][(kind, cat)] = int(total or 0)
+    return out
+
+
+def _busy(totals: RankTotals, scope: RunScope, kinds: Iterable[str], exclude: tuple[str, ...] = (COMM,)) -> list[int]:
+    """Per rank, in rank order: time in ``kinds`` outside the ``exclude`` categories."""
+    ks = set(kinds)
+    return [
+        sum(v for (k, c), v in totals.get(r.id, {}).items() if k in ks and c not in exclude) for r in scope.ranks
+    ]
+
+
+def _in_category(totals: RankTotals, scope: RunScope, kinds: Iterable[str], category: str) -> list[int]:
+    ks = set(kinds)
+    return [sum(v for (k, c), v in totals.get(r.id, {}).items() if k in ks and c == category) for r in scope.ranks]
+
+
+# ---------------------------------------------------------------------------------------------
+# the verdict: which rank is the likely straggler, and why
+
+
+@dataclass(frozen=True)
+class Verdict:
+    rank: RankRef | None
+    line: str
+
+
+def _pct(value: int, mean: int) -> str:
+    if not mean:
+        return "n/a"
+    return f"{(value - mean) * 100 / mean:+.0f}%"
+
+
+def fmt_ns(ns: int | float) -> str:
+    """Readable time for sentences (tables get their own formatting in the CLI)."""
+    v = float(ns)
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if abs(v) >= scale:
+            return f"{v / scale:.3g} {unit}"
+    return f"{v:.0f} ns"
+
+
+_COMM_WHAT = {
+    "kernel": "communication kernels",
+    "gpu_annotation": "communication annotations on the device",
+    "annotation": "communication annotations",
+    "cpu_op": "communication ops",
+    "api": "communication API calls",
+}
+
+
+def straggler(
+    conn: Connection,
+    scope: RunScope,
+    kinds: Sequence[str],
+    facts: RunFacts | None = None,
+    totals: RankTotals | None = None,
+) -> Verdict:
+    """The most likely straggler of the run: the rank that waits least in collectives (when the run
+    has communication on at least two ranks), else the rank with the most busy time in ``kinds``.
+    ``totals`` must cover ``kinds`` and the communication kind when given."""
+    if len(scope.ranks) < 2:
+        return Verdict(None, f"run {scope.name!r} has {len(scope.ranks)} rank: no straggler to find")
+    ck = comm_kind(conn, scope, facts)
+    if totals is None:
+        totals = rank_totals(conn, scope, set(kinds) | ({ck} if ck else set()))
+    b = spread(_busy(totals, scope, kinds))
+    busiest = scope.ranks[b.argmax]
+    what = "/".join(kinds)
+    busy_why = f"the most {what} time ({fmt_ns(b.max)}, {_pct(b.max, b.mean)} vs mean {fmt_ns(b.mean)})"
+    balanced_busy = b.max - b.min <= 0.02 * max(b.mean, 1)
+    if ck is not None:
+        wait = _in_category(totals, scope, (ck,), COMM)
+        if sum(1 for w in wait if w > 0) >= 2:
+            c = spread(wait)
+            least = scope.ranks[c.argmin]
+            if c.max - c.min <= 0.02 * max(c.mean, 1) and balanced_busy:
+                return Verdict(
+                    None, f"no clear straggler in run {scope.name!r}: ranks within 2% in {what} and in collectives"
+                )
+            why = (
+                f"waits least in collectives ({_COMM_WHAT.get(ck, ck)} {fmt_ns(c.min)}, "
+                f"{_pct(c.min, c.mean)} vs mean {fmt_ns(c.mean)})"
+            )
+            if balanced_busy:
+                why += (
+                    f"; its {what} time is like the others' (within 2%), so the delay is outside the "
+                    "profiled activity (CPU work, data loading, launches)"
+                )
+            elif least.id == busiest.id:
+                why += f" and has {busy_why}"
+            else:
+                why += f"; rank {busiest.global_rank} has {busy_why}"
+            return Verdict(least, f"likely straggler: {least.label()}: {why}")
+    if balanced_busy:
+        return Verdict(
+            None, f"no clear straggler in run {scope.name!r}: ranks within 2% in {what} (no collectives to compare)"
+        )
+    return Verdict(busiest, f"likely straggler: {busiest.label()}: it has {busy_why} (no collectives to compare)")
+
+
+def _scope_notes(scope: RunScope) -> list[str]:
+    notes = []
+    missing = scope.missing_ranks()
+    if missing:
+        shown = ", ".join(map(str, missing[:20])) + (" ..." if len(missing) > 20 else "")
+        notes.append(
+            f"run {scope.name!r}: world_size {scope.world_size} but {len(missing)} rank(s) have no data "
+            f"and are not in these figures: {shown}"
+        )
+    return notes
+
+
+# ---------------------------------------------------------------------------------------------
+# imbalance
+
+
+IMBALANCE_HEADERS = [
+    "name",
+    "kind",
+    "category",
+    "calls",
+    "mean_ns",
+    "max_ns",
+    "min_ns",
+    "imbalance",
+    "recoverable_ns",
+    "cv",
+    "slowest_rank",
+    "slowest_host",
+    "slowest_local_rank",
+    "fastest_rank",
+    "fastest_host",
+    "fastest_local_rank",
+    "suspect_rank",
+    "missing_ranks",
+]
+
+
+@dataclass(frozen=True)
+class NameGroup:
+    kind: str
+    name_id: int
+    name: str
+    category: str
+    calls: int
+    total: int
+    max: int
+
+
+def _name_groups(conn: Connection, scope: RunScope, kinds: Iterable[str], pattern: str | None) -> list[NameGroup]:
+    """Per (kind, name) of ``kinds`` in the run: calls, total and largest T_r (one GROUP BY)."""
+    rows = conn.execute(
+        select(
+            _sum.c.kind,
+            _sum.c.name_id,
+            _name.c.value,
+            func.min(_sum.c.category),
+            func.sum(_sum.c.calls),
+            func.sum(_sum.c.total_ns),
+            func.max(_sum.c.total_ns),
+        )
+        .select_from(_from(True))
+        .where(*_where(scope, kinds, pattern))
+        .group_by(_sum.c.kind, _sum.c.name_id, _name.c.value)
+    ).all()
+    return [NameGroup(k, int(i), v, c, int(n), int(t or 0), int(m or 0)) for k, i, v, c, n, t, m in rows]
+
+
+def _top(groups: Iterable[NameGroup], n_ranks: int, top: int, by: str) -> list[NameGroup]:
+    """Largest recoverable time (n * max - total, exact in integers) or largest total; ties by name."""
+    if by == "recoverable":
+        ordered = sorted(groups, key=lambda g: (-(g.max * n_ranks - g.total), g.name, g.kind))
+    else:
+        ordered = sorted(groups, key=lambda g: (-g.total, g.name, g.kind))
+    return ordered[:top] if top > 0 else ordered
+
+
+def _rank_values(
+    conn: Connection, scope: RunScope, groups: Sequence[NameGroup]
+) -> dict[tuple[str, int], tuple[list[int], set[int]]]:
+    """For each (kind, name_id): T_r in rank order (0 where absent) and the positions of the ranks
+    that have the name."""
+    pos = {r.id: i for i, r in enumerate(scope.ranks)}
+    out = {(g.kind, g.name_id): ([0] * len(scope.ranks), set[int]()) for g in groups}
+    name_ids = sorted({g.name_id for g in groups})
+    kinds = sorted({g.kind for g in groups})
+    for chunk in (name_ids[i : i + 500] for i in range(0, len(name_ids), 500)):
+        rows = conn.execute(
+            select(_sum.c.kind, _sum.c.name_id, _sum.c.rank_id, _sum.c.total_ns)
+            .select_from(_sum.join(_rank, _rank.c.id == _sum.c.rank_id))
+            .where(_rank.c.run_id == scope.id, _sum.c.name_id.in_(chunk), _sum.c.kind.in_(kinds))
+        ).all()
+        for kind, name_id, rank_id, total in rows:
+            entry = out.get((kind, name_id))
+            if entry is not None:
+                entry[0][pos[rank_id]] = int(total)
+                entry[1].add(pos[rank_id])
+    return out
+
+
+def _missing(scope: RunScope, present: set[int]) -> str:
+    return ",".join(str(r.global_rank) for i, r in enumerate(scope.ranks) if i not in present)
+
+
+def _imbalance_row(scope: RunScope, g: NameGroup, values: list[int], present: set[int]) -> tuple[Any, ...]:
+    s = spread(values)
+    slow = scope.ranks[s.argmax]
+    fast = scope.ranks[s.argmin]
+    suspect = fast if g.category == COMM else slow
+    return (
+        g.name,
+        g.kind,
+        g.category,
+        g.calls,
+        s.mean,
+        s.max,
+        s.min,
+        s.imbalance,
+        s.recoverable,
+        s.cv,
+        slow.global_rank,
+        slow.hostname,
+        slow.local_rank,
+        fast.global_rank,
+        fast.hostname,
+        fast.local_rank,
+        suspect.global_rank,
+        _missing(scope, present),
+    )
+
+
+def imbalance(
+    conn: Connection,
+    run: str | None = None,
+    kind: str | Sequence[str] | None = None,
+    top: int = 20,
+    name_like: str | None = None,
+    by: str = "rank",
+) -> Result:
+    """Which names are imbalanced across ranks, and which rank is the straggler (``by="rank"``);
+    or the same rolled up by hostname (slow node) or local_rank (slow GPU slot)."""
+    if by not in GROUP_BY:
+        raise QueryError(f"unknown grouping {by!r}; choose from {', '.join(GROUP_BY)}")
+    scope = resolve_run(conn, run)
+    if not scope.ranks:
+        raise QueryError(f"run {scope.name!r} has no ranks; ingest its profiles first")
+    facts = run_facts(conn, scope)
+    kinds, notes = select_kinds(conn, scope, kind, ("kernel",), facts)
+    notes += _scope_notes(scope)
+    pattern = like_pattern(name_like)
+    ck = facts.comm_kind()
+    if by != "rank":
+        return _imbalance_by_group(conn, scope, kinds, ck, pattern, by, notes)
+    groups = _name_groups(conn, scope, set(kinds) | ({ck} if ck else set()), pattern)
+    n = len(scope.ranks)
+    compute = _top([g for g in groups if g.kind in kinds and g.category != COMM], n, top, "recoverable")
+    comm = _top([g for g in groups if g.kind == ck and g.category == COMM], n, top, "recoverable")
+    values = _rank_values(conn, scope, compute + comm)
+    rows = [_imbalance_row(scope, g, *values[(g.kind, g.name_id)]) for g in compute + comm]
+    verdict = straggler(conn, scope, kinds, facts)
+    if ck is not None:
+        notes.append(
+            f"communication ({ck} rows, after the {'/'.join(kinds)} rows) is read inverted: the rank that "
+            "waits least (fastest_rank) is the suspect"
+        )
+    if not rows:
+        notes.append("no names match" + (f" {name_like!r}" if name_like else ""))
+    return Result(list(IMBALANCE_HEADERS), rows, verdict.line, notes)
+
+
+GROUP_HEADERS = {
+    "host": "hostname",
+    "local-rank": "local_rank",
+}
+
+
+def _imbalance_by_group(
+    conn: Connection,
+    scope: RunScope,
+    kinds: Sequence[str],
+    ck: str | None,
+    pattern: str | None,
+    by: str,
+    notes: list[str],
+) -> Result:
+    key_col = GROUP_HEADERS[by]
+
+    def key_of(r: RankRef) -> Any:
+        return r.hostname if by == "host" else r.local_rank
+
+    totals = rank_totals(conn, scope, set(kinds) | ({ck} if ck else set()), pattern)
+    busy = _busy(totals, scope, kinds)
+    wait = _in_category(totals, scope, (ck,), COMM) if ck else [0] * len(busy)
+    overall_busy = spread(busy)
+    overall_wait = spread(wait)
+    groups: dict[Any, list[int]] = defaultdict(list)
+    for i, r in enumerate(scope.ranks):
+        groups[key_of(r)].append(i)
+
+    # per (name, group) totals, for the name that most exceeds its run-wide mean on each group
+    col = _rank.c.hostname if by == "host" else _rank.c.local_rank
+    per_name = conn.execute(
+        select(_name.c.value, col, func.sum(_sum.c.total_ns))
+        .select_from(_from(True))
+        .where(*_where(scope, kinds, pattern), _sum.c.category != COMM)
+        .group_by(_sum.c.kind, _sum.c.name_id, _name.c.value, col)
+    ).all()
+    n = len(scope.ranks)
+    name_total: dict[str, int] = defaultdict(int)
+    for name, _g, total in per_name:
+        name_total[name] += int(total)
+    best: dict[Any, tuple[int, str]] = {}
+    for name, g, total in per_name:
+        excess = int(total) // len(groups[g]) - name_total[name] // n
+        cur = best.get(g)
+        if cur is None or excess > cur[0] or (excess == cur[0] and name < cur[1]):
+            best[g] = (excess, name)
+
+    rows = []
+    for g, members in groups.items():
+        sb = sum(busy[i] for i in members)
+        sw = sum(wait[i] for i in members)
+        slow_i = max(members, key=lambda i: (busy[i], -i))
+        top_excess, top_name = best.get(g, (0, None))
+        rows.append(
+            (
+                g,
+                len(members),
+                sb // len(members),
+                ratio(sb * n, overall_busy.total * len(members)),
+                sw // len(members),
+                ratio(sw * n, overall_wait.total * len(members)) if ck else None,
+                scope.ranks[slow_i].global_rank,
+                top_name,
+                top_excess if top_name is not None else None,
+            )
+        )
+    rows.sort(key=lambda r: (-r[2], str(r[0])))
+    headers = [
+        key_col,
+        "ranks",
+        "compute_ns",
+        "compute_vs_mean",
+        "communication_ns",
+        "communication_vs_mean",
+        "slowest_rank",
+        "top_name",
+        "top_name_excess_ns",
+    ]
+    what = "host" if by == "host" else "GPU slot (local_rank)"
+    if all(r[0] is None for r in rows):
+        field_name = "hostname" if by == "host" else "local_rank"
+        headline = (
+            f"the ranks of run {scope.name!r} have no {field_name}: nothing to roll up (ingest with rank manifests "
+            f"from profdb record, or --rank-from-path with (?P<{field_name}>...))"
+        )
+    elif len(rows) < 2:
+        headline = f"one {what} only ({rows[0][0] if rows else 'none'}): nothing to compare"
+    else:
+        slow = rows[0]
+        label = f"{slow[0]}" if by == "host" else f"local_rank {slow[0]}"
+        why = f"{fmt_ns(slow[2])} of {'/'.join(kinds)} per rank, {slow[3]:.2f}x the mean" if slow[3] else "no busy time"
+        least_wait = min(rows, key=lambda r: (r[4], str(r[0])))
+        if ck and overall_wait.total:
+            if least_wait[0] == slow[0]:
+                why += f"; its ranks wait least in collectives ({least_wait[5]:.2f}x the mean)"
+            else:
+                why += f"; ranks waiting least in collectives: {least_wait[0]} ({least_wait[5]:.2f}x the mean)"
+        if slow[7] is not None and slow[8] is not None:
+            why += f"; most excess in {slow[7]} (+{fmt_ns(slow[8])} per rank)"
+        headline = f"slowest {what}: {label}: {why}"
+        if by == "host" and any(r[0] is None for r in rows):
+            notes.append("some ranks have no hostname (row with an empty hostname)")
+        if by == "local-rank" and any(r[0] is None for r in rows):
+            notes.append("some ranks have no local_rank (row with an empty local_rank)")
+    notes.append(
+        "compute_ns / communication_ns: mean per rank of the group; *_vs_mean: against the mean over all ranks"
+    )
+    return Result(headers, rows, headline, notes)
+
+
+# ---------------------------------------------------------------------------------------------
+# hotspots
+
+
+HOTSPOT_HEADERS = [
+    "name",
+    "kind",
+    "category",
+    "total_ns",
+    "share_pct",
+    "calls",
+    "mean_ns",
+    "ranks",
+    "rank_min_ns",
+    "rank_max_ns",
+    "rank_cv",
+]
+
+
+def hotspots(
+    conn: Connection,
+    run: str | None = None,
+    kind: str | Sequence[str] | None = None,
+    top: int = 20,
+    name_like: str | None = None,
+) -> Result:
+    """Where the time goes: total across ranks, share of the kinds' total, calls, mean duration,
+    and how the name's time is spread over the ranks."""
+    scope = resolve_run(conn, run)
+    if not scope.ranks:
+        raise QueryError(f"run {scope.name!r} has no ranks; ingest its profiles first")
+    facts = run_facts(conn, scope)
+    kinds, notes = select_kinds(conn, scope, kind, ("kernel",), facts)
+    notes += _scope_notes(scope)
+    grand_total = facts.kind_total(kinds)
+    groups = _top(_name_groups(conn, scope, kinds, like_pattern(name_like)), len(scope.ranks), top, "total")
+    values = _rank_values(conn, scope, groups)
+    rows = []
+    for g in groups:
+        v, present = values[(g.kind, g.name_id)]
+        s = spread(v)
+        rows.append(
+            (
+                g.name,
+                g.kind,
+                g.category,
+                s.total,
+                100.0 * s.total / grand_total if grand_total else None,
+                g.calls,
+                s.total // g.calls if g.calls else None,
+                len(present),
+                s.min,
+                s.max,
+                s.cv,
+            )
+        )
+    headline = None
+    if rows and grand_total:
+        headline = (
+            f"run {scope.name!r}: {fmt_ns(grand_total)} of {'/'.join(kinds)} time over {len(scope.ranks)} ranks; "
+            f"top: {rows[0][0]} ({rows[0][4]:.1f}%)"
+        )
+    notes.append(
+        f"share_pct: of all {'/'.join(kinds)} time in the run; mean_ns: per call; "
+        "rank_*: T_r over ranks (0 where absent)"
+    )
+    return Result(list(HOTSPOT_HEADERS), rows, headline, notes)
+
+
+# ---------------------------------------------------------------------------------------------
+# steps
+
+
+STEP_HEADERS = [
+    "step",
+    "ranks",
+    "mean_ns",
+    "max_ns",
+    "min_ns",
+    "imbalance",
+    "recoverable_ns",
+    "slowest_rank",
+    "slowest_host",
+    "slowest_local_rank",
+    "fastest_rank",
+    "fastest_host",
+    "fastest_local_rank",
+]
+
+
+def steps(conn: Connection, run: str | None = None) -> Result:
+    """Per step (ProfilerStep#N), how long each rank took: which rank is slowest, and how often."""
+    scope = resolve_run(conn, run)
+    notes = _scope_notes(scope)
+    by_id = {r.id: r for r in scope.ranks}
+    data = conn.execute(
+        select(_step.c.step, _step.c.rank_id, _step.c.duration_ns)
+        .select_from(_step.join(_rank, _rank.c.id == _step.c.rank_id))
+        .where(_rank.c.run_id == scope.id)
+        .order_by(_step.c.step, _rank.c.global_rank)
+    ).all()
+    per_step: dict[int, list[tuple[RankRef, int]]] = defaultdict(list)
+    for step, rank_id, dur in data:
+        per_step[int(step)].append((by_id[rank_id], int(dur)))
+    rows = []
+    slowest_count: dict[int, int] = defaultdict(int)
+    for step in sorted(per_step):
+        entries = per_step[step]
+        s = spread([d for _r, d in entries])
+        slow = entries[s.argmax][0]
+        fast = entries[s.argmin][0]
+        if len(entries) > 1:
+            slowest_count[slow.global_rank] += 1
+        rows.append(
+            (
+                step,
+                len(entries),
+                s.mean,
+                s.max,
+                s.min,
+                s.imbalance,
+                s.recoverable,
+                slow.global_rank,
+                slow.hostname,
+                slow.local_rank,
+                fast.global_rank,
+                fast.hostname,
+                fast.local_rank,
+            )
+        )
+    if not rows:
+        notes.append(
+            f"run {scope.name!r} has no steps: steps come from ProfilerStep#N annotations "
+            "(torch.profiler with a schedule and prof.step())"
+        )
+        return Result(list(STEP_HEADERS), rows, None, notes)
+    compared = sum(slowest_count.values())
+    if not compared:
+        return Result(list(STEP_HEADERS), rows, "each step was seen on one rank only: nothing to compare", notes)
+    ranked = sorted(slowest_count.items(), key=lambda kv: (-kv[1], kv[0]))
+    g, count = ranked[0]
+    ref = next(r for r in scope.ranks if r.global_rank == g)
+    worst = max((r[5] for r in rows if r[5] is not None), default=1.0)
+    if worst < 1.02:
+        headline = (
+            f"steps are balanced across ranks (largest step imbalance {worst:.3f}); "
+            f"slowest most often: rank {g} in {count} of {compared} steps"
+        )
+    elif len(ranked) > 1 and ranked[1][1] == count:
+        tied = ", ".join(f"rank {gg} in {c}" for gg, c in ranked[:6])
+        headline = f"no rank is the slowest more often than the others; slowest: {tied} of {compared} steps"
+    else:
+        others = ", ".join(f"rank {gg} in {c}" for gg, c in ranked[1:4])
+        headline = f"{ref.label()} is the slowest in {count} of {compared} steps"
+        if others:
+            headline += f" (then {others})"
+    partial = [st for st, e in per_step.items() if len(e) < len(scope.ranks)]
+    if partial:
+        notes.append(
+            f"{len(partial)} step(s) were not recorded on every rank; their figures use the ranks that have them"
+        )
+    return Result(list(STEP_HEADERS), rows, headline, notes)
+
+
+# ---------------------------------------------------------------------------------------------
+# per-rank split
+
+
+RANK_HEADERS = [
+    "global_rank",
+    "hostname",
+    "local_rank",
+    "compute_ns",
+    "communication_ns",
+    "memory_ns",
+    "busy_ns",
+    "compute_vs_mean",
+    "communication_vs_mean",
+]
+
+
+def rank_split(conn: Connection, run: str | None = None, kind: str | Sequence[str] | None = None) -> Result:
+    """Per rank: busy time split into compute / communication / memory, against the mean rank."""
+    scope = resolve_run(conn, run)
+    if not scope.ranks:
+        raise QueryError(f"run {scope.name!r} has no ranks; ingest its profiles first")
+    facts = run_facts(conn, scope)
+    kinds, notes = select_kinds(conn, scope, kind, GPU_KINDS, facts)
+    notes += _scope_notes(scope)
+    ck = facts.comm_kind()
+    totals = rank_totals(conn, scope, set(kinds) | ({ck} if ck else set()))
+    compute = _busy(totals, scope, kinds, exclude=(COMM, "memory"))
+    memory = _in_category(totals, scope, kinds, "memory")
+    comm = _in_category(totals, scope, (ck,), COMM) if ck else [0] * len(scope.ranks)
+    cs = spread(compute)
+    ms = spread(comm)
+    n = len(scope.ranks)
+    rows = [
+        (
+            r.global_rank,
+            r.hostname,
+            r.local_rank,
+            compute[i],
+            comm[i],
+            memory[i],
+            compute[i] + comm[i] + memory[i],
+            ratio(compute[i], cs.total / n),
+            ratio(comm[i], ms.total / n) if ck else None,
+        )
+        for i, r in enumerate(scope.ranks)
+    ]
+    verdict = straggler(conn, scope, kinds, facts, totals)
+    notes.append(
+        f"compute/memory: {'/'.join(kinds)} rows; communication: "
+        + (f"{ck} rows of category communication" if ck else "none in this run")
+    )
+    if "cpu_op" in kinds:
+        notes.append("cpu_op totals count nested operators in each of their parents (aten::linear holds aten::addmm)")
+    return Result(list(RANK_HEADERS), rows, verdict.line, notes)
+
+
+# ---------------------------------------------------------------------------------------------
+# plain SQL
+
+
+def run_sql(conn: Connection, sql: str, params: dict[str, Any] | None = None) -> Result:
+    """Run one SQL statement; rows come back with the statement's own column names."""
+    if not sql.strip():
+        raise QueryError("empty SQL; pass a statement, e.g. profdb sql \"select * from imbalance_v limit 5\"")
+    try:
+        res = conn.execute(text(sql), params or {})
+    except DBAPIError as e:
+        msg = str(e.orig).strip().splitlines()[0] if e.orig is not None else str(e)
+        raise QueryError(
+            f"SQL error: {msg}; the views are listed by "
+            "`profdb sql \"select name from sqlite_master where type='view'\"` (SQLite) and in docs/queries.md"
+        ) from e
+    except SQLAlchemyError as e:
+        raise QueryError(f"SQL error: {e}") from e
+    if not res.returns_rows:
+        return Result([], [], None, [f"{res.rowcount} row(s) affected"])
+    headers = list(res.keys())
+    return Result(headers, [tuple(_plain(v) for v in r) for r in res.all()])
+
+
+def _plain(v: Any) -> Any:
+    """PostgreSQL NUMERIC (SUM of BIGINT) comes back as Decimal: give ints and floats, like SQLite."""
+    if isinstance(v, Decimal):
+        return int(v) if v == v.to_integral_value() else float(v)
+    return v
+
+
+__all__ = [
+    "Result",
+    "RankRef",
+    "RunScope",
+    "Spread",
+    "Verdict",
+    "comm_kind",
+    "hotspots",
+    "imbalance",
+    "parse_kinds",
+    "rank_split",
+    "resolve_run",
+    "run_sql",
+    "select_kinds",
+    "steps",
+    "straggler",
+]
+

@@ -1,0 +1,223 @@
+"""Nsight Systems SQLite export (``nsys export --type sqlite``), schema 2.x (``EXPORT_META_DATA``)
+and 3.x (``META_DATA_EXPORT`` + ``META_DATA_CAPTURE``).
+
+Reads ``CUPTI_ACTIVITY_KIND_KERNEL`` (demangled names via ``StringIds``), ``..._MEMCPY`` (named
+``[CUDA memcpy Host-to-Device]`` as nsys reports do, bytes and copyKind in args), ``..._MEMSET``,
+``..._RUNTIME`` (CUDA API calls, kind ``api``) and NVTX push/pop and start/end ranges (kind
+``annotation``). ``deviceId`` is mapped to the CUDA ordinal through ``TARGET_INFO_GPU.cuDevice``
+when the export has it (``deviceId`` itself is not the ordinal). pid/tid come from the serialized
+``globalPid``/``globalTid`` (pid = (g >> 24) & 0xFFFFFF, tid = g & 0xFFFFFF).
+
+Timestamps are ns relative to the capture session; ``SourceInfo.time_base_ns`` is
+``TARGET_INFO_SESSION_START_TIME.utcEpochNs`` (absolute = time_base_ns + start).
+
+Identity: the launched process's environment, ``META_DATA_CAPTURE`` rows
+``PROCESS_<n>:ENVIRONMENT_VARIABLE`` = ``NAME="value"`` (newer nsys only), and the host from
+``TARGET_INFO_SYSTEM_ENV`` name='Hostname' (never the ``HOSTNAME`` variable, which can be the
+submit host). Older exports carry no rank: it must come from the file name or the command line.
+One report profiling several MPI ranks (``nsys profile mpirun ...``) cannot be split by rank here:
+nsys records the environment of the launched command only."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..errors import InputError
+from ..records import Activity, Record, RankHint, SourceInfo
+from .launcher_env import ALL_VARS, hint_from_env
+from .sqlite_common import columns, db_error, open_ro, relations, schema_mentions, stream
+
+NAME = "nsys"
+DESCRIPTION = "Nsight Systems SQLite export (nsys export --type sqlite): kernels, memcpy/memset, CUDA API, NVTX ranges"
+
+_KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+_MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
+_MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
+_RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+_NVTX = "NVTX_EVENTS"
+_ENV_ROW = re.compile(r"^PROCESS_(\d+):ENVIRONMENT_VARIABLE$")
+_ENV_VALUE = re.compile(r'^([A-Za-z_][A-Za-z0-9_]*)="?(.*?)"?$', re.DOTALL)
+
+#: NVTX event types that are ranges (NvtxPushPopRange, NvtxStartEndRange)
+_NVTX_RANGES = (59, 60)
+
+#: CUpti_ActivityMemcpyKind labels, for exports without ENUM_CUDA_MEMCPY_OPER
+_COPY_KINDS = {
+    0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array", 4: "Array-to-Host",
+    5: "Array-to-Array", 6: "Array-to-Device", 7: "Device-to-Array", 8: "Device-to-Device",
+    9: "Host-to-Host", 10: "Peer-to-Peer", 11: "Unified Host-to-Device", 12: "Unified Device-to-Host",
+    13: "Unified Device-to-Device",
+}  # fmt: skip
+
+
+def detect(path: Path) -> bool:
+    found = schema_mentions(path, "StringIds", "TARGET_INFO_SESSION_START_TIME", _KERNEL, _MEMCPY, _RUNTIME, _NVTX)
+    return {"StringIds", "TARGET_INFO_SESSION_START_TIME"} <= found and len(found) > 2
+
+
+def _env_rows(conn: sqlite3.Connection) -> dict[int, dict[str, str]]:
+    out: dict[int, dict[str, str]] = {}
+    for name, value in conn.execute(
+        "SELECT name, value FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS_%:ENVIRONMENT_VARIABLE'"
+    ):
+        m = _ENV_ROW.match(name)
+        if not m or not isinstance(value, str):
+            continue
+        kv = _ENV_VALUE.match(value)
+        if kv and kv.group(1) in ALL_VARS:
+            out.setdefault(int(m.group(1)), {})[kv.group(1)] = kv.group(2)
+    return out
+
+
+def inspect(path: Path) -> SourceInfo:
+    with open_ro(path) as conn:
+        try:
+            names = relations(conn)
+            if "StringIds" not in names or not ({_KERNEL, _MEMCPY, _RUNTIME, _NVTX} & set(names)):
+                raise InputError(
+                    f"{path}: SQLite file without Nsight Systems tables (StringIds, CUPTI_ACTIVITY_KIND_*); "
+                    "not an `nsys export --type sqlite` file: check the file, or pass --format"
+                )
+            hint = RankHint()
+            envs = _env_rows(conn) if "META_DATA_CAPTURE" in names else {}
+            ranks = {p: hint_from_env(e, f"META_DATA_CAPTURE PROCESS_{p} environment") for p, e in envs.items()}
+            distinct = {h.global_rank for h in ranks.values() if h.global_rank is not None}
+            if len(distinct) == 1:
+                hint = next(h for _, h in sorted(ranks.items()) if h.global_rank is not None)
+            elif ranks and not distinct:
+                hint = min(ranks.items())[1]  # local rank / world size without a global rank
+            if "TARGET_INFO_SYSTEM_ENV" in names:
+                row = conn.execute("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname' LIMIT 1").fetchone()
+                if row and isinstance(row[0], str) and row[0]:
+                    hint.hostname = row[0]
+                    hint.origin = (hint.origin + " + TARGET_INFO_SYSTEM_ENV Hostname").lstrip(" +")
+            base = 0
+            if "TARGET_INFO_SESSION_START_TIME" in names:
+                row = conn.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1").fetchone()
+                if row and isinstance(row[0], int):
+                    base = row[0]
+            export_meta = "META_DATA_EXPORT" if "META_DATA_EXPORT" in names else "EXPORT_META_DATA"
+            meta: dict[str, Any] = {}
+            if export_meta in names:
+                meta = {
+                    str(n): v
+                    for n, v in conn.execute(
+                        f"SELECT name, value FROM {export_meta} WHERE name IN "
+                        "('EXPORT_PRODUCT_VERSION', 'EXPORT_SCHEMA_VERSION')"
+                    )
+                }
+            pids: list[int] = []
+            if _KERNEL in names:
+                lo, hi = conn.execute(f"SELECT min(globalPid), max(globalPid) FROM {_KERNEL}").fetchone()
+                pids = sorted({(g >> 24) & 0xFFFFFF for g in (lo, hi) if isinstance(g, int)})
+        except sqlite3.Error as e:
+            raise db_error(path, e) from e
+    if len(pids) == 1:
+        hint.pid = pids[0]
+        hint.origin = (hint.origin + " + kernel globalPid").lstrip(" +")
+    metadata: dict[str, Any] = {
+        "nsys_version": meta.get("EXPORT_PRODUCT_VERSION"),
+        "schema_version": meta.get("EXPORT_SCHEMA_VERSION"),
+        "kernel_pids": pids,
+    }
+    if len(distinct) > 1:
+        # Several launched processes with different ranks: say so, pick none.
+        metadata["process_ranks"] = {p: h.global_rank for p, h in sorted(ranks.items())}
+    return SourceInfo(format=NAME, kind="nsys", hint=hint, time_base_ns=base, metadata=metadata)
+
+
+def read(path: Path, info: SourceInfo) -> Iterator[Record]:
+    with open_ro(path) as conn:
+        try:
+            names = relations(conn)
+            devices = _devices(conn, names)
+            if _KERNEL in names:
+                yield from _kernels(conn, devices)
+            if _MEMCPY in names:
+                yield from _memcpy(conn, names, devices)
+            if _MEMSET in names:
+                yield from _memset(conn, devices)
+            if _RUNTIME in names:
+                yield from _runtime(conn)
+            if _NVTX in names:
+                yield from _nvtx(conn)
+        except sqlite3.Error as e:
+            raise db_error(path, e) from e
+        except TypeError as e:
+            raise InputError(f"{path}: a row has an empty timestamp ({e}); the export is damaged: re-export it") from e
+
+
+def _devices(conn: sqlite3.Connection, names: dict[str, str]) -> dict[int, int]:
+    if "TARGET_INFO_GPU" not in names or "cuDevice" not in columns(conn, "TARGET_INFO_GPU"):
+        return {}
+    return {i: c for i, c in conn.execute("SELECT id, cuDevice FROM TARGET_INFO_GPU") if isinstance(c, int)}
+
+
+def _pid(g: int | None) -> int | None:
+    return (g >> 24) & 0xFFFFFF if isinstance(g, int) else None
+
+
+def _tid(g: int | None) -> int | None:
+    return g & 0xFFFFFF if isinstance(g, int) else None
+
+
+def _kernels(conn: sqlite3.Connection, devices: dict[int, int]) -> Iterator[Activity]:
+    sql = (
+        "SELECT k.start, k.end, k.deviceId, k.streamId, k.correlationId, k.globalPid, "
+        "coalesce(d.value, s.value), k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ, "
+        "k.registersPerThread, k.staticSharedMemory, k.dynamicSharedMemory "
+        f"FROM {_KERNEL} k LEFT JOIN StringIds d ON d.id = k.demangledName LEFT JOIN StringIds s ON s.id = k.shortName"
+    )
+    for r in stream(conn, sql):
+        args = json.dumps({"registers per thread": r[13], "shared memory": (r[14] or 0) + (r[15] or 0)})
+        yield Activity(
+            "kernel", r[6] or "", r[0], r[1] - r[0], None, devices.get(r[2], r[2]), r[3], r[4], _pid(r[5]), None,
+            r[7], r[8], r[9], r[10], r[11], r[12], args,
+        )  # fmt: skip
+
+
+def _memcpy(conn: sqlite3.Connection, names: dict[str, str], devices: dict[int, int]) -> Iterator[Activity]:
+    labels = dict(_COPY_KINDS)
+    if "ENUM_CUDA_MEMCPY_OPER" in names:
+        labels.update({i: str(lbl) for i, lbl in conn.execute("SELECT id, label FROM ENUM_CUDA_MEMCPY_OPER") if lbl})
+    sql = f"SELECT start, end, deviceId, streamId, correlationId, globalPid, bytes, copyKind FROM {_MEMCPY}"
+    for r in stream(conn, sql):
+        label = labels.get(r[7], str(r[7]))
+        yield Activity(
+            "memcpy", f"[CUDA memcpy {label}]", r[0], r[1] - r[0], "memory", devices.get(r[2], r[2]), r[3], r[4],
+            _pid(r[5]), None, args=json.dumps({"bytes": r[6], "copyKind": r[7]}),
+        )  # fmt: skip
+
+
+def _memset(conn: sqlite3.Connection, devices: dict[int, int]) -> Iterator[Activity]:
+    sql = f"SELECT start, end, deviceId, streamId, correlationId, globalPid, bytes FROM {_MEMSET}"
+    for r in stream(conn, sql):
+        yield Activity(
+            "memset", "[CUDA memset]", r[0], r[1] - r[0], "memory", devices.get(r[2], r[2]), r[3], r[4],
+            _pid(r[5]), None, args=json.dumps({"bytes": r[6]}),
+        )  # fmt: skip
+
+
+def _runtime(conn: sqlite3.Connection) -> Iterator[Activity]:
+    sql = (
+        f"SELECT r.start, r.end, r.correlationId, r.globalTid, s.value FROM {_RUNTIME} r "
+        "LEFT JOIN StringIds s ON s.id = r.nameId"
+    )
+    for start, end, corr, gtid, name in stream(conn, sql):
+        yield Activity("api", name or "", start, end - start, None, None, None, corr, _pid(gtid), _tid(gtid))
+
+
+def _nvtx(conn: sqlite3.Connection) -> Iterator[Activity]:
+    has_text_id = "textId" in columns(conn, _NVTX)
+    text = "coalesce(n.text, s.value)" if has_text_id else "n.text"
+    join = " LEFT JOIN StringIds s ON s.id = n.textId" if has_text_id else ""
+    sql = (
+        f"SELECT n.start, n.end, n.globalTid, {text} FROM {_NVTX} n{join} "
+        f"WHERE n.eventType IN ({', '.join(str(t) for t in _NVTX_RANGES)}) AND n.end IS NOT NULL"
+    )
+    for start, end, gtid, name in stream(conn, sql):
+        yield Activity("annotation", name or "", start, end - start, None, None, None, None, _pid(gtid), _tid(gtid))

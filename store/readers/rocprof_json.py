@@ -1,0 +1,306 @@
+"""rocprofv3 JSON (``--output-format json``): ``{"rocprofiler-sdk-tool": [ {process}, ... ]}``.
+
+Each process item holds ``metadata`` (node.hostname, pid, command), ``agents[]``, ``strings``,
+``kernel_symbols[]`` and ``buffer_records`` (``kernel_dispatch[]``, ``memory_copy[]``, ...).
+Kernel names come from ``kernel_symbols[kernel_id]`` (the formatted, demangled name, as rocprofv3's
+CSV writes it), devices from ``agents[].id.handle`` (the agent's ``node_id``, i.e. rocprofv3's
+absolute agent index, the ``Agent N`` of its CSV). Timestamps are integer ns (CLOCK_BOOTTIME).
+
+Files are GBs: they are parsed as one event stream (ijson), building one dispatch at a time.
+rocprofv3 writes the small tables (agents, strings, kernel_symbols) before ``buffer_records``; if
+a file has them after, a first pass collects only those tables (memory stays bounded by their size,
+never by the number of dispatches), and the main pass then streams the records.
+
+Counter collection (``callback_records.counter_collection``) and the API traces are not read here
+(use the CSV or rocpd output for those)."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import ijson
+
+from ..errors import InputError
+from ..records import Activity, Record, RankHint, SourceInfo
+from .base import head, open_binary, tail
+
+NAME = "rocprof-json"
+DESCRIPTION = "rocprofv3 JSON (--output-format json, rocprofiler-sdk-tool): kernel dispatches, memory copies"
+
+_ROOT_KEY = "rocprofiler-sdk-tool"
+_ITEM = _ROOT_KEY + ".item"
+_META = _ITEM + ".metadata"
+_AGENT = _ITEM + ".agents.item"
+_SYMBOL = _ITEM + ".kernel_symbols.item"
+_STRINGS = _ITEM + ".strings.buffer_records.item"
+_DISPATCH = _ITEM + ".buffer_records.kernel_dispatch.item"
+_COPY = _ITEM + ".buffer_records.memory_copy.item"
+_TABLES = {_META, _AGENT, _SYMBOL, _STRINGS}
+_RECORDS = {_DISPATCH, _COPY}
+
+#: rocprofiler_memory_copy_operation_t, used when a file has no strings table
+_COPY_OPS = [
+    "MEMORY_COPY_NONE",
+    "MEMORY_COPY_HOST_TO_HOST",
+    "MEMORY_COPY_HOST_TO_DEVICE",
+    "MEMORY_COPY_DEVICE_TO_HOST",
+    "MEMORY_COPY_DEVICE_TO_DEVICE",
+]
+
+
+def detect(path: Path) -> bool:
+    data = head(path, 4096)
+    stripped = data.lstrip()
+    return stripped[:1] == b"{" and b'"' + _ROOT_KEY.encode() + b'"' in stripped[:256]
+
+
+def _not_rocprof(path: Path, what: str) -> InputError:
+    return InputError(
+        f"{path}: {what}; this is not a complete rocprofv3 JSON output (rocprofiler-sdk-tool). "
+        "Re-run rocprofv3 with --output-format json, or re-copy the file if it was cut short"
+    )
+
+
+def inspect(path: Path) -> SourceInfo:
+    if not head(path, 1):
+        raise InputError(f"{path}: cannot read the file (empty, or a corrupt gzip stream); re-copy it")
+    # A truncated file (profiler killed, partial copy) would otherwise fail half-way through ingest.
+    if not tail(path, 4096).rstrip().endswith(b"}"):
+        raise _not_rocprof(path, "the JSON is truncated (it does not end with a closing brace)")
+    meta: dict[str, Any] | None = None
+    try:
+        with open_binary(path) as f:
+            builder: ijson.ObjectBuilder | None = None
+            for prefix, event, value in ijson.parse(f):
+                if builder is not None:
+                    builder.event(event, value)
+                    if prefix == _META and event == "end_map":
+                        meta = builder.value
+                        break
+                elif prefix == _META and event == "start_map":
+                    builder = ijson.ObjectBuilder()
+                    builder.event(event, value)
+                elif prefix == _ITEM and event == "end_map":
+                    break  # end of the first process without metadata
+    except ijson.common.IncompleteJSONError as e:
+        raise _not_rocprof(path, f"invalid JSON ({e})") from e
+    except (OSError, EOFError, zlib.error) as e:
+        raise InputError(f"{path}: cannot read the file ({e}); it is damaged: re-copy it") from e
+    if not isinstance(meta, dict):
+        raise _not_rocprof(path, "no 'metadata' section in the first process")
+    node: dict[str, Any] = meta["node"] if isinstance(meta.get("node"), dict) else {}
+    hint = RankHint(origin="rocprofiler-sdk-tool metadata")
+    if isinstance(node.get("hostname"), str) and node["hostname"]:
+        hint.hostname = node["hostname"]
+    if isinstance(meta.get("pid"), int):
+        hint.pid = meta["pid"]
+    config: dict[str, Any] = meta["config"] if isinstance(meta.get("config"), dict) else {}
+    return SourceInfo(
+        format=NAME,
+        kind="trace",
+        hint=hint,
+        metadata={
+            "command": meta.get("command"),
+            "init_time": meta.get("init_time"),
+            "fini_time": meta.get("fini_time"),
+            "machine_id": node.get("machine_id"),
+            "output_file": config.get("output_file"),
+        },
+    )
+
+
+@dataclass
+class _Tables:
+    """The small per-process tables records refer to."""
+
+    pid: int | None = None
+    agents: dict[int, int] = field(default_factory=dict)  # handle -> node_id
+    symbols: dict[int, str] = field(default_factory=dict)  # kernel_id -> name
+    copy_ops: list[str] = field(default_factory=lambda: list(_COPY_OPS))
+    has_agents: bool = False
+    has_symbols: bool = False
+    #: True once the whole file was searched for this process's tables (the first pass)
+    complete: bool = False
+
+    def add(self, prefix: str, obj: Any) -> None:
+        if not isinstance(obj, dict):
+            return
+        if prefix == _SYMBOL:
+            kid = obj.get("kernel_id")
+            if isinstance(kid, int):
+                name = obj.get("formatted_kernel_name") or obj.get("demangled_kernel_name") or obj.get("kernel_name")
+                self.symbols[kid] = str(name or "")
+        elif prefix == _AGENT:
+            handle = (obj.get("id") or {}).get("handle")
+            node_id = obj.get("node_id", obj.get("logical_node_id"))
+            if isinstance(handle, int) and isinstance(node_id, int):
+                self.agents[handle] = node_id
+        elif prefix == _STRINGS:
+            if obj.get("kind") == "MEMORY_COPY" and isinstance(obj.get("operations"), list):
+                self.copy_ops = [str(op) for op in obj["operations"]]
+        elif prefix == _META:
+            if isinstance(obj.get("pid"), int):
+                self.pid = obj["pid"]
+
+
+def _collect_tables(path: Path) -> list[_Tables]:
+    """First pass for files whose tables follow their records: the tables of every process."""
+    out: list[_Tables] = []
+    builder: ijson.ObjectBuilder | None = None
+    target = ""
+    with open_binary(path) as f:
+        for prefix, event, value in ijson.parse(f):
+            if builder is not None:
+                builder.event(event, value)
+                if prefix == target and event == "end_map":
+                    out[-1].add(target, builder.value)
+                    builder = None
+            elif event == "start_map":
+                if prefix in _TABLES:
+                    builder = ijson.ObjectBuilder()
+                    builder.event(event, value)
+                    target = prefix
+                elif prefix == _ITEM:
+                    out.append(_Tables())
+            elif event == "start_array" and out:
+                if prefix == _ITEM + ".agents":
+                    out[-1].has_agents = True
+                elif prefix == _ITEM + ".kernel_symbols":
+                    out[-1].has_symbols = True
+    return out
+
+
+def _handle(obj: Any) -> int | None:
+    if isinstance(obj, dict):
+        v = obj.get("handle")
+        return v if isinstance(v, int) else None
+    return obj if isinstance(obj, int) else None
+
+
+def read(path: Path, info: SourceInfo) -> Iterator[Record]:
+    try:
+        yield from _read(path)
+    except ijson.common.IncompleteJSONError as e:
+        raise _not_rocprof(path, f"invalid or truncated JSON ({e})") from e
+    except (OSError, EOFError, zlib.error) as e:
+        raise InputError(f"{path}: cannot read the file ({e}); it is damaged: re-copy it") from e
+    except (KeyError, TypeError) as e:
+        raise InputError(
+            f"{path}: a record lacks an expected field ({e!r}); the file is from an unsupported "
+            "rocprofv3 version or damaged: re-export it with rocprofv3 --output-format json"
+        ) from e
+
+
+def _read(path: Path) -> Iterator[Record]:
+    procs: list[_Tables] = []
+    prepass: list[_Tables] | None = None
+    builder: ijson.ObjectBuilder | None = None
+    target = ""
+    cur = _Tables()
+    with open_binary(path) as f:
+        for prefix, event, value in ijson.parse(f):
+            if builder is not None:
+                builder.event(event, value)
+                if event != "end_map" or prefix != target:
+                    continue
+                obj = builder.value
+                builder = None
+                if target in _TABLES:
+                    cur.add(target, obj)
+                    continue
+                if not cur.complete and not (cur.has_agents and (cur.has_symbols or target != _DISPATCH)):
+                    # Records before their tables: collect every process's tables once, up front.
+                    if prepass is None:
+                        prepass = _collect_tables(path)
+                    idx = len(procs) - 1
+                    if idx < 0 or idx >= len(prepass):
+                        raise _not_rocprof(path, "records found outside a process item")
+                    cur = prepass[idx]
+                    cur.complete = True
+                    procs[idx] = cur
+                if target == _DISPATCH:
+                    if not cur.has_symbols:
+                        raise _not_rocprof(path, "a process has kernel dispatches but no 'kernel_symbols' table")
+                    yield _dispatch(path, obj, cur)
+                else:
+                    yield _copy(obj, cur)
+            elif event == "start_map":
+                if prefix in _TABLES or prefix in _RECORDS:
+                    builder = ijson.ObjectBuilder()
+                    builder.event(event, value)
+                    target = prefix
+                elif prefix == _ITEM:
+                    cur = _Tables()
+                    procs.append(cur)
+            elif event == "start_array":
+                if prefix == _ITEM + ".agents":
+                    cur.has_agents = True
+                elif prefix == _ITEM + ".kernel_symbols":
+                    cur.has_symbols = True
+    if not procs:
+        raise _not_rocprof(path, f"no '{_ROOT_KEY}' process list")
+
+
+def _dispatch(path: Path, d: dict[str, Any], t: _Tables) -> Activity:
+    di = d["dispatch_info"]
+    kid = di["kernel_id"]
+    name = t.symbols.get(kid)
+    if name is None:
+        raise InputError(
+            f"{path}: dispatch {di.get('dispatch_id')} refers to kernel_id {kid}, which is not in "
+            "kernel_symbols; the file is damaged or incomplete: re-run rocprofv3"
+        )
+    start = d["start_timestamp"]
+    wg = di.get("workgroup_size") or {}
+    grid = di.get("grid_size") or {}
+    stream = _handle(d.get("stream_id"))
+    agent = _handle(di.get("agent_id"))
+    return Activity(
+        "kernel",
+        name,
+        start,
+        d["end_timestamp"] - start,
+        None,
+        t.agents.get(agent) if agent is not None else None,
+        stream if stream is not None else _handle(di.get("queue_id")),
+        (d.get("correlation_id") or {}).get("internal"),
+        t.pid,
+        d.get("thread_id"),
+        grid.get("x"),
+        grid.get("y"),
+        grid.get("z"),
+        wg.get("x"),
+        wg.get("y"),
+        wg.get("z"),
+        None,
+    )
+
+
+def _copy(d: dict[str, Any], t: _Tables) -> Activity:
+    op = d.get("operation")
+    name = t.copy_ops[op] if isinstance(op, int) and 0 <= op < len(t.copy_ops) else f"MEMORY_COPY_{op}"
+    src = _handle(d.get("src_agent_id"))
+    dst = _handle(d.get("dst_agent_id"))
+    src_dev = t.agents.get(src) if src is not None else None
+    dst_dev = t.agents.get(dst) if dst is not None else None
+    start = d["start_timestamp"]
+    args: dict[str, Any] = {"src_agent": src_dev, "dst_agent": dst_dev}
+    if isinstance(d.get("bytes"), int):
+        args["bytes"] = d["bytes"]
+    return Activity(
+        "memcpy",
+        name,
+        start,
+        d["end_timestamp"] - start,
+        "memory",
+        dst_dev if dst_dev else src_dev,
+        _handle(d.get("stream_id")),
+        (d.get("correlation_id") or {}).get("internal"),
+        t.pid,
+        d.get("thread_id"),
+        args=json.dumps(args),
+    )

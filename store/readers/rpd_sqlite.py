@@ -1,0 +1,156 @@
+"""Legacy RPD SQLite (rocmProfileData ``rpd_tracer``, rocm-trace-lite ``rtl``), plain or gzipped.
+
+Tables: ``rocpd_string(id, string)``, ``rocpd_op(id, gpuId, queueId, sequenceId, start, end,
+description_id, opType_id)`` (GPU work), ``rocpd_api(id, pid, tid, start, end, apiName_id, args_id)``
+(host calls), ``rocpd_api_ops(api_id, op_id)``, ``rocpd_kernelapi(api_ptr_id | api_id, stream,
+gridX.., workgroupX.., kernelName_id)``, ``rocpd_copyapi(... size ...)``, ``rocpd_metadata(tag, value)``.
+Timestamps are integer ns.
+
+Ops: ``KernelExecution`` and ``Task`` (kernels run by a hipGraph) are kernels named by their
+description (or the kernel api's name); ``Copy*`` are memcpy named by the op type
+(``CopyHostToDevice``), with bytes from rocpd_copyapi.size or rtl's ``CopyDeviceToDevice:<bytes>``
+description; ``FillBuffer`` is a memset; ``UserMarker`` ops (rtl ROCTx, gpuId -1) are annotations.
+Barrier and marker packets carry no work and are skipped. API rows become ``api`` activity, except
+``UserMarker`` rows (rpd_tracer ROCTx ranges: the message is in args) which become annotations.
+Devices are ``gpuId`` (an HSA agent index, not a rank); streams are ``queueId``.
+
+Identity: none in the file (no rank, no host). The hint carries the pid when the file names a single
+one: rtl's ``rocpd_metadata`` tag ``pid``, else a single distinct ``rocpd_api.pid``."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..errors import InputError
+from ..records import Activity, Record, RankHint, SourceInfo
+from .sqlite_common import columns, db_error, open_ro, relations, schema_mentions, stream
+
+NAME = "rpd"
+DESCRIPTION = "legacy RPD / rocm-trace-lite SQLite (.rpd, .db, .rpd.gz): GPU ops (kernels, copies), HIP API, ROCTx"
+
+_KERNEL_OPS = {"KernelExecution", "Task"}
+_SKIP_OPS = re.compile(r"^(Barrier|Marker)", re.IGNORECASE)
+_BYTES_IN_DESC = re.compile(r":(\d+)$")
+
+
+def detect(path: Path) -> bool:
+    found = schema_mentions(path, "rocpd_op", "rocpd_string", "rocpd_info_process")
+    return {"rocpd_op", "rocpd_string"} <= found and "rocpd_info_process" not in found
+
+
+def inspect(path: Path) -> SourceInfo:
+    with open_ro(path) as conn:
+        try:
+            names = relations(conn)
+            missing = {"rocpd_op", "rocpd_string"} - set(names)
+            if missing:
+                raise InputError(
+                    f"{path}: SQLite file without the RPD table(s) {', '.join(sorted(missing))}; not an RPD "
+                    "trace (rpd_tracer / rocm-trace-lite): check the file, or pass --format"
+                )
+            meta: list[tuple[str, str]] = []
+            if "rocpd_metadata" in names:
+                meta = [(str(t), str(v)) for t, v in conn.execute("SELECT tag, value FROM rocpd_metadata")]
+            api_pids: list[int] = []
+            if "rocpd_api" in names:
+                lo, hi = conn.execute("SELECT min(pid), max(pid) FROM rocpd_api").fetchone()
+                api_pids = sorted({p for p in (lo, hi) if isinstance(p, int)})
+        except sqlite3.Error as e:
+            raise db_error(path, e) from e
+    hint = RankHint()
+    meta_pids = sorted({int(v) for t, v in meta if t == "pid" and v.isdigit()})
+    if len(meta_pids) == 1:
+        hint.pid, hint.origin = meta_pids[0], "rocpd_metadata pid"
+    elif not meta_pids and len(api_pids) == 1:
+        hint.pid, hint.origin = api_pids[0], "rocpd_api.pid"
+    metadata: dict[str, Any] = {k: v for k, v in meta if k in ("schema_version", "session_count")}
+    metadata["pids"] = meta_pids or api_pids
+    return SourceInfo(format=NAME, kind="rpd", hint=hint, metadata=metadata)
+
+
+def read(path: Path, info: SourceInfo) -> Iterator[Record]:
+    with open_ro(path) as conn:
+        try:
+            names = relations(conn)
+            yield from _ops(conn, names)
+            if "rocpd_api" in names:
+                yield from _apis(conn)
+        except sqlite3.Error as e:
+            raise db_error(path, e) from e
+        except TypeError as e:
+            raise InputError(
+                f"{path}: an RPD row has an empty start/end time ({e}); the trace is damaged: re-record it"
+            ) from e
+
+
+def _ops(conn: sqlite3.Connection, names: dict[str, str]) -> Iterator[Activity]:
+    # Link each op to one launching API call (rocpd_api_ops), then to its kernel/copy arguments.
+    link = ""
+    api_cols = "NULL, NULL, NULL"
+    kern_cols = "NULL, NULL, NULL, NULL, NULL, NULL, NULL"
+    copy_col = "NULL"
+    joins = ""
+    if "rocpd_api_ops" in names:
+        link = " LEFT JOIN (SELECT op_id, min(api_id) AS api_id FROM rocpd_api_ops GROUP BY op_id) L ON L.op_id = o.id"
+        api_cols = "L.api_id, a.pid, a.tid" if "rocpd_api" in names else "L.api_id, NULL, NULL"
+        if "rocpd_api" in names:
+            joins += " LEFT JOIN rocpd_api a ON a.id = L.api_id"
+        if "rocpd_kernelapi" in names:
+            kcols = set(columns(conn, "rocpd_kernelapi"))
+            key = "api_ptr_id" if "api_ptr_id" in kcols else "api_id"
+            kern_cols = "k.gridX, k.gridY, k.gridZ, k.workgroupX, k.workgroupY, k.workgroupZ, ks.string"
+            joins += f" LEFT JOIN rocpd_kernelapi k ON k.{key} = L.api_id LEFT JOIN rocpd_string ks ON ks.id = k.kernelName_id"
+        if "rocpd_copyapi" in names:
+            ccols = set(columns(conn, "rocpd_copyapi"))
+            key = "api_ptr_id" if "api_ptr_id" in ccols else "api_id"
+            copy_col = "c.size"
+            joins += f" LEFT JOIN rocpd_copyapi c ON c.{key} = L.api_id"
+    sql = (
+        "SELECT o.start, o.end, o.gpuId, o.queueId, d.string, t.string, "
+        f"{api_cols}, {kern_cols}, {copy_col} "
+        "FROM rocpd_op o LEFT JOIN rocpd_string d ON d.id = o.description_id "
+        f"LEFT JOIN rocpd_string t ON t.id = o.opType_id{link}{joins}"
+    )
+    for r in stream(conn, sql):
+        start, end, gpu, queue, desc, optype = r[0], r[1], r[2], r[3], r[4] or "", r[5] or ""
+        api_id, pid, tid = r[6], r[7], r[8]
+        if optype in _KERNEL_OPS:
+            yield Activity(
+                "kernel", desc or r[15] or optype, start, end - start, None, gpu, queue, api_id, pid, tid,
+                r[9], r[10], r[11], r[12], r[13], r[14], None,
+            )  # fmt: skip
+        elif optype.startswith("Copy"):
+            size = r[16]
+            if size is None:
+                m = _BYTES_IN_DESC.search(desc)
+                size = int(m.group(1)) if m else None
+            yield Activity(
+                "memcpy", optype, start, end - start, "memory", gpu, queue, api_id, pid, tid,
+                args=json.dumps({"bytes": size}) if size is not None else None,
+            )  # fmt: skip
+        elif optype.startswith("Fill"):
+            yield Activity("memset", optype, start, end - start, "memory", gpu, queue, api_id, pid, tid)
+        elif optype == "UserMarker":
+            yield Activity("annotation", desc or optype, start, end - start, None, None, None, api_id, pid, tid)
+        elif _SKIP_OPS.match(optype):
+            continue
+        else:
+            # An op type this reader does not know: keep it as GPU work under its own name.
+            yield Activity("kernel", desc or optype, start, end - start, None, gpu, queue, api_id, pid, tid)
+
+
+def _apis(conn: sqlite3.Connection) -> Iterator[Activity]:
+    sql = (
+        "SELECT a.id, a.pid, a.tid, a.start, a.end, n.string, g.string FROM rocpd_api a "
+        "LEFT JOIN rocpd_string n ON n.id = a.apiName_id LEFT JOIN rocpd_string g ON g.id = a.args_id"
+    )
+    for api_id, pid, tid, start, end, name, args in stream(conn, sql):
+        name = name or ""
+        if name == "UserMarker":
+            yield Activity("annotation", args or name, start, end - start, None, None, None, api_id, pid, tid)
+        else:
+            yield Activity("api", name, start, end - start, None, None, None, api_id, pid, tid)

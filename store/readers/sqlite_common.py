@@ -1,0 +1,142 @@
+"""Helpers shared by the SQLite-based readers (rocpd, legacy RPD, nsys).
+
+Inputs are opened read-only (``file:...?mode=ro`` URI) and rows are streamed with a cursor
+(``fetchmany``), never a whole table in memory. A gzipped database (``trace.rpd.gz``) is
+decompressed to a temporary file, which is deleted when the connection is closed.
+Detection looks at the header bytes and the schema only (``sqlite_master``), never at rows.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import sqlite3
+import tempfile
+import zlib
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+from urllib.parse import quote
+
+from ..errors import InputError
+from .base import SQLITE_MAGIC, head, is_gzip
+
+#: rows per fetchmany() batch
+BATCH = 5000
+
+def is_sqlite(path: Path) -> bool:
+    """True if the (possibly gzipped) file starts with the SQLite header."""
+    return head(path, len(SQLITE_MAGIC)) == SQLITE_MAGIC
+
+
+def schema_head(path: Path, size: int = 1 << 20) -> bytes:
+    """The first bytes of the decompressed database. Page 1 holds ``sqlite_master`` and the
+    schema pages follow, so table names can be searched here without opening a .gz copy."""
+    return head(path, size)
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    uri = "file:" + quote(str(path.resolve())) + "?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True)
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return conn
+    except sqlite3.OperationalError:
+        # A WAL database in a read-only folder cannot create its -shm file: open it immutable.
+        conn = sqlite3.connect(uri + "&immutable=1", uri=True)
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return conn
+
+
+@contextmanager
+def open_ro(path: Path) -> Iterator[sqlite3.Connection]:
+    """A read-only connection to ``path`` (gzip decompressed to a temporary copy first).
+
+    Raises InputError naming the file when it is not a readable SQLite database."""
+    tmp: str | None = None
+    target = path
+    try:
+        if is_gzip(path):
+            fd, tmp = tempfile.mkstemp(prefix="profdb-", suffix=".sqlite")
+            try:
+                with os.fdopen(fd, "wb") as out, gzip.open(path, "rb") as src:
+                    shutil.copyfileobj(src, out, 1 << 20)
+            except (OSError, EOFError, zlib.error) as e:
+                raise InputError(
+                    f"{path}: the gzip stream is truncated or corrupt ({e}); re-copy the file, "
+                    "or decompress it with `gunzip` and ingest the .db itself"
+                ) from e
+            target = Path(tmp)
+        try:
+            conn = _connect(target)
+        except sqlite3.DatabaseError as e:
+            raise InputError(
+                f"{path}: cannot open as an SQLite database ({e}); the file is damaged or not "
+                "profiler output: re-copy it from the profiler's output folder"
+            ) from e
+        try:
+            yield conn
+        finally:
+            conn.close()
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def relations(conn: sqlite3.Connection) -> dict[str, str]:
+    """Every table and view name -> its type ("table" or "view")."""
+    return {name: kind for name, kind in conn.execute("SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view')")}
+
+
+def columns(conn: sqlite3.Connection, relation: str) -> list[str]:
+    return [row[1] for row in conn.execute(f'PRAGMA table_info("{relation}")')]
+
+
+def has_relation(names: dict[str, str] | set[str], base: str) -> bool:
+    """True if ``base`` exists as a table/view, or as a table carrying a suffix (``base_<uuid>``)."""
+    return base in names or any(n.startswith(base + "_") for n in names)
+
+
+def stream(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...] = (), batch: int = BATCH) -> Iterator[tuple[Any, ...]]:
+    """Rows of a query, fetched ``batch`` at a time."""
+    cur = conn.execute(sql, params)
+    try:
+        while True:
+            rows = cur.fetchmany(batch)
+            if not rows:
+                return
+            yield from rows
+    finally:
+        cur.close()
+
+
+def quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def db_error(path: Path, e: sqlite3.Error) -> InputError:
+    return InputError(
+        f"{path}: reading the database failed ({e}); the file is damaged or from an unsupported "
+        "profiler version: re-copy it, or check it opens with `sqlite3`"
+    )
+
+
+def schema_mentions(path: Path, *names: str) -> set[str]:
+    """Which of ``names`` the database defines as a table or view (also with a ``_<uuid>``
+    suffix). Cheap: reads the schema only; for a .gz copy, searches the decompressed head
+    (the schema pages come first). Empty if the file is not an SQLite database."""
+    try:
+        if not is_sqlite(path):
+            return set()
+        if is_gzip(path):
+            blob = schema_head(path)
+            return {n for n in names if n.encode() in blob}
+        with open_ro(path) as conn:
+            rel = relations(conn)
+    except (InputError, OSError, sqlite3.Error):
+        return set()
+    return {n for n in names if has_relation(rel, n)}

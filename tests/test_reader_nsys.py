@@ -1,0 +1,140 @@
+"""Nsight Systems SQLite reader: both real exports (schema 2.9.1 and 3.13.2) and damaged inputs.
+Expected values come from plain sqlite3 queries on the nsys tables."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from profdb.store import readers
+from profdb.store.errors import InputError
+from profdb.store.readers import nsys_sqlite
+from profdb.store.records import Activity
+
+DATA = Path(__file__).parent / "data" / "nsys_sqlite"
+CLOVERLEAF = DATA / "perlmutter-cloverleaf-cuda.sqlite"  # nsys 2024.5, META_DATA_CAPTURE with env rows
+SAXPY = DATA / "saxpy-mpi-cuda_nsys_perlmutter0.sqlite"  # nsys 2022.2, EXPORT_META_DATA, no env rows
+
+
+def _sql(db: Path, query: str) -> list[tuple[object, ...]]:
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute(query).fetchall()
+    finally:
+        conn.close()
+
+
+def _tables(db: Path) -> set[str]:
+    return {str(r[0]) for r in _sql(db, "SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def _expected(db: Path) -> dict[str, tuple[int, int, set[str]]]:
+    """kind -> (rows, total duration, distinct names), from the nsys tables."""
+    tables = _tables(db)
+    out: dict[str, tuple[int, int, set[str]]] = {}
+    rows = _sql(db, "SELECT s.value, k.end - k.start FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName")
+    out["kernel"] = (len(rows), sum(int(r[1]) for r in rows), {str(r[0]) for r in rows})  # type: ignore[call-overload]
+    rows = _sql(db, "SELECT copyKind, end - start FROM CUPTI_ACTIVITY_KIND_MEMCPY")
+    labels = {1: "Host-to-Device", 2: "Device-to-Host", 8: "Device-to-Device", 10: "Peer-to-Peer"}
+    out["memcpy"] = (len(rows), sum(int(r[1]) for r in rows), {f"[CUDA memcpy {labels[int(r[0])]}]" for r in rows})  # type: ignore[call-overload]
+    if "CUPTI_ACTIVITY_KIND_MEMSET" in tables:
+        rows = _sql(db, "SELECT end - start FROM CUPTI_ACTIVITY_KIND_MEMSET")
+        if rows:
+            out["memset"] = (len(rows), sum(int(r[0]) for r in rows), {"[CUDA memset]"})  # type: ignore[call-overload]
+    rows = _sql(db, "SELECT s.value, r.end - r.start FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId")
+    out["api"] = (len(rows), sum(int(r[1]) for r in rows), {str(r[0]) for r in rows})  # type: ignore[call-overload]
+    if "NVTX_EVENTS" in tables:
+        rows = _sql(
+            db,
+            "SELECT coalesce(n.text, s.value), n.end - n.start FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
+            "WHERE n.eventType IN (59, 60) AND n.end IS NOT NULL",
+        )
+        out["annotation"] = (len(rows), sum(int(r[1]) for r in rows), {str(r[0]) for r in rows})  # type: ignore[call-overload]
+    return {k: v for k, v in out.items() if v[0]}
+
+
+def _actual(db: Path) -> dict[str, tuple[int, int, set[str]]]:
+    acc: dict[str, tuple[int, int, set[str]]] = {}
+    for r in nsys_sqlite.read(db, nsys_sqlite.inspect(db)):
+        assert isinstance(r, Activity)
+        n, total, names = acc.get(r.kind, (0, 0, set()))
+        acc[r.kind] = (n + 1, total + r.duration_ns, names | {r.name})
+    return acc
+
+
+@pytest.mark.parametrize("db", [CLOVERLEAF, SAXPY], ids=["schema-3.13", "schema-2.9"])
+def test_counts_durations_names_match_sql(db: Path) -> None:
+    assert readers.detect(db) is nsys_sqlite
+    assert _actual(db) == _expected(db)
+
+
+def test_cloverleaf_identity_from_capture_env_and_system_hostname() -> None:
+    info = nsys_sqlite.inspect(CLOVERLEAF)
+    env = {
+        str(v).split("=", 1)[0]: str(v).split("=", 1)[1].strip('"')
+        for (v,) in _sql(CLOVERLEAF, "SELECT value FROM META_DATA_CAPTURE WHERE name = 'PROCESS_0:ENVIRONMENT_VARIABLE'")
+        if "=" in str(v)
+    }
+    assert info.hint.global_rank == int(env["SLURM_PROCID"]) == int(env["PMI_RANK"]) == 0
+    assert info.hint.local_rank == int(env["SLURM_LOCALID"]) == 0
+    assert info.hint.world_size == 1
+    # The HOSTNAME variable names the login node the job was submitted from, not the compute node.
+    assert env["HOSTNAME"] == "login11"
+    assert info.hint.hostname == "nid008553"
+    assert "META_DATA_CAPTURE" in info.hint.origin and "Hostname" in info.hint.origin
+    (base,) = _sql(CLOVERLEAF, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")[0]
+    assert info.time_base_ns == base == 1696392839587175550
+    assert info.hint.pid == 1701896
+    assert info.metadata["schema_version"] == "3.13.2"
+
+
+def test_cloverleaf_devices_are_cuda_ordinals() -> None:
+    # deviceId joins TARGET_INFO_GPU.id, which is not the CUDA ordinal (cuDevice)
+    mapping = {r[0]: r[1] for r in _sql(CLOVERLEAF, "SELECT id, cuDevice FROM TARGET_INFO_GPU")}
+    used = {r[0] for r in _sql(CLOVERLEAF, "SELECT DISTINCT deviceId FROM CUPTI_ACTIVITY_KIND_KERNEL")}
+    kernels = [r for r in nsys_sqlite.read(CLOVERLEAF, nsys_sqlite.inspect(CLOVERLEAF)) if isinstance(r, Activity) and r.kind == "kernel"]
+    assert {r.device for r in kernels} == {mapping[d] for d in used} == {3}
+    first = _sql(CLOVERLEAF, "SELECT gridX, blockX, registersPerThread FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1")[0]
+    assert (kernels[0].grid_x, kernels[0].block_x) == first[:2]
+    assert json.loads(kernels[0].args or "{}")["registers per thread"] == first[2]
+
+
+def test_saxpy_old_schema_has_no_rank_in_file() -> None:
+    info = nsys_sqlite.inspect(SAXPY)
+    assert info.hint.global_rank is None  # only the file name says rank 0
+    assert info.hint.hostname == "nid001608"
+    assert info.hint.pid == 1230493
+    assert info.metadata["schema_version"] == "2.9.1"
+    (base,) = _sql(SAXPY, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")[0]
+    assert info.time_base_ns == base
+    nvtx = [r for r in nsys_sqlite.read(SAXPY, info) if isinstance(r, Activity) and r.kind == "annotation"]
+    assert len(nvtx) == 22 and {r.pid for r in nvtx} == {1230493}
+
+
+def test_inputs_are_not_modified() -> None:
+    before = hashlib.sha256(SAXPY.read_bytes()).hexdigest()
+    list(nsys_sqlite.read(SAXPY, nsys_sqlite.inspect(SAXPY)))
+    assert hashlib.sha256(SAXPY.read_bytes()).hexdigest() == before
+
+
+def test_sqlite_without_nsys_tables(tmp_path: Path) -> None:
+    db = tmp_path / "report.sqlite"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE TARGET_INFO_GPU (id INTEGER)")
+    conn.commit()
+    conn.close()
+    assert not nsys_sqlite.detect(db)
+    with pytest.raises(InputError, match=r"report\.sqlite.*Nsight Systems"):
+        nsys_sqlite.inspect(db)
+
+
+def test_truncated_database_is_an_input_error(tmp_path: Path) -> None:
+    cut = tmp_path / "cut.sqlite"
+    cut.write_bytes(CLOVERLEAF.read_bytes()[: 2154496 // 3])
+    with pytest.raises(InputError, match=r"cut\.sqlite"):
+        info = nsys_sqlite.inspect(cut)
+        list(nsys_sqlite.read(cut, info))
