@@ -6,35 +6,17 @@ rows to stdout; the gate's verdict is one line on stderr and the exit status."""
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 import click
-from sqlalchemy import Engine
 
 from profdb.store import compare as cmp
-from profdb.store.db import open_db, resolve_url, sqlite_path
 
-from .output import db_option, note, output_options, render
+from .output import db_option, note, output_options
 
-
-def open_existing(db: str | None) -> Engine:
-    """The store, refusing to create an empty one for a command that only reads."""
-    path = sqlite_path(resolve_url(db))
-    if path is not None and not path.exists():
-        raise click.ClickException(
-            f"no profdb store at {path}; ingest profiles first (profdb ingest PATH...) or pass --db / set PROFDB_DB"
-        )
-    engine: Engine = open_db(db)
-    return engine
-
-
-def emit(result: cmp.Result, fmt: str) -> None:
-    if result.headline:
-        note(result.headline)
-    for n in result.notes:
-        note(f"note: {n}")
-    render(result.headers, result.rows, fmt, sys.stdout)
+# the store must exist (reading must not create an empty one); headline and notes to stderr, rows to stdout
+from .query import _emit as emit
+from .query import _open as open_existing
 
 
 def parse_percent(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:

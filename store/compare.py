@@ -37,37 +37,24 @@ from __future__ import annotations
 import json
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Callable, Iterable, Sequence
 
 from sqlalchemy import Connection, func, select, update
 
+from . import queries
 from .errors import QueryError
+from .metrics import spread
 from .models import Name, Rank, Run, Summary
+from .queries import COMM, RankRef, Result, RunScope, fmt_ns, like_pattern
 
 _run = Run.__table__
 _rank = Rank.__table__
 _name = Name.__table__
 _sum = Summary.__table__
 
-COMM = "communication"
 BY = ("kernel", "rank", "host", "local-rank")
-#: --kind gpu: everything that runs on the device
-GPU_KINDS = ("kernel", "memcpy", "memset")
-#: CPU-only runs (e.g. torchrun with gloo) have no device activity: fall back to CPU operators
-FALLBACK_KINDS = ("cpu_op",)
-DEFAULT_LAST = 5
-
-
-@dataclass
-class Result:
-    headers: list[str]
-    rows: list[tuple[Any, ...]]
-    #: one line, the answer in words; None when there is none
-    headline: str | None = None
-    #: further lines for the reader (stderr): choices made, missing data
-    notes: list[str] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -105,21 +92,10 @@ def all_runs(conn: Connection) -> list[RunInfo]:
     return [RunInfo(r.id, r.name, r.created_at, r.world_size, _metadata(r.metadata_json, r.name)) for r in rows]
 
 
-def find_run(runs: Sequence[RunInfo], name: str | None) -> RunInfo:
+def find_run(conn: Connection, runs: Sequence[RunInfo], name: str | None) -> RunInfo:
     """The run named ``name`` (or with that id), or the newest run when None."""
-    if not runs:
-        raise QueryError("the store has no runs yet; ingest some profiles first (profdb ingest PATH...)")
-    if name is None:
-        return runs[-1]
-    for r in runs:
-        if r.name == name:
-            return r
-    if name.isdigit():
-        for r in runs:
-            if r.id == int(name):
-                return r
-    known = ", ".join(r.name for r in reversed(runs[-8:]))
-    raise QueryError(f"no run named {name!r} in the store; known runs (newest first): {known} (see `profdb runs`)")
+    scope = queries.resolve_run(conn, name)
+    return next(r for r in runs if r.id == scope.id)
 
 
 def parse_filters(items: Iterable[str]) -> dict[str, str]:
@@ -147,7 +123,7 @@ def matches(run: RunInfo, where: dict[str, str]) -> bool:
 
 def tag_run(conn: Connection, run: str, values: dict[str, str], remove: Sequence[str] = ()) -> dict[str, Any]:
     """Set (and remove) keys of a run's metadata (run.metadata_json); returns the new metadata."""
-    info = find_run(all_runs(conn), run)
+    info = find_run(conn, all_runs(conn), run)
     meta = dict(info.metadata)
     for k in remove:
         if k not in meta:
@@ -167,14 +143,14 @@ class Baseline:
     label: str
 
 
-def resolve_baseline(runs: Sequence[RunInfo], spec: str | None, new: RunInfo) -> Baseline:
+def resolve_baseline(conn: Connection, runs: Sequence[RunInfo], spec: str | None, new: RunInfo) -> Baseline:
     """The baseline runs for ``new``.
 
     ``spec``: a run name; ``last:N`` (the N runs before ``new`` by created_at, compared as their
     median); ``tag:KEY=VALUE`` (the latest run before ``new`` with that metadata); terms combine with
     commas: ``last:5,tag:branch=main``. None: the run just before ``new``."""
     if spec is not None and not any(spec.startswith(p) for p in ("last:", "tag:")):
-        base = find_run(runs, spec)
+        base = find_run(conn, runs, spec)
         if base.id == new.id:
             raise QueryError(f"the baseline and the new run are the same run ({new.name!r}); pick another baseline")
         return Baseline((base,), f"run {base.name!r}")
@@ -214,59 +190,7 @@ def resolve_baseline(runs: Sequence[RunInfo], spec: str | None, new: RunInfo) ->
 
 
 # ---------------------------------------------------------------------------------------------
-# kinds and names
-
-
-def parse_kinds(kind: str | None) -> tuple[str, ...] | None:
-    if kind is None:
-        return None
-    out: list[str] = []
-    for k in (p.strip() for p in kind.split(",")):
-        for kk in GPU_KINDS if k == "gpu" else (k,) if k else ():
-            if kk not in out:
-                out.append(kk)
-    if not out:
-        raise QueryError("--kind is empty; e.g. kernel, gpu (kernel, memcpy, memset), cpu_op")
-    return tuple(out)
-
-
-def _kinds_present(conn: Connection, run_ids: Sequence[int]) -> set[str]:
-    rows = conn.execute(
-        select(_sum.c.kind).select_from(_sum.join(_rank, _rank.c.id == _sum.c.rank_id)).where(_rank.c.run_id.in_(run_ids)).distinct()
-    ).scalars().all()
-    return set(rows)
-
-
-def choose_kinds(conn: Connection, run: RunInfo, kind: str | None) -> tuple[tuple[str, ...], list[str]]:
-    """``kind`` as given, or kernels when ``run`` has any, else CPU operators (a CPU-only run)."""
-    chosen = parse_kinds(kind)
-    present = _kinds_present(conn, [run.id])
-    if not present:
-        raise QueryError(f"run {run.name!r} has no timed activity in the store; ingest its profiles or choose another run")
-    if chosen is not None:
-        return chosen, []
-    if "kernel" in present:
-        return ("kernel",), []
-    fallback = tuple(k for k in FALLBACK_KINDS if k in present) or tuple(sorted(present))
-    return fallback, [f"run {run.name!r} has no GPU kernels; comparing {'/'.join(fallback)} (pass --kind to choose)"]
-
-
-def like_pattern(name_like: str | None) -> str | None:
-    """An SQL LIKE pattern, matched case-insensitively; without a ``%`` it matches a substring."""
-    if not name_like:
-        return None
-    return name_like if "%" in name_like else f"%{name_like}%"
-
-
-# ---------------------------------------------------------------------------------------------
 # one run's figures, from the summary table
-
-
-@dataclass(frozen=True)
-class RankInfo:
-    global_rank: int
-    hostname: str | None
-    local_rank: int | None
 
 
 @dataclass
@@ -289,7 +213,9 @@ class RunFigures:
 
     label: str
     runs: tuple[RunInfo, ...]
-    ranks: dict[int, RankInfo]
+    scopes: tuple[RunScope, ...]
+    #: global_rank -> rank (hostname, local_rank)
+    ranks: dict[int, RankRef]
     #: (kind, name_id) -> figures
     names: dict[tuple[str, int], NameFigures]
     #: global_rank -> busy (non-communication) and communication time
@@ -300,64 +226,51 @@ class RunFigures:
     imbalance: float | None
 
 
-def _imb(values: Sequence[float]) -> float | None:
-    total = sum(values)
-    return max(values) * len(values) / total if values and total > 0 else None
-
-
-def _ranks(conn: Connection, run_id: int) -> dict[int, RankInfo]:
-    rows = conn.execute(
-        select(_rank.c.global_rank, _rank.c.hostname, _rank.c.local_rank).where(_rank.c.run_id == run_id)
-    ).all()
-    return {r.global_rank: RankInfo(r.global_rank, r.hostname, r.local_rank) for r in rows}
-
-
-def _where(run_id: int, kinds: Sequence[str], pattern: str | None) -> list[Any]:
-    cond: list[Any] = [_rank.c.run_id == run_id, _sum.c.kind.in_(list(kinds))]
-    if pattern is not None:
-        cond.append(_name.c.value.ilike(pattern))
-    return cond
+def _imbalance(values: Sequence[float]) -> float | None:
+    return spread([round(v) for v in values]).imbalance if values else None
 
 
 def _one_run(conn: Connection, run: RunInfo, kinds: Sequence[str], pattern: str | None) -> RunFigures:
-    ranks = _ranks(conn, run.id)
-    n = len(ranks) or 1
-    joined = _sum.join(_rank, _rank.c.id == _sum.c.rank_id).join(_name, _name.c.id == _sum.c.name_id)
-    rows = conn.execute(
-        select(
-            _sum.c.kind,
-            _sum.c.name_id,
-            _name.c.value,
-            func.min(_sum.c.category),
-            func.sum(_sum.c.calls),
-            func.sum(_sum.c.total_ns),
-            func.max(_sum.c.total_ns),
+    scope = queries.resolve_run(conn, run.name)
+    n = len(scope.ranks) or 1
+    groups = queries._name_groups(conn, scope, kinds, pattern)
+    grand = sum(g.total for g in groups)
+    names = {
+        (g.kind, g.name_id): NameFigures(
+            g.kind,
+            g.name_id,
+            g.name,
+            g.category,
+            g.calls,
+            g.total,
+            g.total / n,
+            g.max,
+            g.max * n / g.total if g.total else None,
+            g.total / grand if grand else 0.0,
         )
-        .select_from(joined)
-        .where(*_where(run.id, kinds, pattern))
-        .group_by(_sum.c.kind, _sum.c.name_id, _name.c.value)
-    ).all()
-    grand = sum(int(r[5]) for r in rows)
-    names = {}
-    for kind, name_id, name, cat, calls, total, mx in rows:
-        total, mx = int(total), int(mx)
-        mean = total / n
-        names[(kind, name_id)] = NameFigures(
-            kind, name_id, name, cat, int(calls), total, mean, mx, mx / mean if mean else None, total / grand if grand else 0.0
-        )
-    busy = {g: 0.0 for g in ranks}
-    comm = {g: 0.0 for g in ranks}
-    for g, cat, total in conn.execute(
-        select(_rank.c.global_rank, _sum.c.category, func.sum(_sum.c.total_ns))
-        .select_from(joined)
-        .where(*_where(run.id, kinds, pattern))
-        .group_by(_rank.c.global_rank, _sum.c.category)
-    ):
-        (comm if cat == COMM else busy)[g] += int(total)
+        for g in groups
+    }
+    totals = queries.rank_totals(conn, scope, kinds, pattern)
+    busy = {r.global_rank: float(sum(v for (_k, c), v in totals.get(r.id, {}).items() if c != COMM)) for r in scope.ranks}
+    comm = {r.global_rank: float(sum(v for (_k, c), v in totals.get(r.id, {}).items() if c == COMM)) for r in scope.ranks}
     b = list(busy.values())
     return RunFigures(
-        f"run {run.name!r}", (run,), ranks, names, busy, comm, float(grand), sum(b) / n if b else 0.0, _imb(b)
+        f"run {run.name!r}",
+        (run,),
+        (scope,),
+        {r.global_rank: r for r in scope.ranks},
+        names,
+        busy,
+        comm,
+        float(grand),
+        sum(b) / n if b else 0.0,
+        _imbalance(b),
     )
+
+
+def _kinds(conn: Connection, run: RunInfo, kind: str | None) -> tuple[tuple[str, ...], list[str]]:
+    """``kind`` as given, or kernels when ``run`` has any, else CPU operators (a CPU-only run)."""
+    return queries.select_kinds(conn, queries.resolve_run(conn, run.name), kind, ("kernel",))
 
 
 def _median(values: list[float]) -> float:
@@ -367,24 +280,21 @@ def _median(values: list[float]) -> float:
 def _median_of(figs: list[RunFigures], label: str) -> RunFigures:
     """The baseline: each figure is the median over the runs (absent names and ranks count 0)."""
     if len(figs) == 1:
-        f = figs[0]
-        return RunFigures(label, f.runs, f.ranks, f.names, f.busy, f.comm, f.total, f.busy_mean, f.imbalance)
+        return replace(figs[0], label=label)
     keys = {k for f in figs for k in f.names}
     names = {}
     for key in keys:
-        have = [f.names[key] for f in figs if key in f.names]
-        ref = have[-1]
+        ref = [f.names[key] for f in figs if key in f.names][-1]
 
         def med(attr: str) -> float:
             return _median([float(getattr(f.names[key], attr)) if key in f.names else 0.0 for f in figs])
 
-        imbs = [f.names[key].imbalance for f in figs if key in f.names]
-        imb = [i for i in imbs if i is not None]
+        imb = [i for i in (f.names[key].imbalance for f in figs if key in f.names) if i is not None]
         names[key] = NameFigures(
             ref.kind, ref.name_id, ref.name, ref.category, med("calls"), med("total"), med("mean"), med("max"),
             _median(imb) if imb else None, med("share"),
         )
-    ranks: dict[int, RankInfo] = {}
+    ranks: dict[int, RankRef] = {}
     for f in figs:
         ranks.update(f.ranks)
     busy = {g: _median([f.busy.get(g, 0.0) for f in figs]) for g in ranks}
@@ -393,6 +303,7 @@ def _median_of(figs: list[RunFigures], label: str) -> RunFigures:
     return RunFigures(
         label,
         tuple(r for f in figs for r in f.runs),
+        tuple(sc for f in figs for sc in f.scopes),
         ranks,
         names,
         busy,
@@ -404,27 +315,22 @@ def _median_of(figs: list[RunFigures], label: str) -> RunFigures:
 
 
 def _rank_vectors(
-    conn: Connection, runs: Sequence[RunInfo], keys: Sequence[tuple[str, int]]
+    conn: Connection, figs: RunFigures, keys: Sequence[tuple[str, int]]
 ) -> dict[tuple[str, int], dict[int, float]]:
-    """global_rank -> T_r for each (kind, name_id) in ``keys``; the element-wise median over ``runs``."""
-    if not keys:
+    """global_rank -> T_r for each (kind, name_id) in ``keys``; the element-wise median over the runs."""
+    known = [figs.names[k] for k in keys if k in figs.names]
+    if not known:
         return {}
-    wanted = set(keys)
-    name_ids = sorted({k[1] for k in keys})
-    per_run: list[dict[tuple[str, int], dict[int, float]]] = []
-    for run in runs:
-        got: dict[tuple[str, int], dict[int, float]] = defaultdict(dict)
-        for chunk in (name_ids[i : i + 500] for i in range(0, len(name_ids), 500)):
-            for kind, name_id, g, total in conn.execute(
-                select(_sum.c.kind, _sum.c.name_id, _rank.c.global_rank, _sum.c.total_ns)
-                .select_from(_sum.join(_rank, _rank.c.id == _sum.c.rank_id))
-                .where(_rank.c.run_id == run.id, _sum.c.name_id.in_(chunk))
-            ):
-                if (kind, name_id) in wanted:
-                    got[(kind, name_id)][g] = float(total)
-        per_run.append(got)
+    groups = [queries.NameGroup(f.kind, f.name_id, f.name, f.category, 0, 0, 0) for f in known]
+    per_run = []
+    for scope in figs.scopes:
+        values = queries._rank_values(conn, scope, groups)
+        per_run.append(
+            {key: {r.global_rank: float(v) for r, v in zip(scope.ranks, vals)} for key, (vals, _present) in values.items()}
+        )
     out: dict[tuple[str, int], dict[int, float]] = {}
-    for key in keys:
+    for f in known:
+        key = (f.kind, f.name_id)
         ranks = {g for pr in per_run for g in pr.get(key, {})}
         out[key] = {g: _median([pr.get(key, {}).get(g, 0.0) for pr in per_run]) for g in ranks}
     return out
@@ -505,7 +411,7 @@ def regressions(base: RunFigures, new: RunFigures, threshold: float, min_share: 
 def _with_ranks(conn: Connection, new: RunFigures, regs: list[Regression]) -> list[Regression]:
     """Name the slowest rank of each slowest-rank regression."""
     keys = [r.key for r in regs if r.metric == "max" and r.key is not None]
-    vectors = _rank_vectors(conn, new.runs, keys)
+    vectors = _rank_vectors(conn, new, keys)
     out = []
     for r in regs:
         if r.metric == "max" and r.key is not None:
@@ -533,14 +439,6 @@ class Comparison:
     regressions: list[Regression]
     baseline: str
     new: str
-
-
-def fmt_ns(ns: float) -> str:
-    v = float(ns)
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if abs(v) >= scale:
-            return f"{v / scale:.3g} {unit}"
-    return f"{v:.0f} ns"
 
 
 def _ratio(new: float, base: float) -> float | None:
@@ -617,8 +515,8 @@ def _kernel_rows(
     keys = sorted(set(base.names) | set(new.names), key=order)
     if top > 0:
         keys = keys[:top]
-    bv = _rank_vectors(conn, base.runs, keys)
-    nv = _rank_vectors(conn, new.runs, keys)
+    bv = _rank_vectors(conn, base, keys)
+    nv = _rank_vectors(conn, new, keys)
     rows = []
     for k in keys:
         bf, nf = base.names.get(k), new.names.get(k)
@@ -655,7 +553,7 @@ def _kernel_rows(
 
 
 def _group_rows(base: RunFigures, new: RunFigures, by: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-    key_of: Callable[[RankInfo], Any]
+    key_of: Callable[[RankRef], Any]
     if by == "rank":
         key_of, key_col = (lambda r: r.global_rank), "global_rank"
     elif by == "host":
@@ -743,16 +641,15 @@ def compare(
     if threshold < 0 or (gate is not None and gate < 0):
         raise QueryError("the threshold must not be negative")
     runs = all_runs(conn)
-    new_run = find_run(runs, new)
-    base = resolve_baseline(runs, baseline, new_run)
-    kinds, notes = choose_kinds(conn, new_run, kind)
+    new_run = find_run(conn, runs, new)
+    base = resolve_baseline(conn, runs, baseline, new_run)
+    kinds, notes = _kinds(conn, new_run, kind)
     pattern = like_pattern(name_like)
     nf = run_figures(conn, [new_run], f"run {new_run.name!r}", kinds, pattern)
     bf = run_figures(conn, base.runs, base.label, kinds, pattern)
     if not nf.names and not bf.names:
         notes.append("no names match" + (f" {name_like!r}" if name_like else "") + f" in {'/'.join(kinds)} rows")
-    sizes = {len(f.ranks) for f in (nf, bf)}
-    if len(sizes) > 1 or any(len(_ranks(conn, r.id)) != len(nf.ranks) for r in base.runs):
+    if any(len(sc.ranks) != len(nf.ranks) for sc in bf.scopes):
         notes.append("the runs have different numbers of ranks: times are compared per rank (total / ranks)")
     regs = _with_ranks(conn, nf, regressions(bf, nf, threshold if gate is None else gate, min_share))
     if by == "kernel":
@@ -819,13 +716,13 @@ def trend(
         raise QueryError("--last must be at least 1")
     runs = [r for r in all_runs(conn) if matches(r, where or {})]
     if until is not None:
-        stop = find_run(all_runs(conn), until)
+        stop = find_run(conn, all_runs(conn), until)
         runs = [r for r in runs if (r.created_at, r.id) <= (stop.created_at, stop.id)]
     if not runs:
         filt = ", ".join(f"{k}={v}" for k, v in (where or {}).items())
         raise QueryError("no runs" + (f" with {filt}" if filt else "") + " in the store (see `profdb runs`)")
     runs = runs[-last:]
-    kinds, notes = choose_kinds(conn, runs[-1], kind)
+    kinds, notes = _kinds(conn, runs[-1], kind)
     pattern = like_pattern(name_like)
     ids = [r.id for r in runs]
     joined = _sum.join(_rank, _rank.c.id == _sum.c.rank_id)
@@ -877,7 +774,7 @@ def trend(
                 round(total),
                 None if mean is None else round(mean),
                 round(max(full)) if full else 0,
-                _imb(full) if n else None,
+                _imbalance(full) if n else None,
                 s,
                 round(comm / n) if n and (pattern is None or comm) else None,
                 _ratio(mean, prev) if mean is not None and prev else None,

@@ -10,6 +10,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
+import os
 import shutil
 from pathlib import Path
 
@@ -234,7 +236,7 @@ def test_real_sample_against_itself(data: Path, tmp_path: Path, run_cli: Invoke)
     n_names = sql(db, "select count(distinct name) from summary_v where run = 'a' and kind = 'cpu_op'")[0][0]
     assert len(rows) == n_names > 10
     assert {row["status"] for row in rows} == {"same"} and {row["ratio"] for row in rows} == {1.0}
-    assert "has no GPU kernels; comparing cpu_op" in r.stderr
+    assert "has no GPU activity (kernel); showing cpu_op instead" in r.stderr
     assert "no regression over 1% in 'b' vs previous run 'a'" in r.stderr
 
 
@@ -259,3 +261,71 @@ def test_errors(store: Path, tmp_path: Path) -> None:
     missing = tmp_path / "none.db"
     r = invoke("compare", "--db", missing)
     assert r.exit_code == 1 and "no profdb store at" in r.stderr and not missing.exists()
+
+
+def test_same_answers_on_postgresql(tmp_path: Path) -> None:
+    """The same runs in SQLite and in PostgreSQL: compare, the gate, trend, tags and the report's
+    numbers agree (portable SQLAlchemy Core, no engine-specific SQL)."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    from gen_pg_server import postgres_url
+    from profdb.store import compare as cmp
+    from profdb.store.report import build_report
+
+    def fill(url: str) -> None:
+        for i in range(4):
+            out = tmp_path / f"r{i}"
+            if not out.exists():
+                generate(out, nodes=2, gpus_per_node=2, calls=5, slow_rank=1 if i == 3 else None, slow_factor=1.5, seed=i, counters=False)
+            ingest_paths([out], url, run=f"n{i}")
+
+    def answers(url: str) -> list[object]:
+        engine = open_db(url)
+        try:
+            with engine.begin() as conn:
+                cmp.tag_run(conn, "n1", {"branch": "main"})
+            with engine.connect() as conn:
+                got: list[object] = []
+                for by in cmp.BY:
+                    res = cmp.compare(conn, "n3", "last:3", by=by, gate=0.10)
+                    got += [res.result.headers, res.result.rows, res.result.headline, [r.line() for r in res.regressions]]
+                got.append(cmp.compare(conn, "n3", "tag:branch=main").result.rows)
+                for name_like in ("gemm", None):  # without created_at: each store stamped its own runs
+                    got.append([row[:1] + row[2:] for row in cmp.trend(conn, name_like, 10).rows])
+                rep = build_report(conn, "n3")
+                got += [rep.heatmap.values, rep.heatmap.names, rep.verdict, rep.straggler]
+                return got
+        finally:
+            engine.dispose()
+
+    with postgres_url() as server:
+        if server is None:
+            pytest.skip("no PostgreSQL: install its server binaries or set PROFDB_TEST_POSTGRES_URL")
+        dbname = f"profdb_test_compare_{os.getpid()}"
+        admin = create_engine(server, isolation_level="AUTOCOMMIT")
+        with admin.connect() as c:
+            c.execute(text(f"DROP DATABASE IF EXISTS {dbname}"))
+            c.execute(text(f"CREATE DATABASE {dbname}"))
+        pg = make_url(server).set(database=dbname).render_as_string(hide_password=False)
+        try:
+            lite = f"sqlite:///{tmp_path / 's.db'}"
+            fill(lite)
+            fill(pg)
+            a, b = answers(lite), answers(pg)
+        finally:
+            with admin.connect() as c:
+                c.execute(text(f"DROP DATABASE IF EXISTS {dbname} WITH (FORCE)"))
+            admin.dispose()
+    assert _close(a, b)
+    regs = a[3]
+    assert isinstance(regs, list) and len(regs) == 1 and "gemm_kernel" in regs[0] and "on rank 1" in regs[0]
+
+
+def _close(x: object, y: object) -> bool:
+    """Equal, floats to 1e-9 relative (the engines sum in different orders)."""
+    if isinstance(x, float) and isinstance(y, (int, float)):
+        return math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12)
+    if isinstance(x, (list, tuple)) and isinstance(y, (list, tuple)):
+        return len(x) == len(y) and all(_close(a, b) for a, b in zip(x, y))
+    return x == y
