@@ -695,7 +695,7 @@ TREND_HEADERS = [
     "mean_ns",
     "max_ns",
     "imbalance",
-    "slowest_rank",
+    "straggler_rank",
     "comm_ns",
     "vs_prev",
     "vs_first",
@@ -763,7 +763,13 @@ def trend(
         total = sum(values.values())
         mean = total / n if n else None
         full = [values.get(g, 0.0) for g in sorted(values)] + [0.0] * max(0, n - len(values))
-        s = _slowest(values, only_comm) if total else None
+        if not total:
+            s = None
+        elif pattern is None:  # the run's likely straggler, as `profdb query --imbalance` names it
+            verdict = queries.straggler(conn, queries.resolve_run(conn, r.name), kinds)
+            s = verdict.rank.global_rank if verdict.rank is not None else None
+        else:
+            s = _slowest(values, only_comm)
         comm = sum(v[1] for v in vec.values())
         rows.append(
             (

@@ -195,7 +195,7 @@ def test_trend_shows_the_series(store: Path) -> None:
     assert all(r["imbalance"] < 1.02 for r in base)  # type: ignore[operator]
     assert all(abs(r["vs_first"] - 1) < 0.01 for r in base[1:])  # type: ignore[operator]
     strag, allslow = rows[5], rows[6]
-    assert strag["slowest_rank"] == 5 and strag["imbalance"] > 1.2  # type: ignore[operator]
+    assert strag["straggler_rank"] == 5 and strag["imbalance"] > 1.2  # type: ignore[operator]
     assert 1.25 < strag["max_ns"] / base[-1]["max_ns"] < 1.35  # type: ignore[operator]
     assert 1.25 < allslow["vs_first"] < 1.35 and allslow["imbalance"] < 1.02  # type: ignore[operator]
     # the exact figure, against the store read with plain sqlite3
@@ -207,6 +207,9 @@ def test_trend_shows_the_series(store: Path) -> None:
     r = invoke("trend", "--db", store, "--last", "3")
     assert r.exit_code == 0 and len(r.stdout.strip().splitlines()) == 2 + 3
     assert "largest step up: 'allslow'" in r.stderr
+    # the whole run: its straggler as `profdb query --imbalance` names it (none when balanced)
+    rows = rows_json(invoke("trend", "--db", store, "--format", "json"))
+    assert [r["straggler_rank"] for r in rows] == [None] * 5 + [5, None]
 
 
 @pytest.mark.parametrize("fmt", ["table", "csv", "json", "jsonl"])
