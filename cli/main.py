@@ -13,6 +13,7 @@ from profdb.store import errors
 from .compare import compare_command, tag_command, trend_command
 from .ingest import formats_command, ingest_command, ranks_command, runs_command
 from .query import query_cmd, sql_cmd
+from .record import env_command, record_command
 from .report import plot_command, report_command
 
 
@@ -47,6 +48,8 @@ cli.add_command(trend_command)
 cli.add_command(tag_command)
 cli.add_command(report_command)
 cli.add_command(plot_command)
+cli.add_command(env_command)
+cli.add_command(record_command)
 
 
 def main() -> None:
