@@ -149,7 +149,7 @@ def compare_command(
 def trend_command(
     name_like: str | None, last: int, until: str | None, where: tuple[str, ...], kind: str | None, db: str | None, fmt: str
 ) -> None:
-    """Per run: a name's (or the whole run's) time per rank, slowest rank and imbalance.
+    """Per run: a name's (or the whole run's) time per rank, imbalance and straggler rank.
 
     \b
       profdb trend --name 'gemm%' --last 20
