@@ -11,6 +11,7 @@ the team store at the same time. Rows are streamed in batches and written throug
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -199,9 +200,28 @@ def _find_or_create_run(run: Any) -> Callable[[Connection], tuple[int, bool]]:
             conn.execute(
                 update(Run).where(Run.id == run_id, Run.world_size.is_(None)).values(world_size=run.world_size)
             )
+        if not created and run.metadata_json:
+            have = conn.execute(select(Run.metadata_json).where(Run.id == run_id)).scalar()
+            merged = _merge_metadata(have, run.metadata_json)
+            if merged != have:
+                conn.execute(update(Run).where(Run.id == run_id).values(metadata_json=merged))
         return int(run_id), created
 
     return find_or_create
+
+
+def _merge_metadata(have: str | None, new: str) -> str | None:
+    """Run metadata (tags) of the same run from two stores: the keys of both, the destination's value
+    where both set one. Text that is not a JSON object is left as the destination has it."""
+    if not have:
+        return new
+    try:
+        a, b = json.loads(have), json.loads(new)
+    except ValueError:
+        return have
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return have
+    return json.dumps({**b, **a}, sort_keys=True)
 
 
 def _copy_run(src: Engine, dst: Engine, name: str, allow_dupes: bool, progress: Progress | None) -> RunTransfer:

@@ -196,3 +196,17 @@ def test_nodes_export_into_the_team_store_at_once(pg_url: str, tmp_path: Path) -
     assert got == {(g, n): (e["calls"][n], e["total_ns"][n]) for g, e in expected.items() for n in e["calls"]}  # type: ignore[index]
     assert q(pg_url, "select count(*) from activity") == [(4 * 1500,)]
     assert q(pg_url, "select count(*) from run") == [(1,)]
+
+
+def test_run_tags_travel_and_merge(store_url: str, tmp_path: Path, job: Path) -> None:
+    n0, n1 = _node_stores(tmp_path, job)
+    for url, meta in ((n0, '{"branch": "main", "node": "a"}'), (n1, '{"node": "b", "commit": "abc"}')):
+        engine = create_engine(url)
+        with engine.begin() as conn:
+            conn.execute(text("update run set metadata_json = :m where name = 'job'"), {"m": meta})
+        engine.dispose()
+    merge_stores([n0, n1], store_url)
+    import json
+
+    (meta,) = q(store_url, "select metadata_json from run where name = 'job'")[0]
+    assert json.loads(meta) == {"branch": "main", "node": "a", "commit": "abc"}
