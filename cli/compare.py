@@ -12,11 +12,9 @@ import click
 
 from profdb.store import compare as cmp
 
-from .output import db_option, note, output_options
+from .output import db_option, emit, note, open_store, output_options
 
 # the store must exist (reading must not create an empty one); headline and notes to stderr, rows to stdout
-from .query import _emit as emit
-from .query import _open as open_existing
 
 
 def parse_percent(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
@@ -112,7 +110,7 @@ def compare_command(
         raise click.UsageError("give BASE either as the first argument or as --baseline, not both")
     base_spec = runs[0] if len(runs) == 2 else baseline
     new = runs[-1] if runs else None
-    engine = open_existing(db)
+    engine = open_store(db)
     try:
         with engine.connect() as conn:
             result = cmp.compare(
@@ -155,7 +153,7 @@ def trend_command(
       profdb trend --name 'gemm%' --last 20
       profdb trend --where branch=main
     """
-    engine = open_existing(db)
+    engine = open_store(db)
     try:
         with engine.connect() as conn:
             result = cmp.trend(conn, name_like, last, kind, where=cmp.parse_filters(where), until=until)
@@ -174,7 +172,7 @@ def tag_command(run: str, values: tuple[str, ...], remove: tuple[str, ...], db: 
     `compare --baseline tag:KEY=VALUE` and `trend --where KEY=VALUE`. Prints the run's metadata."""
     if not values and not remove:
         raise click.UsageError("give KEY=VALUE pairs to set, or --remove KEY")
-    engine = open_existing(db)
+    engine = open_store(db)
     try:
         with engine.begin() as conn:
             meta: dict[str, Any] = cmp.tag_run(conn, run, cmp.parse_filters(values), remove)

@@ -10,8 +10,7 @@ import click
 from profdb.store import report
 
 from .compare import kind_option
-from .output import db_option, note
-from .query import _open as open_existing
+from .output import db_option, note, open_store
 
 run_option = click.option("--run", default=None, help="Run name (or id); default: the most recent run.")
 top_option = click.option(
@@ -33,7 +32,7 @@ def report_command(run: str | None, out: Path, kind: str | None, top: int, db: s
     heatmap, per-rank time, host and local-rank roll-ups, steps, hotspots, provenance.
 
     Needs matplotlib: pip install 'profdb[report]'."""
-    engine = open_existing(db)
+    engine = open_store(db)
     try:
         with engine.connect() as conn:
             data = report.write_report(conn, out, run, kind, top, store=engine.url.render_as_string(hide_password=True))
@@ -56,7 +55,7 @@ def report_command(run: str | None, out: Path, kind: str | None, top: int, db: s
 def plot_command(imbalance: bool, run: str | None, out: Path, kind: str | None, top: int, db: str | None) -> None:
     """Draw a chart alone: --imbalance, each name's time per rank / its mean over ranks (a straggler
     is a hot column). Needs matplotlib: pip install 'profdb[report]'."""
-    engine = open_existing(db)
+    engine = open_store(db)
     try:
         with engine.connect() as conn:
             hm = report.plot_heatmap(conn, out, run, kind, top)

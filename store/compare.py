@@ -233,7 +233,7 @@ def _imbalance(values: Sequence[float]) -> float | None:
 def _one_run(conn: Connection, run: RunInfo, kinds: Sequence[str], pattern: str | None) -> RunFigures:
     scope = queries.resolve_run(conn, run.name)
     n = len(scope.ranks) or 1
-    groups = queries._name_groups(conn, scope, kinds, pattern)
+    groups = queries.name_groups(conn, scope, kinds, pattern)
     grand = sum(g.total for g in groups)
     names = {
         (g.kind, g.name_id): NameFigures(
@@ -324,7 +324,7 @@ def _rank_vectors(
     groups = [queries.NameGroup(f.kind, f.name_id, f.name, f.category, 0, 0, 0) for f in known]
     per_run = []
     for scope in figs.scopes:
-        values = queries._rank_values(conn, scope, groups)
+        values = queries.rank_values(conn, scope, groups)
         per_run.append(
             {key: {r.global_rank: float(v) for r, v in zip(scope.ranks, vals)} for key, (vals, _present) in values.items()}
         )

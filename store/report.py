@@ -115,9 +115,9 @@ def _heatmap(
     h = {name: i for i, name in enumerate(imb.headers)}
     wanted = [(r[h["kind"]], r[h["name"]]) for r in imb.rows]
     all_kinds = sorted({k for k, _n in wanted})
-    by_name = {(g.kind, g.name): g for g in queries._name_groups(conn, scope, all_kinds, None)}
+    by_name = {(g.kind, g.name): g for g in queries.name_groups(conn, scope, all_kinds, None)}
     groups = [by_name[w] for w in wanted if w in by_name]
-    per_rank = queries._rank_values(conn, scope, groups)
+    per_rank = queries.rank_values(conn, scope, groups)
     values = []
     for g in groups:
         row, _present = per_rank[(g.kind, g.name_id)]
