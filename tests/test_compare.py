@@ -11,7 +11,6 @@ import csv
 import io
 import json
 import math
-import os
 import shutil
 from pathlib import Path
 
@@ -266,13 +265,9 @@ def test_errors(store: Path, tmp_path: Path) -> None:
     assert r.exit_code == 1 and "no profdb store at" in r.stderr and not missing.exists()
 
 
-def test_same_answers_on_postgresql(tmp_path: Path) -> None:
+def test_same_answers_on_postgresql(tmp_path: Path, pg_url: str) -> None:
     """The same runs in SQLite and in PostgreSQL: compare, the gate, trend, tags and the report's
     numbers agree (portable SQLAlchemy Core, no engine-specific SQL)."""
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
-
-    from gen_pg_server import postgres_url
     from profdb.store import compare as cmp
     from profdb.store.report import build_report
 
@@ -302,24 +297,10 @@ def test_same_answers_on_postgresql(tmp_path: Path) -> None:
         finally:
             engine.dispose()
 
-    with postgres_url() as server:
-        if server is None:
-            pytest.skip("no PostgreSQL: install its server binaries or set PROFDB_TEST_POSTGRES_URL")
-        dbname = f"profdb_test_compare_{os.getpid()}"
-        admin = create_engine(server, isolation_level="AUTOCOMMIT")
-        with admin.connect() as c:
-            c.execute(text(f"DROP DATABASE IF EXISTS {dbname}"))
-            c.execute(text(f"CREATE DATABASE {dbname}"))
-        pg = make_url(server).set(database=dbname).render_as_string(hide_password=False)
-        try:
-            lite = f"sqlite:///{tmp_path / 's.db'}"
-            fill(lite)
-            fill(pg)
-            a, b = answers(lite), answers(pg)
-        finally:
-            with admin.connect() as c:
-                c.execute(text(f"DROP DATABASE IF EXISTS {dbname} WITH (FORCE)"))
-            admin.dispose()
+    lite = f"sqlite:///{tmp_path / 's.db'}"
+    fill(lite)
+    fill(pg_url)
+    a, b = answers(lite), answers(pg_url)
     assert _close(a, b)
     regs = a[3]
     assert isinstance(regs, list) and len(regs) == 1 and "gemm_kernel" in regs[0] and "on rank 1" in regs[0]
