@@ -8,9 +8,8 @@ from typing import Any
 import click
 
 from profdb.store import identity, ingest, inventory, readers
-from profdb.store.db import open_db
 
-from .output import db_option, note, output_options, render
+from .output import db_option, note, open_store, output_options, render
 
 
 class _Bar:
@@ -110,7 +109,7 @@ def ingest_command(
 @output_options
 def runs_command(db: str | None, fmt: str) -> None:
     """Runs in the store: world size, ranks found and missing, sources, rows."""
-    engine = open_db(db)
+    engine = open_store(db)
     try:
         headers, rows = inventory.list_runs(engine)
     finally:
@@ -124,7 +123,7 @@ def runs_command(db: str | None, fmt: str) -> None:
 @output_options
 def ranks_command(run: str | None, db: str | None, fmt: str) -> None:
     """Ranks of a run: hostname, local rank, pid, device, rows, source files; missing ranks flagged."""
-    engine = open_db(db)
+    engine = open_store(db)
     try:
         headers, rows, notes = inventory.list_ranks(engine, run)
     finally:

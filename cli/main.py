@@ -10,9 +10,12 @@ import click
 
 from profdb.store import errors
 
+from .compare import compare_command, tag_command, trend_command
 from .ingest import formats_command, ingest_command, ranks_command, runs_command
 from .query import query_cmd, sql_cmd
+from .transfer import export_command, merge_command
 from .record import env_command, record_command
+from .report import plot_command, report_command
 
 
 class ProfdbGroup(click.Group):
@@ -41,6 +44,13 @@ cli.add_command(ranks_command)
 cli.add_command(formats_command)
 cli.add_command(query_cmd)
 cli.add_command(sql_cmd)
+cli.add_command(export_command)
+cli.add_command(merge_command)
+cli.add_command(compare_command)
+cli.add_command(trend_command)
+cli.add_command(tag_command)
+cli.add_command(report_command)
+cli.add_command(plot_command)
 cli.add_command(env_command)
 cli.add_command(record_command)
 

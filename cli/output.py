@@ -12,6 +12,9 @@ import sys
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 import click
+from sqlalchemy import Engine
+
+from profdb.store.db import open_db, resolve_url, sqlite_path
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -126,3 +129,23 @@ def _is_num(s: str) -> bool:
 
 def note(msg: str) -> None:
     click.echo(msg, err=True)
+
+
+def open_store(db: str | None) -> Engine:
+    """Open an existing store; asking questions must not create an empty one."""
+    path = sqlite_path(resolve_url(db))
+    if path is not None and not path.exists():
+        raise click.ClickException(
+            f"no profdb store at {path}; ingest profiles first (profdb ingest PATH...) or pass --db / set PROFDB_DB"
+        )
+    return open_db(db)
+
+
+def emit(result: Any, fmt: str) -> None:
+    """Print a query result: its headline and notes to stderr, its rows to stdout."""
+    if result.headline:
+        note(result.headline)
+    for line in result.notes:
+        note(f"note: {line}")
+    if result.headers:
+        render(result.headers, result.rows, fmt)

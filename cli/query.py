@@ -5,34 +5,13 @@ once, render: the headline (likely straggler and why) and notes go to stderr, ro
 from __future__ import annotations
 
 import click
-from sqlalchemy import Engine
 
 from profdb.store import queries
-from profdb.store.db import open_db, resolve_url, sqlite_path
 from profdb.store.errors import QueryError
 
-from .output import db_option, note, output_options, render
+from .output import db_option, emit, open_store, output_options
 
 QUESTIONS = ("imbalance", "hotspots", "steps", "ranks")
-
-
-def _open(db: str | None) -> Engine:
-    """Open an existing store; asking questions must not create an empty one."""
-    path = sqlite_path(resolve_url(db))
-    if path is not None and not path.exists():
-        raise click.ClickException(
-            f"no profdb store at {path}; ingest profiles first (profdb ingest PATH...) or pass --db / set PROFDB_DB"
-        )
-    return open_db(db)
-
-
-def _emit(result: queries.Result, fmt: str) -> None:
-    if result.headline:
-        note(result.headline)
-    for line in result.notes:
-        note(f"note: {line}")
-    if result.headers:
-        render(result.headers, result.rows, fmt)
 
 
 @click.command("query")
@@ -94,7 +73,7 @@ def query_cmd(
         queries.parse_kinds(kind)
     except QueryError as e:
         raise click.BadParameter(str(e), param_hint="--kind") from e
-    engine = _open(db)
+    engine = open_store(db)
     try:
         with engine.connect() as conn:
             if question == "imbalance":
@@ -107,7 +86,7 @@ def query_cmd(
                 result = queries.rank_split(conn, run, kind)
     finally:
         engine.dispose()
-    _emit(result, fmt)
+    emit(result, fmt)
 
 
 @click.command("sql")
@@ -119,7 +98,7 @@ def sql_cmd(statement: str, write: bool, db: str | None, fmt: str) -> None:
     """Run any SQL against the store; the views (imbalance_v, hotspot_v, rank_total_v, step_v...)
     need no joins. Example: profdb sql "select * from imbalance_v order by recoverable_ns desc limit 5"
     """
-    engine = _open(db)
+    engine = open_store(db)
     try:
         with engine.connect() as conn:
             result = queries.run_sql(conn, statement)
@@ -129,5 +108,5 @@ def sql_cmd(statement: str, write: bool, db: str | None, fmt: str) -> None:
                 conn.rollback()
     finally:
         engine.dispose()
-    _emit(result, fmt)
+    emit(result, fmt)
 

@@ -1,11 +1,19 @@
-"""Bulk row loading, per engine: the driver's executemany for SQLite (no RETURNING, tuples, one
-prepared statement), and for PostgreSQL the same until COPY replaces it (issue: team store)."""
+"""Bulk row loading, per engine: the single place where ingest and transfer write rows, and the
+few rules that let several loads write one store at once (run creation, name interning, locks).
+
+- SQLite: the driver's executemany (no RETURNING, tuples, one prepared statement).
+- PostgreSQL (psycopg 3): ``COPY table (cols) FROM STDIN`` fed with ``write_row``, inside the caller's
+  transaction (it commits or rolls back with everything else). Measured on 200k activity rows:
+  COPY ~60k rows/s against ~35k for executemany; text and binary COPY are within noise of each other
+  (the foreign-key checks on the server dominate), so the text format, which needs no type list, is used.
+- Any other PostgreSQL driver: executemany, as for SQLite."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 
 
 def placeholder(conn: Connection) -> str:
@@ -17,7 +25,157 @@ def insert_sql(conn: Connection, table: str, cols: Sequence[str]) -> str:
     return f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join([m] * len(cols))})"
 
 
+def uses_copy(conn: Connection) -> bool:
+    return conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg"
+
+
+def copy_rows(conn: Connection, table: str, cols: Sequence[str], rows: Iterable[Sequence[Any]]) -> int:
+    """Stream ``rows`` into ``table`` through PostgreSQL COPY on the connection's own psycopg
+    connection (so inside its transaction). Returns the number of rows written."""
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    n = 0
+    with raw.cursor() as cur:
+        with cur.copy(f"COPY {table} ({', '.join(cols)}) FROM STDIN") as copy:
+            write = copy.write_row
+            for r in rows:
+                write(r)
+                n += 1
+    return n
+
+
 def insert_rows(conn: Connection, table: str, cols: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
     """Append ``rows`` (tuples in ``cols`` order) to ``table`` inside the caller's transaction."""
-    if rows:
+    if not rows:
+        return
+    if uses_copy(conn):
+        copy_rows(conn, table, cols, rows)
+    else:
         conn.exec_driver_sql(insert_sql(conn, table, cols), rows)
+
+
+# --------------------------------------------------------------------------- shared by ingest and transfer
+
+
+def insert_ignore(conn: Connection, table: Any) -> Any:
+    """``INSERT ... ON CONFLICT DO NOTHING`` for the connection's dialect (SQLite and PostgreSQL)."""
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(table).on_conflict_do_nothing()
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert(table).on_conflict_do_nothing()
+
+
+def names_connection(conn: Connection) -> Connection | None:
+    """PostgreSQL interns names on a second, autocommit connection (None elsewhere): a name committed
+    at once is visible to every node, so nodes sharing names never wait for each other's whole load
+    (inserting a name that another open transaction inserted blocks until that transaction ends, and
+    two nodes doing so in different orders deadlock). Names of a load that fails stay interned; they
+    are only a dictionary. The caller closes it."""
+    if conn.dialect.name != "postgresql":
+        return None
+    return conn.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+
+
+def intern_names(conn: Connection, values: Sequence[str], names_conn: Connection | None = None) -> list[tuple[int, str]]:
+    """Intern ``values`` (insert the new ones) and return their (id, value) pairs."""
+    if not values:
+        return []
+    if conn.dialect.name == "postgresql":
+        nc = names_conn or conn
+        new = sorted(set(values))  # one statement, sorted: concurrent interning locks in the same order
+        nc.exec_driver_sql(
+            "INSERT INTO name (value) SELECT v FROM unnest(%s::text[]) AS t(v) ORDER BY v ON CONFLICT (value) DO NOTHING",
+            (new,),
+        )
+        return [(int(i), v) for i, v in nc.exec_driver_sql("SELECT id, value FROM name WHERE value = ANY(%s)", (new,))]
+    m = placeholder(conn)
+    conn.exec_driver_sql(f"INSERT OR IGNORE INTO name (value) VALUES ({m})", [(v,) for v in values])
+    out: list[tuple[int, str]] = []
+    for i in range(0, len(values), 500):
+        chunk = list(values[i : i + 500])
+        out += [(int(a), b) for a, b in conn.exec_driver_sql(
+            f"SELECT id, value FROM name WHERE value IN ({', '.join([m] * len(chunk))})", tuple(chunk))]
+    return out
+
+
+def add_summaries(conn: Connection, rows: Iterable[Sequence[Any]]) -> None:
+    """Add (rank_id, name_id, kind, category, calls, total_ns, min_ns, max_ns, sum_sq_ns) rows to the
+    summary table: new keys are inserted, existing ones accumulate (calls and sums add, min/max
+    widen). Rows go in key order, so two transactions updating shared keys cannot deadlock."""
+    data = sorted(tuple(r) for r in rows)
+    if not data:
+        return
+    m = placeholder(conn)
+    conn.exec_driver_sql(
+        "INSERT INTO summary (rank_id, name_id, kind, category, calls, total_ns, min_ns, max_ns, sum_sq_ns) "
+        f"VALUES ({', '.join([m] * 9)}) ON CONFLICT (rank_id, name_id, kind) DO UPDATE SET "
+        "calls = summary.calls + excluded.calls, total_ns = summary.total_ns + excluded.total_ns, "
+        "min_ns = CASE WHEN excluded.min_ns < summary.min_ns THEN excluded.min_ns ELSE summary.min_ns END, "
+        "max_ns = CASE WHEN excluded.max_ns > summary.max_ns THEN excluded.max_ns ELSE summary.max_ns END, "
+        "sum_sq_ns = summary.sum_sq_ns + excluded.sum_sq_ns",
+        data,
+    )
+
+
+def add_steps(conn: Connection, rows: Iterable[Sequence[Any]]) -> None:
+    """Add (rank_id, step, source_id, start_ns, duration_ns) rows; a step already stored is kept."""
+    data = sorted(tuple(r) for r in rows)
+    if not data:
+        return
+    m = placeholder(conn)
+    conn.exec_driver_sql(
+        f"INSERT INTO step (rank_id, step, source_id, start_ns, duration_ns) VALUES ({', '.join([m] * 5)}) "
+        "ON CONFLICT (rank_id, step) DO NOTHING",
+        data,
+    )
+
+
+@contextmanager
+def run_scope(engine: Engine, find_or_create: Callable[[Connection], tuple[int, bool]]) -> Iterator[int | None]:
+    """Where a load finds or creates its run. PostgreSQL: in a short transaction of its own, committed
+    at once (``find_or_create(conn) -> (run_id, created)``, race-safe with INSERT ... ON CONFLICT), so
+    nodes loading ranks of one run at the same time do not wait for each other's whole load; if the
+    load then fails, a run it created is removed again unless another load put ranks in it. SQLite
+    (yields None): the load does it inside its own transaction (BEGIN IMMEDIATE lets one writer in,
+    and a failed load leaves the file untouched); see ``hold_run``."""
+    if engine.dialect.name != "postgresql":
+        yield None
+        return
+    with engine.begin() as conn:
+        run_id, created = find_or_create(conn)
+    try:
+        yield run_id
+    except BaseException:
+        if created:
+            try:
+                with engine.begin() as conn:
+                    # FOR UPDATE waits for loads still holding the run (hold_run), then sees their ranks
+                    if conn.exec_driver_sql("SELECT id FROM run WHERE id = %s FOR UPDATE", (run_id,)).first():
+                        if not conn.exec_driver_sql("SELECT 1 FROM rank WHERE run_id = %s LIMIT 1", (run_id,)).first():
+                            conn.exec_driver_sql("DELETE FROM run WHERE id = %s", (run_id,))
+            except Exception:  # the load's own error is the one to report
+                pass
+        raise
+
+
+def hold_run(
+    conn: Connection, run_id: int | None, ranks: Iterable[int], find_or_create: Callable[[Connection], tuple[int, bool]]
+) -> int:
+    """First statements of a load's transaction; returns the run id. PostgreSQL: hold the run row
+    (FOR KEY SHARE: a failing node cannot remove it meanwhile; others may hold it too) and the
+    load's ranks (transaction advisory locks on (run, rank), taken in rank order, so never a
+    deadlock) until commit. Nodes with their own ranks load in parallel; two given the same rank
+    take turns, and the second then finds the first's files present and its rank rows made.
+    SQLite (``run_id`` None, from ``run_scope``): find or create the run here."""
+    if run_id is None:
+        return find_or_create(conn)[0]
+    held = conn.exec_driver_sql("SELECT id FROM run WHERE id = %s FOR KEY SHARE", (run_id,)).first()
+    if held is None:  # removed by another node's failed load just now: create it in this transaction
+        run_id = find_or_create(conn)[0]
+        conn.exec_driver_sql("SELECT id FROM run WHERE id = %s FOR KEY SHARE", (run_id,)).one()
+    for g in sorted(set(ranks)):
+        conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%s::int4, %s::int4)", (run_id, g))
+    return run_id

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import sqlite3
 from pathlib import Path
@@ -25,12 +26,30 @@ ENV_DB = "PROFDB_DB"
 OWN_TABLES = {"alembic_version", "run", "rank", "source_file", "name", "activity", "counter", "summary", "step"}
 
 
+#: seconds an SQLite writer waits for another one's lock before giving up
+SQLITE_BUSY_S = 30
+#: pg_advisory_xact_lock key held while migrating a PostgreSQL store ("profdb" + 1)
+PG_MIGRATION_LOCK = 0x70726F6664620001
+
+
 def resolve_url(db: str | None) -> str:
-    """``--db`` value (or $PROFDB_DB, or ./profdb.db) as an SQLAlchemy URL."""
+    """``--db`` value (or $PROFDB_DB, or ./profdb.db) as an SQLAlchemy URL. A bare
+    ``postgresql://`` (or ``postgres://``, as libpq and psql spell it) gets profdb's driver, psycopg 3."""
     db = db or os.environ.get(ENV_DB) or DEFAULT_DB
     if "://" in db:
+        scheme, rest = db.split("://", 1)
+        if scheme in ("postgresql", "postgres"):
+            return f"postgresql+psycopg://{rest}"
         return db
     return f"sqlite:///{Path(db).expanduser()}"
+
+
+def display_url(url: str) -> str:
+    """The URL with any password masked, for messages and reports."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy parses: show it without anything after a ':' in the netloc
+        return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
 
 
 def sqlite_path(url: str) -> Path | None:
@@ -52,7 +71,7 @@ def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
     dbapi_conn.isolation_level = None
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA foreign_keys=ON")
-    cur.execute("PRAGMA busy_timeout=30000")
+    cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_S * 1000}")
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.execute("PRAGMA cache_size=-65536")
@@ -97,14 +116,68 @@ def check_sqlite_file(path: Path) -> None:
         )
 
 
+def _sqlite_locked_handler(path: Path | None) -> Any:
+    def on_error(ctx: Any) -> None:
+        e = ctx.original_exception
+        if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
+            raise StoreError(
+                f"the store {path or 'database'} is locked by another profdb; retry, or ingest into separate files "
+                f"and merge them (`profdb merge A.db B.db --db ALL.db`) (waited {SQLITE_BUSY_S} s for the lock)"
+            ) from e
+
+    return on_error
+
+
+
 def make_engine(url: str) -> Engine:
     u = make_url(url)
     if u.get_backend_name() == "sqlite":
         engine = create_engine(url)
         event.listen(engine, "connect", _sqlite_on_connect)
         event.listen(engine, "begin", _sqlite_on_begin)
+        event.listen(engine, "handle_error", _sqlite_locked_handler(sqlite_path(url)))
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    if u.get_backend_name() == "postgresql":
+        if u.get_driver_name() == "psycopg" and importlib.util.find_spec("psycopg") is None:
+            raise StoreError(
+                f"the store {display_url(url)} is PostgreSQL, and its driver psycopg is not installed; "
+                "install it with `pip install 'profdb[postgresql]'` (or `pip install 'psycopg[binary]'`)"
+            )
+        connect_args: dict[str, Any] = {"connect_timeout": 15}
+        if u.get_driver_name() == "psycopg":
+            connect_args["application_name"] = "profdb"
+        try:
+            return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+        except ImportError as e:
+            raise StoreError(
+                f"the store {display_url(url)} needs a database driver that is not installed ({e}); "
+                "use postgresql+psycopg:// and `pip install 'profdb[postgresql]'`"
+            ) from e
+    try:
+        return create_engine(url)
+    except Exception as e:
+        raise StoreError(
+            f"cannot open the store {display_url(url)} ({e}); use an SQLite path or a postgresql+psycopg:// URL"
+        ) from e
+
+
+def _connect_error(url: str, e: BaseException) -> StoreError:
+    """A clear message for a store that cannot be reached: the URL (password hidden), the cause, what to do."""
+    shown = display_url(url)
+    orig = getattr(e, "orig", None) or e
+    cause = " ".join(str(orig).split()) or type(orig).__name__
+    if make_url(url).get_backend_name() != "postgresql":
+        return StoreError(f"cannot open the store {shown}: {cause}")
+    low = cause.lower()
+    if "does not exist" in low and "database" in low:
+        hint = f"create it (`createdb {make_url(url).database}`) or fix the database name in the URL"
+    elif "password" in low or "authentication" in low or ("role" in low and "does not exist" in low):
+        hint = "check the user and password in the URL (or in ~/.pgpass / $PGPASSWORD)"
+    elif "permission denied" in low:
+        hint = "ask the database owner to grant this user CREATE and USAGE on the schema, or use another database"
+    else:
+        hint = "check that the server is running and reachable, and the host, port, user and database in the URL"
+    return StoreError(f"cannot open the store {shown}: {cause}; {hint}")
 
 
 def open_db(db: str | None = None, *, upgrade: bool = True) -> Engine:
@@ -122,7 +195,7 @@ def open_db(db: str | None = None, *, upgrade: bool = True) -> Engine:
             raise
         except Exception as e:  # driver errors: server down, auth, permissions
             engine.dispose()
-            raise StoreError(f"cannot open the store {engine.url.render_as_string(hide_password=True)}: {e}") from e
+            raise _connect_error(url, e) from e
     return engine
 
 
@@ -143,6 +216,17 @@ def head_revision() -> str:
     return head
 
 
+def known_revision(rev: str) -> bool:
+    """Whether this profdb has the migration ``rev`` (a store written by a newer profdb has not)."""
+    from alembic.script import ScriptDirectory
+    from alembic.util import CommandError
+
+    try:
+        return ScriptDirectory.from_config(alembic_config()).get_revision(rev) is not None
+    except CommandError:
+        return False
+
+
 def current_revision(engine: Engine) -> str | None:
     with engine.connect() as conn:
         if not inspect(conn).has_table("alembic_version"):
@@ -154,20 +238,16 @@ def current_revision(engine: Engine) -> str | None:
 def upgrade_db(engine: Engine, path: Path | None = None, revision: str = "head") -> None:
     from alembic import command
 
+    if engine.dialect.name == "postgresql":
+        _upgrade_pg(engine, revision)
+        return
     current = current_revision(engine)
     head = head_revision()
     if current == head and revision == "head":
         return
     if current is not None:
-        from alembic.script import ScriptDirectory
-        from alembic.util import CommandError
-
-        try:
-            known = ScriptDirectory.from_config(alembic_config()).get_revision(current) is not None
-        except CommandError:
-            known = False
-        if not known:
-            where = path or engine.url.render_as_string(hide_password=True)
+        if not known_revision(current):
+            where = path or display_url(str(engine.url))
             raise StoreError(
                 f"{where} was written by a newer profdb (schema revision {current}); upgrade profdb (pip install -U profdb)"
             )
@@ -176,4 +256,32 @@ def upgrade_db(engine: Engine, path: Path | None = None, revision: str = "head")
         engine.dispose()
         shutil.copy2(path, backup)
     with engine.begin() as conn:
+        command.upgrade(alembic_config(conn), revision)
+
+
+def _upgrade_pg(engine: Engine, revision: str) -> None:
+    """Migrate a PostgreSQL store under a transaction-scoped advisory lock: nodes opening a fresh team
+    store at once wait for the first one's migration (DDL is transactional there) instead of racing
+    to create the same tables. No backup: PostgreSQL rolls a failed migration back whole."""
+    from alembic import command
+
+    if current_revision(engine) == head_revision() and revision == "head":
+        return
+    with engine.begin() as conn:
+        conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%s)", (PG_MIGRATION_LOCK,))
+        insp = inspect(conn)
+        tables = set(insp.get_table_names())
+        if tables and "alembic_version" not in tables:
+            foreign = sorted(tables - OWN_TABLES)[:5] or sorted(tables)[:5]
+            raise StoreError(
+                f"{display_url(str(engine.url))} is not a profdb store (schema {insp.default_schema_name} has tables "
+                f"{', '.join(foreign)}); use an empty database (`createdb NAME`) or another schema"
+            )
+        if "alembic_version" in tables:
+            row = conn.exec_driver_sql("select version_num from alembic_version").first()
+            if row and not known_revision(row[0]):
+                raise StoreError(
+                    f"{display_url(str(engine.url))} was written by a newer profdb (schema {row[0]}); "
+                    "upgrade profdb (pip install -U profdb)"
+                )
         command.upgrade(alembic_config(conn), revision)

@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import re
+import weakref
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 from sqlalchemy import Connection, Engine, select
 
 from . import bulk, classify, ingest_workers, readers
-from .db import open_db, resolve_url, sqlite_path
+from .db import display_url, open_db, resolve_url, sqlite_path
 from .errors import InputError, ProfdbError, RankIdentityError
 from .identity import Identity, IdentityFlags, RankClaim, RankPlan, check_claims, missing_ranks, resolve_file
 from .manifest import MANIFEST_NAME, RankManifest
@@ -255,6 +256,8 @@ class _Writer:
         self.steps: dict[tuple[int, int], tuple[int, int, int]] = {}
         self.mark = bulk.placeholder(conn)
         self._counter1_sql: str | None = None
+        self._names_conn: Connection | None = None  # PostgreSQL: see bulk.names_connection
+        self._close_names: Callable[[], Any] = lambda: None
 
     def name_ids(self, values: Iterable[str]) -> None:
         """Intern every new name in one round trip per batch (insert-or-ignore, then select)."""
@@ -263,9 +266,13 @@ class _Writer:
             return
         m = self.mark
         if self.dialect == "postgresql":
-            ins = f"INSERT INTO name (value) VALUES ({m}) ON CONFLICT (value) DO NOTHING"
-        else:
-            ins = f"INSERT OR IGNORE INTO name (value) VALUES ({m})"
+            if self._names_conn is None:
+                self._names_conn = nc = bulk.names_connection(self.conn)
+                assert nc is not None
+                self._close_names = weakref.finalize(self, nc.close)
+            self.names.update((v, i) for i, v in bulk.intern_names(self.conn, new, self._names_conn))
+            return
+        ins = f"INSERT OR IGNORE INTO name (value) VALUES ({m})"
         self.conn.exec_driver_sql(ins, [(v,) for v in new])
         for i in range(0, len(new), 500):
             chunk = new[i : i + 500]
@@ -281,6 +288,9 @@ class _Writer:
     def insert(self, table: str, rows: list[tuple[Any, ...]]) -> None:
         """Rows a worker built, in ACTIVITY_COLS or COUNTER_COLS order; "counter1" rows are per-dispatch
         counters (the first six COUNTER_COLS; samples 1, no min/max), bound with fewer parameters."""
+        if table == "counter1" and self.dialect != "sqlite":  # PostgreSQL loads through COPY: all columns
+            bulk.insert_rows(self.conn, "counter", self.COUNTER_COLS, [r + (1, None, None) for r in rows])
+            return
         if table == "counter1":
             if self._counter1_sql is None:
                 m = self.mark
@@ -402,52 +412,43 @@ class _Writer:
 
     def finish(self) -> None:
         """Merge the in-memory summaries and steps into the store (adding to earlier ingests)."""
-        m = self.mark
-        if self.summary:
-            sql = (
-                "INSERT INTO summary (rank_id, name_id, kind, category, calls, total_ns, min_ns, max_ns, sum_sq_ns) "
-                f"VALUES ({', '.join([m] * 9)}) ON CONFLICT (rank_id, name_id, kind) DO UPDATE SET "
-                "calls = summary.calls + excluded.calls, total_ns = summary.total_ns + excluded.total_ns, "
-                "min_ns = CASE WHEN excluded.min_ns < summary.min_ns THEN excluded.min_ns ELSE summary.min_ns END, "
-                "max_ns = CASE WHEN excluded.max_ns > summary.max_ns THEN excluded.max_ns ELSE summary.max_ns END, "
-                "sum_sq_ns = summary.sum_sq_ns + excluded.sum_sq_ns"
-            )
-            self.conn.exec_driver_sql(sql, [(k[0], k[1], k[2], *v) for k, v in self.summary.items()])
-        if self.steps:
-            sql = (
-                f"INSERT INTO step (rank_id, step, source_id, start_ns, duration_ns) VALUES ({', '.join([m] * 5)}) "
-                "ON CONFLICT (rank_id, step) DO NOTHING"
-            )
-            self.conn.exec_driver_sql(sql, [(k[0], k[1], *v) for k, v in self.steps.items()])
+        self._close_names()
+        bulk.add_summaries(self.conn, [(k[0], k[1], k[2], *v) for k, v in self.summary.items()])
+        bulk.add_steps(self.conn, [(k[0], k[1], *v) for k, v in self.steps.items()])
 
 
 def _now() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
-def _get_or_create_run(conn: Connection, name: str, plan: RankPlan, inputs: list[InputFile]) -> int:
-    row = conn.execute(select(Run.id, Run.world_size).where(Run.name == name)).first()
+def _get_or_create_run(conn: Connection, name: str, plan: RankPlan, inputs: list[InputFile]) -> tuple[int, bool]:
+    """(run id, created). Two nodes creating the same run at once: one inserts, the other's insert
+    does nothing (ON CONFLICT) and it reads the winner's row."""
     manifest = next((i.claim.identity.manifest for i in inputs if i.claim and i.claim.identity.manifest), None)
-    if row is not None:
-        run_id, world = row
-        if plan.world_size is not None and world is not None and world != plan.world_size:
-            raise RankIdentityError(
-                f"run {name!r} has world size {world} but these inputs say {plan.world_size}; "
-                "they come from another job: pick another name with --run"
+    created = False
+    if conn.execute(select(Run.id).where(Run.name == name)).first() is None:
+        res = conn.execute(
+            bulk.insert_ignore(conn, Run.__table__).values(
+                name=name,
+                created_at=_now(),
+                launcher=manifest.launcher if manifest else None,
+                command=json.dumps(manifest.command) if manifest and manifest.command else None,
+                world_size=plan.world_size,
             )
-        if world is None and plan.world_size is not None:
-            conn.execute(Run.__table__.update().where(Run.id == run_id).values(world_size=plan.world_size))
-        return int(run_id)
-    res = conn.execute(
-        Run.__table__.insert().values(
-            name=name,
-            created_at=_now(),
-            launcher=manifest.launcher if manifest else None,
-            command=json.dumps(manifest.command) if manifest and manifest.command else None,
-            world_size=plan.world_size,
+            .returning(Run.id)
         )
-    )
-    return int(res.inserted_primary_key[0])  # type: ignore[index]
+        created = res.first() is not None
+    run_id, world = conn.execute(select(Run.id, Run.world_size).where(Run.name == name)).one()
+    if plan.world_size is not None and world is not None and world != plan.world_size:
+        raise RankIdentityError(
+            f"run {name!r} has world size {world} but these inputs say {plan.world_size}; "
+            "they come from another job: pick another name with --run"
+        )
+    if world is None and plan.world_size is not None:
+        conn.execute(
+            Run.__table__.update().where(Run.id == run_id, Run.world_size.is_(None)).values(world_size=plan.world_size)
+        )
+    return int(run_id), created
 
 
 def _rank_ids(conn: Connection, run_id: int, run_name: str, plan: RankPlan) -> dict[int, int]:
@@ -511,7 +512,7 @@ def ingest_paths(
     path = sqlite_path(url)
     created = path is not None and not path.exists()
     report = IngestReport(
-        run=run_name, run_derived=run is None, db=url, unknown_files=[str(u) for u in unknown], world_size=plan.world_size
+        run=run_name, run_derived=run is None, db=display_url(url), unknown_files=[str(u) for u in unknown], world_size=plan.world_size
     )
     engine: Engine | None = None
     try:
@@ -544,8 +545,14 @@ def _load(
     done = 0
     if progress:
         progress("start", "", 0, total)
-    with _transaction(engine, bulk=total >= DEFER_INDEXES_MIN_BYTES) as conn:
-        run_id = _get_or_create_run(conn, run_name, plan, inputs)
+    def find_or_create(c: Connection) -> tuple[int, bool]:
+        return _get_or_create_run(c, run_name, plan, inputs)
+
+    # PostgreSQL: the run is made and committed first, then held with this ingest's ranks (bulk.hold_run)
+    with bulk.run_scope(engine, find_or_create) as early_id, _transaction(
+        engine, bulk_load=total >= DEFER_INDEXES_MIN_BYTES
+    ) as conn:
+        run_id = bulk.hold_run(conn, early_id, plan.ranks, find_or_create)
         present = set(
             conn.execute(
                 select(Rank.global_rank, SourceFile.sha256)
@@ -632,7 +639,7 @@ def _load(
 
 
 @contextmanager
-def _transaction(engine: Engine, bulk: bool) -> Iterator[Connection]:
+def _transaction(engine: Engine, bulk_load: bool) -> Iterator[Connection]:
     """The ingest's one transaction. For a bulk load into SQLite, foreign key checks are off while it
     runs (each inserted row would otherwise look up its rank, source and names: half the cost of
     inserting a counter row) and back on afterwards, commit or not. The ingest itself creates every
@@ -642,7 +649,7 @@ def _transaction(engine: Engine, bulk: bool) -> Iterator[Connection]:
     with the table (measured on 10M rows: 550 MB, 150 MB with files).
     (SQLite refuses or ignores both pragmas inside a transaction: they are set before BEGIN.)"""
     with engine.connect() as conn:
-        raw = conn.connection.driver_connection if bulk and engine.dialect.name == "sqlite" else None
+        raw = conn.connection.driver_connection if bulk_load and engine.dialect.name == "sqlite" else None
         if raw is not None:
             raw.execute("PRAGMA foreign_keys=OFF")
             raw.execute("PRAGMA temp_store=FILE")

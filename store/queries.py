@@ -408,7 +408,7 @@ class NameGroup:
     max: int
 
 
-def _name_groups(conn: Connection, scope: RunScope, kinds: Iterable[str], pattern: str | None) -> list[NameGroup]:
+def name_groups(conn: Connection, scope: RunScope, kinds: Iterable[str], pattern: str | None) -> list[NameGroup]:
     """Per (kind, name) of ``kinds`` in the run: calls, total and largest T_r (one GROUP BY)."""
     rows = conn.execute(
         select(
@@ -436,7 +436,7 @@ def _top(groups: Iterable[NameGroup], n_ranks: int, top: int, by: str) -> list[N
     return ordered[:top] if top > 0 else ordered
 
 
-def _rank_values(
+def rank_values(
     conn: Connection, scope: RunScope, groups: Sequence[NameGroup]
 ) -> dict[tuple[str, int], tuple[list[int], set[int]]]:
     """For each (kind, name_id): T_r in rank order (0 where absent) and the positions of the ranks
@@ -512,11 +512,11 @@ def imbalance(
     ck = facts.comm_kind()
     if by != "rank":
         return _imbalance_by_group(conn, scope, kinds, ck, pattern, by, notes)
-    groups = _name_groups(conn, scope, set(kinds) | ({ck} if ck else set()), pattern)
+    groups = name_groups(conn, scope, set(kinds) | ({ck} if ck else set()), pattern)
     n = len(scope.ranks)
     compute = _top([g for g in groups if g.kind in kinds and g.category != COMM], n, top, "recoverable")
     comm = _top([g for g in groups if g.kind == ck and g.category == COMM], n, top, "recoverable")
-    values = _rank_values(conn, scope, compute + comm)
+    values = rank_values(conn, scope, compute + comm)
     rows = [_imbalance_row(scope, g, *values[(g.kind, g.name_id)]) for g in compute + comm]
     verdict = straggler(conn, scope, kinds, facts)
     if ck is not None:
@@ -675,8 +675,8 @@ def hotspots(
     kinds, notes = select_kinds(conn, scope, kind, ("kernel",), facts)
     notes += _scope_notes(scope)
     grand_total = facts.kind_total(kinds)
-    groups = _top(_name_groups(conn, scope, kinds, like_pattern(name_like)), len(scope.ranks), top, "total")
-    values = _rank_values(conn, scope, groups)
+    groups = _top(name_groups(conn, scope, kinds, like_pattern(name_like)), len(scope.ranks), top, "total")
+    values = rank_values(conn, scope, groups)
     rows = []
     for g in groups:
         v, present = values[(g.kind, g.name_id)]

@@ -11,6 +11,8 @@ from click.testing import CliRunner, Result
 
 from profdb.cli.main import cli
 
+from pg_fixtures import *  # noqa: E402,F401,F403  (store_url, pg_url, pg_server: both backends, see pg_fixtures.py)
+
 DATA = Path(__file__).parent / "data"
 
 

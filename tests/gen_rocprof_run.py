@@ -55,9 +55,13 @@ def generate(
     slow_host: int | None = None,
     seed: int = 7,
     counters: bool = True,
+    slow_factor: float = 3.0,
+    slow_all_ranks: bool = False,
 ) -> GeneratedRun:
-    """``slow_rank`` runs ``slow_kernel`` 3x longer; every rank of ``slow_host`` (index) runs 1.5x longer.
-    Communication kernels run *shorter* on the slow rank (it waits less: the others wait for it)."""
+    """``slow_rank`` runs ``slow_kernel`` ``slow_factor`` (3x) longer; every rank of ``slow_host`` (index)
+    runs 1.5x longer. Communication kernels run *shorter* on the slow rank (it waits less: the others wait
+    for it). ``slow_all_ranks``: every rank runs ``slow_kernel`` ``slow_factor`` longer (a regression
+    of the kernel itself, not a straggler)."""
     rnd = random.Random(seed)
     world = nodes * gpus_per_node
     hosts = [f"node{n:02d}" for n in range(nodes)]
@@ -81,8 +85,8 @@ def generate(
                 for ki, name in enumerate(KERNELS):
                     base = 10_000 * (ki + 1)
                     dur = base + rnd.randint(0, 500)
-                    if g == slow_rank and name == slow_kernel:
-                        dur *= 3
+                    if (g == slow_rank or slow_all_ranks) and name == slow_kernel:
+                        dur = int(dur * slow_factor)
                     if slow_host is not None and node == slow_host and not name.startswith("nccl"):
                         dur = dur * 3 // 2
                     if g == slow_rank and name.startswith("nccl"):

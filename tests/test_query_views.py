@@ -1,20 +1,17 @@
 """The SQL views of migration 0002 give the same answers as the library and the CLI, on SQLite and on
-PostgreSQL (a throwaway server, see gen_pg_server.py), and both engines give the same results."""
+PostgreSQL (the test session's server, see pg_fixtures.py), and both engines give the same results."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 from click.testing import CliRunner
 from gen_kineto_run import generate
-from gen_pg_server import postgres_url
 from gen_store import HandRank, fill_run
-from sqlalchemy import Connection, create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import Connection, text
 
 from profdb.cli.main import cli
 from profdb.store import queries
@@ -45,12 +42,6 @@ def _fill(url: str, root: Path) -> None:
         eng.dispose()
 
 
-@pytest.fixture(scope="module")
-def pg_server() -> Iterator[str | None]:
-    with postgres_url() as url:
-        yield url
-
-
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = tmp_path_factory.mktemp(f"views-{request.param}")
@@ -59,22 +50,13 @@ def store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         _fill(url, root)
         yield url
         return
-    server = request.getfixturevalue("pg_server")
-    if server is None:
-        pytest.skip("no PostgreSQL: install its server binaries or set PROFDB_TEST_POSTGRES_URL")
-    dbname = f"profdb_test_views_{os.getpid()}"
-    admin = create_engine(server, isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(text(f"DROP DATABASE IF EXISTS {dbname}"))
-        c.execute(text(f"CREATE DATABASE {dbname}"))
-    url = make_url(server).set(database=dbname).render_as_string(hide_password=False)
+    server = request.getfixturevalue("pg_server")  # session server from pg_fixtures (skips with the reason)
+    dbname, url = server.create_database("profdb_test_views")
     try:
         _fill(url, root)
         yield url
     finally:
-        with admin.connect() as c:
-            c.execute(text(f"DROP DATABASE IF EXISTS {dbname} WITH (FORCE)"))
-        admin.dispose()
+        server.drop_database(dbname)
 
 
 @pytest.fixture
@@ -225,21 +207,10 @@ def test_cli_equals_library(store: str, conn: Connection, question: str) -> None
     assert r.stderr.splitlines()[0] == lib.headline
 
 
-def test_engines_agree(pg_server: str | None, tmp_path: Path) -> None:
+def test_engines_agree(pg_url: str, tmp_path: Path) -> None:
     """Same inputs in SQLite and PostgreSQL: every question gives the same rows."""
-    if pg_server is None:
-        pytest.skip("no PostgreSQL")
     results: list[list[Any]] = []
-    for engine_name in ("sqlite", "postgresql"):
-        if engine_name == "sqlite":
-            url = f"sqlite:///{tmp_path / 'agree.db'}"
-        else:
-            dbname = f"profdb_test_agree_{os.getpid()}"
-            admin = create_engine(pg_server, isolation_level="AUTOCOMMIT")
-            with admin.connect() as c:
-                c.execute(text(f"DROP DATABASE IF EXISTS {dbname}"))
-                c.execute(text(f"CREATE DATABASE {dbname}"))
-            url = make_url(pg_server).set(database=dbname).render_as_string(hide_password=False)
+    for engine_name, url in (("sqlite", f"sqlite:///{tmp_path / 'agree.db'}"), ("postgresql", pg_url)):
         _fill(url, tmp_path / engine_name)
         eng = open_db(url)
         out: list[Any] = []
@@ -250,10 +221,6 @@ def test_engines_agree(pg_server: str | None, tmp_path: Path) -> None:
                             queries.steps(c, run), queries.rank_split(c, run)):
                     out.append((res.headline, sorted(map(repr, res.rows))))
         eng.dispose()
-        if engine_name == "postgresql":
-            with admin.connect() as c:
-                c.execute(text(f"DROP DATABASE IF EXISTS {dbname} WITH (FORCE)"))
-            admin.dispose()
         results.append(out)
     assert results[0] == results[1]
 

@@ -47,7 +47,10 @@ def main() -> int:
 
         for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(s, handler)
-        Path(args.wait_signals).write_text(str(os.getpid()))
+        # atomically: a waiter that sees the file also sees the pid in it
+        tmp = Path(args.wait_signals + ".tmp")
+        tmp.write_text(str(os.getpid()))
+        os.replace(tmp, args.wait_signals)
         deadline = time.monotonic() + 30
         while not got and time.monotonic() < deadline:
             time.sleep(0.02)

@@ -1,0 +1,811 @@
+"""Across runs: compare a run with a baseline, the regression gate, a name's trend, run tags.
+
+Engineers profile the same job again and again (nightly, per commit, per config). These functions
+answer "what got slower, on which ranks, since when" from the ``summary``, ``rank`` and ``run``
+tables only (never ``activity``), with SQLAlchemy Core that runs unchanged on SQLite and PostgreSQL.
+
+Figures per run and name (kind + interned name, matched across runs by name; ranks by global_rank),
+with T_r the name's total time on rank r (0 where the rank never ran it) over the run's N ranks:
+
+- ``mean`` = sum_r T_r / N: the name's time per rank (equal to total / N; comparable across world sizes);
+- ``max`` = max_r T_r: the slowest rank's time (what the job waits for);
+- ``imbalance`` = max / mean; ``share`` = the name's total / the run's total over the chosen kinds.
+
+The run's own figures use busy time B_r: all its non-communication time in the chosen kinds
+(communication is mostly waiting for the slowest peer, so it is reported apart): run imbalance =
+max_r B_r / mean_r B_r.
+
+A baseline is one run, or the median of several (``last:N``): each figure is the median over those
+runs of the figure (a run without the name counts 0), so one noisy run does not move it.
+
+Regression (``regressions``; ``profdb compare --fail-on-regression X``), with threshold X:
+
+1. a name with a share of at least ``min_share`` (noise floor; default 1%) in the baseline or the new
+   run whose ``mean`` or ``max`` grew by more than X (new / base - 1 > X). It is reported as a
+   "slowest-rank time" regression, naming that rank, when ``max`` grew more than X and either the
+   name's imbalance also grew more than X or its ``mean`` did not (a straggler); else as a "time per
+   rank" regression (slower on every rank);
+2. a name absent from the baseline whose ``mean`` alone is more than X of the baseline's busy time per
+   rank (new work that costs more than X);
+3. the run's imbalance grew by more than X (new / base - 1 > X).
+
+Communication names are included (a slower all-reduce is a regression too); their per-name imbalance
+is not gated (their time is waiting, so a straggler elsewhere shows there first)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any, Callable, Iterable, Sequence
+
+from sqlalchemy import Connection, func, select, update
+
+from . import queries
+from .errors import QueryError
+from .metrics import spread
+from .models import Name, Rank, Run, Summary
+from .queries import COMM, RankRef, Result, RunScope, fmt_ns, like_pattern
+
+_run = Run.__table__
+_rank = Rank.__table__
+_name = Name.__table__
+_sum = Summary.__table__
+
+BY = ("kernel", "rank", "host", "local-rank")
+
+
+# ---------------------------------------------------------------------------------------------
+# runs, tags, baselines
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    id: int
+    name: str
+    created_at: datetime
+    world_size: int | None
+    metadata: dict[str, Any]
+
+
+def _metadata(text: str | None, run: str) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise QueryError(f"run {run!r} has metadata that is not JSON ({e}); fix run.metadata_json with profdb sql") from e
+    if not isinstance(value, dict):
+        raise QueryError(f"run {run!r} has metadata that is not a JSON object; fix run.metadata_json with profdb sql")
+    return value
+
+
+def all_runs(conn: Connection) -> list[RunInfo]:
+    """Every run, oldest first (by created_at, then id)."""
+    rows = conn.execute(
+        select(_run.c.id, _run.c.name, _run.c.created_at, _run.c.world_size, _run.c.metadata_json).order_by(
+            _run.c.created_at, _run.c.id
+        )
+    ).all()
+    return [RunInfo(r.id, r.name, r.created_at, r.world_size, _metadata(r.metadata_json, r.name)) for r in rows]
+
+
+def find_run(conn: Connection, runs: Sequence[RunInfo], name: str | None) -> RunInfo:
+    """The run named ``name`` (or with that id), or the newest run when None."""
+    scope = queries.resolve_run(conn, name)
+    return next(r for r in runs if r.id == scope.id)
+
+
+def parse_filters(items: Iterable[str]) -> dict[str, str]:
+    """``["branch=main", "gpu=mi300"]`` -> ``{"branch": "main", "gpu": "mi300"}``."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise QueryError(f"{item!r} is not KEY=VALUE (e.g. branch=main)")
+        out[key.strip()] = value
+    return out
+
+
+def matches(run: RunInfo, where: dict[str, str]) -> bool:
+    """True when the run's metadata has every key with that value (compared as text)."""
+    for k, v in where.items():
+        if k not in run.metadata:
+            return False
+        have = run.metadata[k]
+        text = have if isinstance(have, str) else json.dumps(have)
+        if text != v:
+            return False
+    return True
+
+
+def tag_run(conn: Connection, run: str, values: dict[str, str], remove: Sequence[str] = ()) -> dict[str, Any]:
+    """Set (and remove) keys of a run's metadata (run.metadata_json); returns the new metadata."""
+    info = find_run(conn, all_runs(conn), run)
+    meta = dict(info.metadata)
+    for k in remove:
+        if k not in meta:
+            raise QueryError(f"run {info.name!r} has no tag {k!r}; its tags: {', '.join(sorted(meta)) or 'none'}")
+        del meta[k]
+    meta.update(values)
+    conn.execute(
+        update(Run).where(Run.id == info.id).values(metadata_json=json.dumps(meta, sort_keys=True) if meta else None)
+    )
+    return meta
+
+
+@dataclass(frozen=True)
+class Baseline:
+    runs: tuple[RunInfo, ...]
+    #: how it was asked for and what it is, for headlines ("last:5 (runs a, b, c, d, e)")
+    label: str
+
+
+def resolve_baseline(conn: Connection, runs: Sequence[RunInfo], spec: str | None, new: RunInfo) -> Baseline:
+    """The baseline runs for ``new``.
+
+    ``spec``: a run name; ``last:N`` (the N runs before ``new`` by created_at, compared as their
+    median); ``tag:KEY=VALUE`` (the latest run before ``new`` with that metadata); terms combine with
+    commas: ``last:5,tag:branch=main``. None: the run just before ``new``."""
+    if spec is not None and not any(spec.startswith(p) for p in ("last:", "tag:")):
+        base = find_run(conn, runs, spec)
+        if base.id == new.id:
+            raise QueryError(f"the baseline and the new run are the same run ({new.name!r}); pick another baseline")
+        return Baseline((base,), f"run {base.name!r}")
+    last: int | None = None
+    where: dict[str, str] = {}
+    for term in (spec or "").split(","):
+        term = term.strip()
+        if not term:
+            continue
+        if term.startswith("last:"):
+            count = term[5:]
+            if not count.isdigit() or int(count) < 1:
+                raise QueryError(f"baseline {term!r}: N must be a positive integer (e.g. last:5)")
+            last = int(count)
+        elif term.startswith("tag:"):
+            where.update(parse_filters([term[4:]]))
+        else:
+            raise QueryError(f"baseline term {term!r}: use a run name, last:N, tag:KEY=VALUE, or last:N,tag:KEY=VALUE")
+    before = [r for r in runs if (r.created_at, r.id) < (new.created_at, new.id) and matches(r, where)]
+    n = last or 1
+    chosen = tuple(before[-n:])
+    filt = (" with " + ", ".join(f"{k}={v}" for k, v in where.items())) if where else ""
+    if not chosen:
+        raise QueryError(
+            f"no run{filt} before {new.name!r} to compare with; name a baseline run (profdb runs lists them)"
+        )
+    names = ", ".join(r.name for r in chosen)
+    if last is None and not where:
+        label = f"previous run {chosen[0].name!r}"
+    elif len(chosen) == 1:
+        label = f"run {names!r} ({spec})"
+    else:
+        label = f"median of {len(chosen)} runs ({spec}: {names})"
+    if last is not None and len(chosen) < last:
+        label += f" [only {len(chosen)} of {last} runs{filt} exist before {new.name!r}]"
+    return Baseline(chosen, label)
+
+
+# ---------------------------------------------------------------------------------------------
+# one run's figures, from the summary table
+
+
+@dataclass
+class NameFigures:
+    kind: str
+    name_id: int
+    name: str
+    category: str
+    calls: float
+    total: float
+    mean: float
+    max: float
+    imbalance: float | None
+    share: float
+
+
+@dataclass
+class RunFigures:
+    """Figures of one run, or the median of several (the baseline)."""
+
+    label: str
+    runs: tuple[RunInfo, ...]
+    scopes: tuple[RunScope, ...]
+    #: global_rank -> rank (hostname, local_rank)
+    ranks: dict[int, RankRef]
+    #: (kind, name_id) -> figures
+    names: dict[tuple[str, int], NameFigures]
+    #: global_rank -> busy (non-communication) and communication time
+    busy: dict[int, float]
+    comm: dict[int, float]
+    total: float
+    busy_mean: float
+    imbalance: float | None
+
+
+def _imbalance(values: Sequence[float]) -> float | None:
+    return spread([round(v) for v in values]).imbalance if values else None
+
+
+def _one_run(conn: Connection, run: RunInfo, kinds: Sequence[str], pattern: str | None) -> RunFigures:
+    scope = queries.resolve_run(conn, run.name)
+    n = len(scope.ranks) or 1
+    groups = queries.name_groups(conn, scope, kinds, pattern)
+    grand = sum(g.total for g in groups)
+    names = {
+        (g.kind, g.name_id): NameFigures(
+            g.kind,
+            g.name_id,
+            g.name,
+            g.category,
+            g.calls,
+            g.total,
+            g.total / n,
+            g.max,
+            g.max * n / g.total if g.total else None,
+            g.total / grand if grand else 0.0,
+        )
+        for g in groups
+    }
+    totals = queries.rank_totals(conn, scope, kinds, pattern)
+    busy = {r.global_rank: float(sum(v for (_k, c), v in totals.get(r.id, {}).items() if c != COMM)) for r in scope.ranks}
+    comm = {r.global_rank: float(sum(v for (_k, c), v in totals.get(r.id, {}).items() if c == COMM)) for r in scope.ranks}
+    b = list(busy.values())
+    return RunFigures(
+        f"run {run.name!r}",
+        (run,),
+        (scope,),
+        {r.global_rank: r for r in scope.ranks},
+        names,
+        busy,
+        comm,
+        float(grand),
+        sum(b) / n if b else 0.0,
+        _imbalance(b),
+    )
+
+
+def _kinds(conn: Connection, run: RunInfo, kind: str | None) -> tuple[tuple[str, ...], list[str]]:
+    """``kind`` as given, or kernels when ``run`` has any, else CPU operators (a CPU-only run)."""
+    return queries.select_kinds(conn, queries.resolve_run(conn, run.name), kind, ("kernel",))
+
+
+def _median(values: list[float]) -> float:
+    return float(statistics.median(values))
+
+
+def _median_of(figs: list[RunFigures], label: str) -> RunFigures:
+    """The baseline: each figure is the median over the runs (absent names and ranks count 0)."""
+    if len(figs) == 1:
+        return replace(figs[0], label=label)
+    keys = {k for f in figs for k in f.names}
+    names = {}
+    for key in keys:
+        ref = [f.names[key] for f in figs if key in f.names][-1]
+
+        def med(attr: str) -> float:
+            return _median([float(getattr(f.names[key], attr)) if key in f.names else 0.0 for f in figs])
+
+        imb = [i for i in (f.names[key].imbalance for f in figs if key in f.names) if i is not None]
+        names[key] = NameFigures(
+            ref.kind, ref.name_id, ref.name, ref.category, med("calls"), med("total"), med("mean"), med("max"),
+            _median(imb) if imb else None, med("share"),
+        )
+    ranks: dict[int, RankRef] = {}
+    for f in figs:
+        ranks.update(f.ranks)
+    busy = {g: _median([f.busy.get(g, 0.0) for f in figs]) for g in ranks}
+    comm = {g: _median([f.comm.get(g, 0.0) for f in figs]) for g in ranks}
+    run_imbs = [f.imbalance for f in figs if f.imbalance is not None]
+    return RunFigures(
+        label,
+        tuple(r for f in figs for r in f.runs),
+        tuple(sc for f in figs for sc in f.scopes),
+        ranks,
+        names,
+        busy,
+        comm,
+        _median([f.total for f in figs]),
+        _median([f.busy_mean for f in figs]),
+        _median(run_imbs) if run_imbs else None,
+    )
+
+
+def _rank_vectors(
+    conn: Connection, figs: RunFigures, keys: Sequence[tuple[str, int]]
+) -> dict[tuple[str, int], dict[int, float]]:
+    """global_rank -> T_r for each (kind, name_id) in ``keys``; the element-wise median over the runs."""
+    known = [figs.names[k] for k in keys if k in figs.names]
+    if not known:
+        return {}
+    groups = [queries.NameGroup(f.kind, f.name_id, f.name, f.category, 0, 0, 0) for f in known]
+    per_run = []
+    for scope in figs.scopes:
+        values = queries.rank_values(conn, scope, groups)
+        per_run.append(
+            {key: {r.global_rank: float(v) for r, v in zip(scope.ranks, vals)} for key, (vals, _present) in values.items()}
+        )
+    out: dict[tuple[str, int], dict[int, float]] = {}
+    for f in known:
+        key = (f.kind, f.name_id)
+        ranks = {g for pr in per_run for g in pr.get(key, {})}
+        out[key] = {g: _median([pr.get(key, {}).get(g, 0.0) for pr in per_run]) for g in ranks}
+    return out
+
+
+def run_figures(
+    conn: Connection, runs: Sequence[RunInfo], label: str, kinds: Sequence[str], pattern: str | None = None
+) -> RunFigures:
+    return _median_of([_one_run(conn, r, kinds, pattern) for r in runs], label)
+
+
+# ---------------------------------------------------------------------------------------------
+# regressions: the gate
+
+
+@dataclass(frozen=True)
+class Regression:
+    #: "mean" | "max" | "new" | "imbalance"
+    metric: str
+    #: (kind, name_id) of the name; None for the run's imbalance
+    key: tuple[str, int] | None
+    name: str | None
+    kind: str | None
+    base: float
+    new: float
+    #: new / base - 1
+    growth: float
+    rank: int | None = None
+
+    def line(self) -> str:
+        if self.metric == "imbalance":
+            return f"run imbalance {self.base:.3f} -> {self.new:.3f} ({self.growth * 100:+.1f}%)"
+        what = {
+            "mean": "time per rank",
+            "max": "slowest-rank time",
+            "new": "new, time per rank",
+        }[self.metric]
+        where = f" on rank {self.rank}" if self.rank is not None else ""
+        if self.metric == "new":
+            return f"{self.name} ({self.kind}): {what} {fmt_ns(self.new)} = {self.growth * 100:.1f}% of the baseline's busy time per rank"
+        return (
+            f"{self.name} ({self.kind}): {what} {fmt_ns(self.base)} -> {fmt_ns(self.new)}{where} "
+            f"({self.growth * 100:+.1f}%)"
+        )
+
+
+def regressions(base: RunFigures, new: RunFigures, threshold: float, min_share: float = 0.01) -> list[Regression]:
+    """What got worse by more than ``threshold`` (a fraction: 0.1 = 10%); see the module doc.
+    Worst first: names by growth, then the run's imbalance."""
+    out: list[Regression] = []
+    for key, nf in new.names.items():
+        bf = base.names.get(key)
+        if bf is None or bf.mean <= 0:
+            if base.busy_mean > 0 and nf.mean / base.busy_mean > threshold:
+                out.append(Regression("new", key, nf.name, nf.kind, 0.0, nf.mean, nf.mean / base.busy_mean))
+            continue
+        if max(bf.share, nf.share) < min_share:
+            continue
+        mean_g = nf.mean / bf.mean - 1
+        max_g = nf.max / bf.max - 1 if bf.max > 0 else 0.0
+        if mean_g <= threshold and max_g <= threshold:
+            continue
+        # grew on some ranks more than on others (its imbalance grew too): a straggler, name the
+        # slowest rank; else it got slower on every rank
+        concentrated = bool(bf.imbalance and nf.imbalance and nf.imbalance / bf.imbalance - 1 > threshold)
+        if max_g > threshold and (concentrated or mean_g <= threshold):
+            out.append(Regression("max", key, nf.name, nf.kind, bf.max, nf.max, max_g))
+        else:
+            out.append(Regression("mean", key, nf.name, nf.kind, bf.mean, nf.mean, mean_g))
+    out.sort(key=lambda r: (-r.growth, r.name or ""))
+    if base.imbalance and new.imbalance and new.imbalance / base.imbalance - 1 > threshold:
+        out.append(
+            Regression("imbalance", None, None, None, base.imbalance, new.imbalance, new.imbalance / base.imbalance - 1)
+        )
+    return out
+
+
+def _with_ranks(conn: Connection, new: RunFigures, regs: list[Regression]) -> list[Regression]:
+    """Name the slowest rank of each slowest-rank regression."""
+    keys = [r.key for r in regs if r.metric == "max" and r.key is not None]
+    vectors = _rank_vectors(conn, new, keys)
+    out = []
+    for r in regs:
+        if r.metric == "max" and r.key is not None:
+            r = replace(r, rank=_slowest(vectors.get(r.key, {}), comm=False))
+        out.append(r)
+    return out
+
+
+def gate_line(regs: Sequence[Regression], threshold: float, baseline: str) -> str:
+    """One line for CI: the worst regression, and how many more."""
+    head = f"regression over {threshold * 100:g}% vs {baseline}: {regs[0].line()}"
+    if len(regs) > 1:
+        more = "; ".join(r.name or "run imbalance" for r in regs[1:4])
+        head += f"; {len(regs) - 1} more: {more}" + (" ..." if len(regs) > 4 else "")
+    return head
+
+
+# ---------------------------------------------------------------------------------------------
+# compare
+
+
+@dataclass
+class Comparison:
+    result: Result
+    regressions: list[Regression]
+    baseline: str
+    new: str
+
+
+def _ratio(new: float, base: float) -> float | None:
+    return new / base if base else None
+
+
+STATUS_ORDER = ("slower", "new", "vanished", "faster", "same")
+
+
+def _status(bf: NameFigures | None, nf: NameFigures | None, threshold: float) -> str:
+    if bf is None or bf.mean <= 0:
+        return "new"
+    if nf is None or nf.mean <= 0:
+        return "vanished"
+    if nf.mean / bf.mean - 1 > threshold or (bf.max > 0 and nf.max / bf.max - 1 > threshold):
+        return "slower"
+    if nf.mean / bf.mean - 1 < -threshold:
+        return "faster"
+    return "same"
+
+
+KERNEL_HEADERS = [
+    "name",
+    "kind",
+    "category",
+    "status",
+    "base_mean_ns",
+    "new_mean_ns",
+    "delta_ns",
+    "ratio",
+    "base_max_ns",
+    "new_max_ns",
+    "max_ratio",
+    "base_imbalance",
+    "new_imbalance",
+    "new_share_pct",
+    "new_slowest_rank",
+    "moved_rank",
+    "moved_share_pp",
+]
+
+
+def _moved(base_v: dict[int, float], new_v: dict[int, float]) -> tuple[int | None, float | None]:
+    """The rank whose share of the name's time changed most, and by how many percentage points."""
+    bt, nt = sum(base_v.values()), sum(new_v.values())
+    if not bt or not nt:
+        return None, None
+    best: tuple[float, int] | None = None
+    for g in sorted(set(base_v) | set(new_v)):
+        d = new_v.get(g, 0.0) / nt - base_v.get(g, 0.0) / bt
+        if best is None or abs(d) > abs(best[0]):
+            best = (d, g)
+    assert best is not None
+    return best[1], best[0] * 100
+
+
+def _slowest(vec: dict[int, float], comm: bool) -> int | None:
+    if not vec:
+        return None
+    # communication is waiting: the rank that waits least is the suspect
+    return (min if comm else max)(sorted(vec), key=lambda g: vec[g])
+
+
+def _kernel_rows(
+    conn: Connection, base: RunFigures, new: RunFigures, threshold: float, top: int
+) -> list[tuple[Any, ...]]:
+    def order(k: tuple[str, int]) -> tuple[int, float, tuple[str, int]]:
+        bf, nf = base.names.get(k), new.names.get(k)
+        d_mean = (nf.mean if nf else 0.0) - (bf.mean if bf else 0.0)
+        d_max = (nf.max if nf else 0.0) - (bf.max if bf else 0.0)
+        return STATUS_ORDER.index(_status(bf, nf, threshold)), -max(abs(d_mean), abs(d_max)), k
+
+    # what got slower first, then new, vanished, faster, same; the largest change first in each
+    keys = sorted(set(base.names) | set(new.names), key=order)
+    if top > 0:
+        keys = keys[:top]
+    bv = _rank_vectors(conn, base, keys)
+    nv = _rank_vectors(conn, new, keys)
+    rows = []
+    for k in keys:
+        bf, nf = base.names.get(k), new.names.get(k)
+        ref = nf or bf
+        assert ref is not None
+        s = _slowest(nv.get(k, {}), ref.category == COMM)
+        moved, pp = _moved(bv.get(k, {}), nv.get(k, {}))
+        b_mean = bf.mean if bf else 0.0
+        n_mean = nf.mean if nf else 0.0
+        b_max = bf.max if bf else 0.0
+        n_max = nf.max if nf else 0.0
+        rows.append(
+            (
+                ref.name,
+                ref.kind,
+                ref.category,
+                _status(bf, nf, threshold),
+                round(b_mean),
+                round(n_mean),
+                round(n_mean - b_mean),
+                _ratio(n_mean, b_mean),
+                round(b_max),
+                round(n_max),
+                _ratio(n_max, b_max),
+                bf.imbalance if bf else None,
+                nf.imbalance if nf else None,
+                nf.share * 100 if nf else None,
+                s,
+                moved,
+                pp,
+            )
+        )
+    return rows
+
+
+def _group_rows(base: RunFigures, new: RunFigures, by: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    key_of: Callable[[RankRef], Any]
+    if by == "rank":
+        key_of, key_col = (lambda r: r.global_rank), "global_rank"
+    elif by == "host":
+        key_of, key_col = (lambda r: r.hostname), "hostname"
+    else:
+        key_of, key_col = (lambda r: r.local_rank), "local_rank"
+
+    def groups(f: RunFigures) -> dict[Any, tuple[int, float, float]]:
+        out: dict[Any, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
+        for g, info in f.ranks.items():
+            acc = out[key_of(info)]
+            acc[0] += 1
+            acc[1] += f.busy.get(g, 0.0)
+            acc[2] += f.comm.get(g, 0.0)
+        return {k: (int(v[0]), v[1], v[2]) for k, v in out.items()}
+
+    bg, ng = groups(base), groups(new)
+    bt, nt = sum(v[1] for v in bg.values()), sum(v[1] for v in ng.values())
+    headers = [key_col] + (["hostname", "local_rank"] if by == "rank" else ["ranks"]) + [
+        "base_busy_ns",
+        "new_busy_ns",
+        "delta_ns",
+        "ratio",
+        "base_share_pct",
+        "new_share_pct",
+        "share_change_pp",
+        "base_comm_ns",
+        "new_comm_ns",
+    ]
+    rows = []
+    for key in sorted(set(bg) | set(ng), key=lambda k: (k is None, str(k) if not isinstance(k, int) else f"{k:012d}")):
+        b = bg.get(key, (0, 0.0, 0.0))
+        n = ng.get(key, (0, 0.0, 0.0))
+        # per rank of the group, so groups of different sizes compare
+        b_busy = b[1] / b[0] if b[0] else None
+        n_busy = n[1] / n[0] if n[0] else None
+        b_share = b[1] * 100 / bt if bt and b[0] else None
+        n_share = n[1] * 100 / nt if nt and n[0] else None
+        where: list[Any]
+        if by == "rank":
+            info = new.ranks.get(key) or base.ranks[key]
+            where = [info.hostname, info.local_rank]
+        else:
+            where = [max(b[0], n[0])]
+        rows.append(
+            (
+                key,
+                *where,
+                None if b_busy is None else round(b_busy),
+                None if n_busy is None else round(n_busy),
+                None if b_busy is None or n_busy is None else round(n_busy - b_busy),
+                _ratio(n_busy, b_busy) if b_busy is not None and n_busy is not None else None,
+                b_share,
+                n_share,
+                None if b_share is None or n_share is None else n_share - b_share,
+                None if not b[0] else round(b[2] / b[0]),
+                None if not n[0] else round(n[2] / n[0]),
+            )
+        )
+    # the largest share change first; of equal changes (two groups), the one that grew
+    rows.sort(key=lambda r: (-round(abs(r[-3] or 0.0), 9), -(r[-3] or 0.0)))
+    return headers, rows
+
+
+def compare(
+    conn: Connection,
+    new: str | None = None,
+    baseline: str | None = None,
+    by: str = "kernel",
+    threshold: float = 0.05,
+    kind: str | None = None,
+    name_like: str | None = None,
+    top: int = 30,
+    min_share: float = 0.01,
+    gate: float | None = None,
+) -> Comparison:
+    """Compare run ``new`` (default: the newest) with ``baseline`` (see ``resolve_baseline``).
+
+    ``by="kernel"``: one row per name (matched by name), largest change in time per rank first.
+    ``by="rank" | "host" | "local-rank"``: busy time per rank of each group and its share of the run,
+    the largest share change first (ranks matched by global_rank). Regressions (over ``threshold``)
+    are computed in every view, over ``gate`` when given, else over ``threshold``."""
+    if by not in BY:
+        raise QueryError(f"unknown --by {by!r}; choose from {', '.join(BY)}")
+    if threshold < 0 or (gate is not None and gate < 0):
+        raise QueryError("the threshold must not be negative")
+    runs = all_runs(conn)
+    new_run = find_run(conn, runs, new)
+    base = resolve_baseline(conn, runs, baseline, new_run)
+    kinds, notes = _kinds(conn, new_run, kind)
+    pattern = like_pattern(name_like)
+    nf = run_figures(conn, [new_run], f"run {new_run.name!r}", kinds, pattern)
+    bf = run_figures(conn, base.runs, base.label, kinds, pattern)
+    if not nf.names and not bf.names:
+        notes.append("no names match" + (f" {name_like!r}" if name_like else "") + f" in {'/'.join(kinds)} rows")
+    if any(len(sc.ranks) != len(nf.ranks) for sc in bf.scopes):
+        notes.append("the runs have different numbers of ranks: times are compared per rank (total / ranks)")
+    regs = _with_ranks(conn, nf, regressions(bf, nf, threshold if gate is None else gate, min_share))
+    if by == "kernel":
+        headers = list(KERNEL_HEADERS)
+        rows = _kernel_rows(conn, bf, nf, threshold, top)
+        notes.append(
+            "mean = time per rank (total over ranks / ranks); max = slowest rank; ratio = new / base; "
+            "moved_rank: the rank whose share of the name's time changed most (percentage points)"
+        )
+    else:
+        headers, rows = _group_rows(bf, nf, by)
+        notes.append(
+            "busy = non-communication time per rank of the group; share = of the run's busy time; "
+            "comm = communication time per rank (mostly waiting)"
+        )
+    counts: dict[str, int] = defaultdict(int)
+    for key in set(bf.names) | set(nf.names):
+        counts[_status(bf.names.get(key), nf.names.get(key), threshold)] += 1
+    ratio = _ratio(nf.busy_mean, bf.busy_mean)
+    headline = (
+        f"{new_run.name!r} vs {base.label}: {'/'.join(kinds)} busy time per rank {fmt_ns(bf.busy_mean)} -> "
+        f"{fmt_ns(nf.busy_mean)}" + (f" ({(ratio - 1) * 100:+.1f}%)" if ratio else "")
+    )
+    if bf.imbalance and nf.imbalance:
+        headline += f", imbalance {bf.imbalance:.3f} -> {nf.imbalance:.3f}"
+    headline += "; names: " + ", ".join(
+        f"{counts[s]} {s}" for s in ("slower", "faster", "new", "vanished") if counts[s]
+    ) if any(counts[s] for s in ("slower", "faster", "new", "vanished")) else "; no name changed"
+    headline += f" (threshold {threshold * 100:g}%)"
+    return Comparison(Result(headers, rows, headline, notes), regs, base.label, new_run.name)
+
+
+# ---------------------------------------------------------------------------------------------
+# trend
+
+
+TREND_HEADERS = [
+    "run",
+    "created_at",
+    "ranks",
+    "calls",
+    "total_ns",
+    "mean_ns",
+    "max_ns",
+    "imbalance",
+    "straggler_rank",
+    "comm_ns",
+    "vs_prev",
+    "vs_first",
+]
+
+
+def trend(
+    conn: Connection,
+    name_like: str | None = None,
+    last: int = 20,
+    kind: str | None = None,
+    where: dict[str, str] | None = None,
+    until: str | None = None,
+) -> Result:
+    """Per run (oldest first, the ``last`` runs up to ``until``, with metadata ``where``): the time of
+    the names matching ``name_like`` (or the run's busy time), per rank, its slowest rank and imbalance."""
+    if last < 1:
+        raise QueryError("--last must be at least 1")
+    runs = [r for r in all_runs(conn) if matches(r, where or {})]
+    if until is not None:
+        stop = find_run(conn, all_runs(conn), until)
+        runs = [r for r in runs if (r.created_at, r.id) <= (stop.created_at, stop.id)]
+    if not runs:
+        filt = ", ".join(f"{k}={v}" for k, v in (where or {}).items())
+        raise QueryError("no runs" + (f" with {filt}" if filt else "") + " in the store (see `profdb runs`)")
+    runs = runs[-last:]
+    kinds, notes = _kinds(conn, runs[-1], kind)
+    pattern = like_pattern(name_like)
+    ids = [r.id for r in runs]
+    joined = _sum.join(_rank, _rank.c.id == _sum.c.rank_id)
+    cond: list[Any] = [_rank.c.run_id.in_(ids), _sum.c.kind.in_(list(kinds))]
+    if pattern is not None:
+        joined = joined.join(_name, _name.c.id == _sum.c.name_id)
+        cond.append(_name.c.value.ilike(pattern))
+    per: dict[int, dict[int, list[float]]] = defaultdict(dict)
+    calls: dict[int, int] = defaultdict(int)
+    comm_names: dict[int, bool] = {}
+    for run_id, g, cat, n_calls, total in conn.execute(
+        select(_rank.c.run_id, _rank.c.global_rank, _sum.c.category, func.sum(_sum.c.calls), func.sum(_sum.c.total_ns))
+        .select_from(joined)
+        .where(*cond)
+        .group_by(_rank.c.run_id, _rank.c.global_rank, _sum.c.category)
+    ):
+        acc = per[run_id].setdefault(g, [0.0, 0.0])
+        is_comm = cat == COMM
+        comm_names[run_id] = comm_names.get(run_id, True) and is_comm
+        acc[1 if is_comm else 0] += int(total)
+        calls[run_id] += int(n_calls)
+    nranks: dict[int, int] = {
+        int(rid): int(c)
+        for rid, c in conn.execute(
+            select(_rank.c.run_id, func.count()).where(_rank.c.run_id.in_(ids)).group_by(_rank.c.run_id)
+        )
+    }
+    rows: list[tuple[Any, ...]] = []
+    first: float | None = None
+    prev: float | None = None
+    for r in runs:
+        n = int(nranks.get(r.id, 0))
+        vec = per.get(r.id, {})
+        # a name filter that matches only communication names: their time is what we follow
+        only_comm = pattern is not None and comm_names.get(r.id, False)
+        col = 1 if only_comm else 0
+        values = {g: v[col] for g, v in vec.items()}
+        total = sum(values.values())
+        mean = total / n if n else None
+        full = [values.get(g, 0.0) for g in sorted(values)] + [0.0] * max(0, n - len(values))
+        if not total:
+            s = None
+        elif pattern is None:  # the run's likely straggler, as `profdb query --imbalance` names it
+            verdict = queries.straggler(conn, queries.resolve_run(conn, r.name), kinds)
+            s = verdict.rank.global_rank if verdict.rank is not None else None
+        else:
+            s = _slowest(values, only_comm)
+        comm = sum(v[1] for v in vec.values())
+        rows.append(
+            (
+                r.name,
+                r.created_at.isoformat(sep=" ", timespec="seconds"),
+                n,
+                calls.get(r.id, 0),
+                round(total),
+                None if mean is None else round(mean),
+                round(max(full)) if full else 0,
+                _imbalance(full) if n else None,
+                s,
+                round(comm / n) if n and (pattern is None or comm) else None,
+                _ratio(mean, prev) if mean is not None and prev else None,
+                _ratio(mean, first) if mean is not None and first else None,
+            )
+        )
+        if mean:
+            prev = mean
+            if first is None:
+                first = mean
+    what = f"names like {pattern!r}" if pattern else f"busy ({'/'.join(kinds)}, non-communication) time"
+    notes.append(
+        f"{what} per run; mean = per rank, max = slowest rank, vs_prev / vs_first = mean against the previous / first run"
+    )
+    if pattern and not any(calls.values()):
+        notes.append(f"no {'/'.join(kinds)} names match {name_like!r} in these runs")
+    headline = None
+    valid = [row for row in rows if row[5]]
+    if len(valid) >= 2:
+        a, b = valid[0], valid[-1]
+        headline = (
+            f"{what}: {fmt_ns(a[5])} per rank in {a[0]!r} -> {fmt_ns(b[5])} in {b[0]!r} "
+            f"({(b[5] / a[5] - 1) * 100:+.1f}% over {len(valid)} runs)"
+        )
+        worst = max(valid[1:], key=lambda row: row[10] or 0.0)
+        if worst[10] and worst[10] > 1:
+            headline += f"; largest step up: {worst[0]!r} ({(worst[10] - 1) * 100:+.1f}% vs the run before)"
+    return Result(list(TREND_HEADERS), rows, headline, notes)

@@ -1,0 +1,580 @@
+"""One run in pictures: a single self-contained HTML report, and the imbalance heatmap alone.
+
+``build_report`` gathers the numbers: the straggler verdict, imbalance, hotspots, steps, the per-rank
+split and the host / local-rank roll-ups come from ``queries`` (the same answers as ``profdb query``);
+the rank x name matrix of the heatmap and the per-step, per-rank durations come from the ``summary``
+and ``step`` tables (never ``activity``); the provenance from ``run``, ``rank`` and ``source_file``.
+
+``render_html`` draws the charts with matplotlib (Agg, no pyplot state) as inline SVG and fills
+``templates/report.html``: inline CSS, no script, no external resource, so the file opens offline
+and can be mailed or attached to a CI job. matplotlib is the optional extra ``profdb[report]``.
+
+The heatmap: one row per name (the most imbalanced, as in ``profdb query --imbalance``), one column
+per rank, each cell the name's time on that rank divided by its mean over ranks (1.0 = its fair
+share; 0 where the rank never ran it). A straggler shows as a hot column; in communication rows it
+shows cold (it waits least)."""
+
+from __future__ import annotations
+
+import html
+import importlib.metadata
+import io
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from importlib import resources
+from pathlib import Path
+from string import Template
+from typing import Any, Sequence
+
+from sqlalchemy import Connection, select
+
+from . import queries
+from .errors import InputError, ProfdbError, QueryError
+from .metrics import spread
+from .models import Rank, Run, SourceFile, Step
+
+_run = Run.__table__
+_rank = Rank.__table__
+_step = Step.__table__
+_src = SourceFile.__table__
+
+#: heatmap rows (the most imbalanced names)
+DEFAULT_TOP = 25
+#: beyond this many ranks, per-rank bars become areas and per-rank step lines a min/max band
+MANY_RANKS = 64
+PLOT_FORMATS = ("png", "svg", "pdf")
+
+
+class MissingDependency(ProfdbError):
+    """An optional dependency (matplotlib for charts) is not installed."""
+
+
+# ---------------------------------------------------------------------------------------------
+# the numbers
+
+
+@dataclass
+class Heatmap:
+    run: str
+    #: (kind, name, category), one per row
+    names: list[tuple[str, str, str]]
+    #: global ranks, one per column
+    ranks: list[int]
+    #: rows x columns: T_r / mean_r T_r (0 where the rank never ran the name)
+    values: list[list[float]]
+    #: global rank of the likely straggler, or None
+    straggler: int | None
+    kinds: tuple[str, ...]
+
+
+@dataclass
+class ReportData:
+    run: str
+    created_at: datetime
+    world_size: int | None
+    launcher: str | None
+    command: str | None
+    metadata: dict[str, Any]
+    ranks: list[queries.RankRef]
+    missing_ranks: list[int]
+    kinds: tuple[str, ...]
+    verdict: str
+    straggler: int | None
+    imbalance: queries.Result
+    hotspots: queries.Result
+    steps: queries.Result
+    rank_split: queries.Result
+    by_host: queries.Result
+    by_local_rank: queries.Result
+    heatmap: Heatmap
+    #: step -> global_rank -> duration_ns
+    step_ranks: dict[int, dict[int, int]]
+    #: (global_rank, hostname, path, format, content_kind, rows, size_bytes, sha256, identity_origin)
+    sources: list[tuple[Any, ...]]
+    notes: list[str] = field(default_factory=list)
+
+
+def heatmap_data(
+    conn: Connection, run: str | None = None, kind: str | None = None, top: int = DEFAULT_TOP
+) -> Heatmap:
+    """The rank x name matrix of the most imbalanced names (see the module doc)."""
+    scope = queries.resolve_run(conn, run)
+    if not scope.ranks:
+        raise QueryError(f"run {scope.name!r} has no ranks; ingest its profiles first")
+    imb = queries.imbalance(conn, scope.name, kind=kind, top=top)
+    kinds, _notes = queries.select_kinds(conn, scope, kind, ("kernel",))
+    verdict = queries.straggler(conn, scope, kinds)
+    return _heatmap(conn, scope, imb, kinds, verdict)
+
+
+def _heatmap(
+    conn: Connection, scope: queries.RunScope, imb: queries.Result, kinds: tuple[str, ...], verdict: queries.Verdict
+) -> Heatmap:
+    """Rows: the names of ``imb`` (the imbalance table), in its order; T_r from the summary table."""
+    h = {name: i for i, name in enumerate(imb.headers)}
+    wanted = [(r[h["kind"]], r[h["name"]]) for r in imb.rows]
+    all_kinds = sorted({k for k, _n in wanted})
+    by_name = {(g.kind, g.name): g for g in queries.name_groups(conn, scope, all_kinds, None)}
+    groups = [by_name[w] for w in wanted if w in by_name]
+    per_rank = queries.rank_values(conn, scope, groups)
+    values = []
+    for g in groups:
+        row, _present = per_rank[(g.kind, g.name_id)]
+        s = spread(row)
+        values.append([v * s.n / s.total if s.total else 0.0 for v in row])
+    straggler = verdict.rank.global_rank if verdict.rank is not None else None
+    return Heatmap(
+        scope.name, [(g.kind, g.name, g.category) for g in groups], [r.global_rank for r in scope.ranks], values, straggler, kinds
+    )
+
+
+def _step_ranks(conn: Connection, scope: queries.RunScope) -> dict[int, dict[int, int]]:
+    out: dict[int, dict[int, int]] = {}
+    for step, g, dur in conn.execute(
+        select(_step.c.step, _rank.c.global_rank, _step.c.duration_ns)
+        .select_from(_step.join(_rank, _rank.c.id == _step.c.rank_id))
+        .where(_rank.c.run_id == scope.id)
+        .order_by(_step.c.step, _rank.c.global_rank)
+    ):
+        out.setdefault(int(step), {})[int(g)] = int(dur)
+    return out
+
+
+def _sources(conn: Connection, scope: queries.RunScope) -> list[tuple[Any, ...]]:
+    rows = conn.execute(
+        select(
+            _rank.c.global_rank,
+            _rank.c.hostname,
+            _src.c.path,
+            _src.c.format,
+            _src.c.content_kind,
+            _src.c.rows,
+            _src.c.size_bytes,
+            _src.c.sha256,
+            _src.c.identity_origin,
+        )
+        .select_from(_src.join(_rank, _rank.c.id == _src.c.rank_id))
+        .where(_src.c.run_id == scope.id)
+        .order_by(_rank.c.global_rank, _src.c.path)
+    ).all()
+    return [tuple(r) for r in rows]
+
+
+def build_report(conn: Connection, run: str | None = None, kind: str | None = None, top: int = DEFAULT_TOP) -> ReportData:
+    """Every number of the report for ``run`` (default: the newest run)."""
+    scope = queries.resolve_run(conn, run)
+    if not scope.ranks:
+        raise QueryError(f"run {scope.name!r} has no ranks; ingest its profiles first")
+    info = conn.execute(
+        select(_run.c.created_at, _run.c.launcher, _run.c.command, _run.c.metadata_json).where(_run.c.id == scope.id)
+    ).one()
+    try:
+        metadata = json.loads(info.metadata_json) if info.metadata_json else {}
+    except ValueError:
+        metadata = {"metadata_json": info.metadata_json}
+    kinds, notes = queries.select_kinds(conn, scope, kind, ("kernel",))
+    verdict = queries.straggler(conn, scope, kinds)
+    imb = queries.imbalance(conn, scope.name, kind=kind, top=top)
+    return ReportData(
+        run=scope.name,
+        created_at=info.created_at,
+        world_size=scope.world_size,
+        launcher=info.launcher,
+        command=info.command,
+        metadata=metadata if isinstance(metadata, dict) else {"metadata_json": info.metadata_json},
+        ranks=list(scope.ranks),
+        missing_ranks=scope.missing_ranks(),
+        kinds=kinds,
+        verdict=verdict.line,
+        straggler=verdict.rank.global_rank if verdict.rank is not None else None,
+        imbalance=imb,
+        hotspots=queries.hotspots(conn, scope.name, kind=kind, top=15),
+        steps=queries.steps(conn, scope.name),
+        rank_split=queries.rank_split(conn, scope.name, kind=kind),
+        by_host=queries.imbalance(conn, scope.name, kind=kind, by="host"),
+        by_local_rank=queries.imbalance(conn, scope.name, kind=kind, by="local-rank"),
+        heatmap=_heatmap(conn, scope, imb, kinds, verdict),
+        step_ranks=_step_ranks(conn, scope),
+        sources=_sources(conn, scope),
+        notes=notes,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# charts (matplotlib, Agg, no pyplot)
+
+
+def _matplotlib() -> Any:
+    try:
+        import matplotlib
+    except ImportError as e:
+        raise MissingDependency(
+            "charts need matplotlib, which is not installed: pip install 'profdb[report]' "
+            "(or pip install 'matplotlib>=3.7')"
+        ) from e
+    matplotlib.use("Agg")
+    matplotlib.rcParams.update(
+        {
+            "svg.fonttype": "none",  # text stays text: small, searchable, selectable
+            "svg.hashsalt": "profdb",  # stable ids, so the same data gives the same file
+            "font.size": 9,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+        }
+    )
+    return matplotlib
+
+
+def _figure(width: float, height: float) -> Any:
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def _svg(fig: Any) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
+    text = buf.getvalue()
+    return text[text.index("<svg") :]
+
+
+def _short(name: str, width: int = 60) -> str:
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def _rank_ticks(ax: Any, ranks: Sequence[int], axis: str = "x") -> None:
+    step = max(1, len(ranks) // 32)
+    pos = list(range(0, len(ranks), step))
+    labels = [str(ranks[i]) for i in pos]
+    if axis == "x":
+        ax.set_xticks(pos, labels, fontsize=7, rotation=90 if len(ranks) > 16 else 0)
+    else:
+        ax.set_yticks(pos, labels, fontsize=7)
+
+
+def heatmap_figure(hm: Heatmap) -> Any:
+    """The rank x name heatmap as a matplotlib Figure."""
+    _matplotlib()
+    from matplotlib.colors import TwoSlopeNorm
+
+    n_names, n_ranks = len(hm.names), len(hm.ranks)
+    width = min(18.0, max(7.0, 4.5 + 0.28 * n_ranks))
+    height = min(14.0, max(2.8, 1.5 + 0.26 * n_names))
+    fig = _figure(width, height)
+    ax = fig.add_subplot()
+    if not n_names:
+        ax.text(0.5, 0.5, "no names to show", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return fig
+    top = max(1.5, max(max(row) for row in hm.values))
+    im = ax.imshow(
+        hm.values, aspect="auto", cmap="RdBu_r", norm=TwoSlopeNorm(vmin=0.0, vcenter=1.0, vmax=top), interpolation="nearest"
+    )
+    _rank_ticks(ax, hm.ranks)
+    ax.set_yticks(
+        range(n_names),
+        [_short(n) + ("  [comm]" if c == queries.COMM else "") for _k, n, c in hm.names],
+        fontsize=7,
+    )
+    fig.suptitle(f"run {hm.run}: each name's time on each rank / its mean over ranks ({'/'.join(hm.kinds)})", fontsize=9)
+    xlabel = "global rank"
+    if hm.straggler is not None and hm.straggler in hm.ranks:
+        col = hm.ranks.index(hm.straggler)
+        ax.axvline(col - 0.5, color="black", linewidth=1.0)
+        ax.axvline(col + 0.5, color="black", linewidth=1.0)
+        for tick in ax.get_xticklabels():
+            if tick.get_text() == str(hm.straggler):
+                tick.set_color("#b2182b")
+                tick.set_fontweight("bold")
+        xlabel += f" (outlined: the likely straggler, rank {hm.straggler})"
+    ax.set_xlabel(xlabel)
+    cb = fig.colorbar(im, ax=ax, shrink=0.9, pad=0.01)
+    cb.set_label("x mean (1 = fair share)")
+    return fig
+
+
+def _rank_split_svg(data: ReportData) -> str:
+    res = data.rank_split
+    h = {k: i for i, k in enumerate(res.headers)}
+    ranks = [r[h["global_rank"]] for r in res.rows]
+    series = [
+        ("compute", [r[h["compute_ns"]] / 1e6 for r in res.rows], "#d95f02"),
+        ("communication", [r[h["communication_ns"]] / 1e6 for r in res.rows], "#7570b3"),
+        ("memory", [r[h["memory_ns"]] / 1e6 for r in res.rows], "#1b9e77"),
+    ]
+    fig = _figure(min(16.0, max(6.0, 3 + 0.25 * len(ranks))), 3.0)
+    ax = fig.add_subplot()
+    x = list(range(len(ranks)))
+    bottom = [0.0] * len(ranks)
+    for label, ys, color in series:
+        if not any(ys):
+            continue
+        if len(ranks) <= MANY_RANKS:
+            ax.bar(x, ys, bottom=bottom, label=label, color=color, width=0.8)
+        else:
+            ax.fill_between(x, bottom, [b + y for b, y in zip(bottom, ys)], label=label, color=color, step="mid")
+        bottom = [b + y for b, y in zip(bottom, ys)]
+    _rank_ticks(ax, ranks)
+    if data.straggler is not None and data.straggler in ranks:
+        i = ranks.index(data.straggler)
+        ax.annotate("straggler", xy=(i, bottom[i]), xytext=(0, 3), textcoords="offset points", ha="center", fontsize=8)
+    ax.set_xlabel("global rank")
+    ax.set_ylabel("ms")
+    ax.set_title(f"time per rank ({'/'.join(data.kinds)}; communication is mostly waiting)", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    return _svg(fig)
+
+
+def _steps_svg(data: ReportData) -> str | None:
+    if not data.step_ranks:
+        return None
+    steps = sorted(data.step_ranks)
+    ranks = sorted({g for per in data.step_ranks.values() for g in per})
+    fig = _figure(7.5, 3.2)
+    ax = fig.add_subplot()
+    if len(ranks) <= 16:
+        for g in ranks:
+            xs = [s for s in steps if g in data.step_ranks[s]]
+            ax.plot(xs, [data.step_ranks[s][g] / 1e6 for s in xs], marker="o", markersize=3, linewidth=1, label=f"rank {g}")
+        ax.legend(fontsize=7, ncols=min(4, len(ranks)), frameon=False)
+    else:
+        lo = [min(data.step_ranks[s].values()) / 1e6 for s in steps]
+        hi = [max(data.step_ranks[s].values()) / 1e6 for s in steps]
+        mean = [sum(data.step_ranks[s].values()) / len(data.step_ranks[s]) / 1e6 for s in steps]
+        ax.fill_between(steps, lo, hi, alpha=0.3, label="fastest..slowest rank")
+        ax.plot(steps, mean, label="mean over ranks")
+        ax.legend(fontsize=7, frameon=False)
+    for s in steps:
+        per = data.step_ranks[s]
+        if len(per) < 2:
+            continue
+        g = max(sorted(per), key=lambda r: per[r])
+        ax.annotate(f"{g}", xy=(s, per[g] / 1e6), xytext=(0, 4), textcoords="offset points", ha="center", fontsize=7, color="#b2182b")
+    ax.set_xlabel("step (label: the slowest rank)")
+    ax.set_ylabel("ms")
+    ax.set_xticks(steps if len(steps) <= 30 else steps[:: max(1, len(steps) // 30)])
+    ax.set_title("step time per rank", fontsize=9)
+    return _svg(fig)
+
+
+def _group_svg(res: queries.Result, label: str) -> str | None:
+    if len(res.rows) < 2:
+        return None
+    h = {k: i for i, k in enumerate(res.headers)}
+    keys = [str(r[0]) for r in res.rows]
+    fig = _figure(min(12.0, max(4.0, 2 + 0.5 * len(keys))), 2.8)
+    ax = fig.add_subplot()
+    x = list(range(len(keys)))
+    ax.bar([i - 0.2 for i in x], [r[h["compute_vs_mean"]] or 0 for r in res.rows], width=0.4, label="compute", color="#d95f02")
+    comm = [r[h["communication_vs_mean"]] for r in res.rows]
+    if any(c is not None for c in comm):
+        ax.bar([i + 0.2 for i in x], [c or 0 for c in comm], width=0.4, label="communication", color="#7570b3")
+    ax.axhline(1.0, color="black", linewidth=0.6)
+    ax.set_xticks(x, keys, fontsize=7, rotation=90 if len(keys) > 12 else 0)
+    ax.set_ylabel("x mean over ranks")
+    ax.set_xlabel(label)
+    ax.legend(fontsize=7, frameon=False)
+    return _svg(fig)
+
+
+def _hotspots_svg(res: queries.Result) -> str | None:
+    if not res.rows:
+        return None
+    h = {k: i for i, k in enumerate(res.headers)}
+    rows = res.rows[:10][::-1]
+    fig = _figure(7.5, max(2.0, 0.8 + 0.25 * len(rows)))
+    ax = fig.add_subplot()
+    ax.barh(range(len(rows)), [r[h["share_pct"]] or 0 for r in rows], color="#4575b4")
+    ax.set_yticks(range(len(rows)), [_short(str(r[h["name"]]), 50) for r in rows], fontsize=7)
+    ax.set_xlabel("% of the run's time")
+    return _svg(fig)
+
+
+# ---------------------------------------------------------------------------------------------
+# HTML
+
+
+def _fmt_ns(v: Any) -> str:
+    if v is None:
+        return ""
+    return queries.fmt_ns(v)
+
+
+def _cell(header: str, v: Any) -> str:
+    if v is None:
+        return ""
+    if header.endswith("_ns"):
+        return _fmt_ns(v)
+    if header.endswith("_bytes") and isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    return str(v)
+
+
+def html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], cls: str = "", highlight: int | None = None, rank_col: str | None = None) -> str:
+    """An HTML table: *_ns columns in readable units (header without the suffix), every cell escaped;
+    the row whose ``rank_col`` equals ``highlight`` is marked (the straggler)."""
+    shown = [h[:-3] if h.endswith("_ns") else h for h in headers]
+    ri = headers.index(rank_col) if rank_col in headers else None
+    out = [f'<table class="{cls}"><thead><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in shown) + "</tr></thead><tbody>"]
+    for r in rows:
+        mark = ' class="straggler"' if ri is not None and highlight is not None and r[ri] == highlight else ""
+        cells = []
+        for hdr, v in zip(headers, r):
+            text = html.escape(_cell(hdr, v))
+            num = isinstance(v, (int, float)) and not isinstance(v, bool)
+            cells.append(f'<td class="num">{text}</td>' if num else f"<td>{text}</td>")
+        out.append(f"<tr{mark}>" + "".join(cells) + "</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _notes(lines: Sequence[str]) -> str:
+    if not lines:
+        return ""
+    return '<ul class="notes">' + "".join(f"<li>{html.escape(n)}</li>" for n in lines) + "</ul>"
+
+
+def _figure_html(svg: str | None, ident: str, caption: str, empty: str) -> str:
+    if svg is None:
+        return f'<p class="empty" id="{ident}-empty">{html.escape(empty)}</p>'
+    return f'<figure id="{ident}">{svg}<figcaption>{html.escape(caption)}</figcaption></figure>'
+
+
+def _template() -> Template:
+    text = resources.files("profdb.store").joinpath("templates", "report.html").read_text(encoding="utf-8")
+    return Template(text)
+
+
+def _run_imbalance(data: ReportData) -> float | None:
+    h = {k: i for i, k in enumerate(data.rank_split.headers)}
+    compute = [int(r[h["compute_ns"]]) + int(r[h["memory_ns"]]) for r in data.rank_split.rows]
+    return spread(compute).imbalance if compute else None
+
+
+def rank_ranges(ranks: Sequence[int]) -> str:
+    """``[2, 3, 4, 7]`` -> ``"2-4, 7"``."""
+    spans: list[list[int]] = []
+    for g in sorted(set(ranks)):
+        if spans and spans[-1][1] == g - 1:
+            spans[-1][1] = g
+        else:
+            spans.append([g, g])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def render_html(data: ReportData, store: str = "") -> str:
+    """The report as one HTML document (charts inline as SVG; no script, no external resource)."""
+    _matplotlib()
+    hm_fig = heatmap_figure(data.heatmap)
+    heat_svg = _svg(hm_fig)
+    try:
+        version = importlib.metadata.version("profdb")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - running from a checkout
+        version = "dev"
+    imb = _run_imbalance(data)
+    hosts = sorted({r.hostname for r in data.ranks if r.hostname is not None})
+    cards = [
+        ("ranks", f"{len(data.ranks)}" + (f" of {data.world_size}" if data.world_size else "")),
+        ("missing ranks", f"{len(data.missing_ranks)} ({rank_ranges(data.missing_ranks)})" if data.missing_ranks else "none"),
+        ("hosts", str(len(hosts)) if hosts else "unknown"),
+        ("kinds", "/".join(data.kinds)),
+        ("run imbalance", f"{imb:.3f}" if imb else "n/a"),
+        ("steps", str(len(data.step_ranks))),
+    ]
+    cards_html = "".join(
+        f'<div class="card"><div class="k">{html.escape(k)}</div><div class="v">{html.escape(v)}</div></div>' for k, v in cards
+    )
+    meta_rows = [
+        ("run", data.run),
+        ("created_at", data.created_at.isoformat(sep=" ", timespec="seconds")),
+        ("world_size", data.world_size),
+        ("launcher", data.launcher),
+        ("command", data.command),
+    ] + [(f"tag {k}", v if isinstance(v, str) else json.dumps(v)) for k, v in sorted(data.metadata.items())]
+    missing = (
+        f'<p class="warn" id="missing-ranks">missing ranks (no profile ingested): {len(data.missing_ranks)} of {data.world_size}: {html.escape(rank_ranges(data.missing_ranks))}</p>'
+        if data.missing_ranks
+        else '<p id="missing-ranks">no missing ranks</p>'
+    )
+    src_headers = ["global_rank", "hostname", "path", "format", "content_kind", "rows", "size_bytes", "sha256", "identity_origin"]
+    sources = [tuple(r[:7]) + (str(r[7])[:12],) + tuple(r[8:]) for r in data.sources]
+    values = {
+        "title": html.escape(f"profdb report: {data.run}"),
+        "run": html.escape(data.run),
+        "subtitle": html.escape(
+            f"created {data.created_at.isoformat(sep=' ', timespec='seconds')} UTC · "
+            f"{len(data.ranks)} ranks · {'/'.join(data.kinds)}"
+        ),
+        "verdict": html.escape(data.verdict),
+        "notes": _notes(data.notes),
+        "cards": cards_html,
+        "heatmap": _figure_html(
+            heat_svg,
+            "heatmap",
+            "Each cell: the name's time on that rank / its mean over ranks. A straggler is a hot column "
+            "(cold in [comm] rows: it waits least).",
+            "",
+        ),
+        "ranks_chart": _figure_html(_rank_split_svg(data), "rank-split", data.rank_split.headline or "", ""),
+        "ranks_table": html_table(data.rank_split.headers, data.rank_split.rows, "ranks", data.straggler, "global_rank"),
+        # the imbalance headline is the verdict already shown at the top
+        "imbalance_headline": html.escape(data.imbalance.headline if data.imbalance.headline != data.verdict else ""),
+        "imbalance_table": html_table(data.imbalance.headers, data.imbalance.rows, "imbalance", data.straggler, "suspect_rank"),
+        "imbalance_notes": _notes(data.imbalance.notes),
+        "host_headline": html.escape(data.by_host.headline or ""),
+        "host_chart": _figure_html(_group_svg(data.by_host, "hostname"), "by-host", "per host, against the mean rank", "one host only: nothing to compare"),
+        "host_table": html_table(data.by_host.headers, data.by_host.rows, "rollup"),
+        "local_headline": html.escape(data.by_local_rank.headline or ""),
+        "local_chart": _figure_html(
+            _group_svg(data.by_local_rank, "local_rank"), "by-local-rank", "per GPU slot, against the mean rank", "one local rank only: nothing to compare"
+        ),
+        "local_table": html_table(data.by_local_rank.headers, data.by_local_rank.rows, "rollup"),
+        "steps_headline": html.escape(data.steps.headline or ""),
+        "steps_chart": _figure_html(
+            _steps_svg(data), "steps-chart", "duration of each step on each rank; the label over a step is its slowest rank", "no steps in this run (ProfilerStep#N annotations)"
+        ),
+        "steps_table": html_table(data.steps.headers, data.steps.rows, "steps"),
+        "hotspots_headline": html.escape(data.hotspots.headline or ""),
+        "hotspots_chart": _figure_html(_hotspots_svg(data.hotspots), "hotspots-chart", "top names by share of the run's time", "no activity"),
+        "hotspots_table": html_table(data.hotspots.headers, data.hotspots.rows, "hotspots"),
+        "meta_table": html_table(["field", "value"], meta_rows, "meta"),
+        "missing": missing,
+        "sources_table": html_table(src_headers, sources, "sources"),
+        "generated": html.escape(
+            f"generated by profdb {version} on {datetime.now(timezone.utc).isoformat(sep=' ', timespec='seconds')}"
+            + (f" from {store}" if store else "")
+        ),
+    }
+    return _template().substitute(values)
+
+
+def write_report(conn: Connection, out: Path, run: str | None = None, kind: str | None = None, top: int = DEFAULT_TOP, store: str = "") -> ReportData:
+    """Build and write the HTML report of ``run`` to ``out``; returns its numbers."""
+    _matplotlib()  # fail before any work when charts cannot be drawn
+    _check_out(out, (".html", ".htm"))
+    data = build_report(conn, run, kind, top)
+    text = render_html(data, store)
+    out.write_text(text, encoding="utf-8")
+    return data
+
+
+def plot_heatmap(conn: Connection, out: Path, run: str | None = None, kind: str | None = None, top: int = DEFAULT_TOP) -> Heatmap:
+    """Write the imbalance heatmap alone; the format follows the suffix (.png, .svg, .pdf)."""
+    _matplotlib()
+    _check_out(out, tuple(f".{f}" for f in PLOT_FORMATS))
+    hm = heatmap_data(conn, run, kind, top)
+    fig = heatmap_figure(hm)
+    fig.savefig(out, dpi=150, bbox_inches="tight")
+    return hm
+
+
+def _check_out(out: Path, suffixes: tuple[str, ...]) -> None:
+    if out.suffix.lower() not in suffixes:
+        raise InputError(f"{out}: the output must end in {' / '.join(suffixes)}")
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        raise InputError(f"{out}: folder {parent} does not exist; create it or choose another -o path")
+

@@ -1,0 +1,467 @@
+"""Moving runs between stores: local SQLite files into the team's PostgreSQL store (``profdb export``),
+or several per-node SQLite files into one (``profdb merge``); any engine to any engine.
+
+A run is copied whole: the run row, its ranks, source files, names (re-interned in the destination),
+activity, counters, summaries and steps. Source files already in the destination run (same rank, same
+sha256) are skipped, so repeating a transfer adds nothing; ranks of the same run coming from several
+stores are united, as when several nodes ingest their own ranks. Each run is one transaction in the
+destination, with the same locks as ``ingest`` (bulk.run_scope / hold_run), so nodes can export into
+the team store at the same time. Rows are streamed in batches and written through bulk.insert_rows
+(COPY on PostgreSQL)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from sqlalchemy import Connection, Engine, Float, cast, func, insert, select, update
+
+from . import bulk
+from .db import display_url, open_db, resolve_url, sqlite_path
+from .errors import QueryError, RankIdentityError, StoreError
+from .models import Activity, Counter, Name, Rank, Run, SourceFile, Step, Summary
+
+BATCH = 20000
+
+#: progress(run, done_files, total_files)
+Progress = Callable[[str, int, int], None]
+
+_ACT = Activity.__table__
+_CTR = Counter.__table__
+ACTIVITY_COLS = tuple(c.name for c in _ACT.columns if c.name != "id")
+COUNTER_COLS = tuple(c.name for c in _CTR.columns if c.name != "id")
+_RANK_FIELDS = ("hostname", "local_rank", "node_rank", "pid", "device")
+
+
+@dataclass
+class RunTransfer:
+    run: str
+    status: str  # "created", "added" (to a run the destination had), "present" (nothing new)
+    files: int = 0
+    skipped_files: int = 0
+    ranks: list[int] = field(default_factory=list)
+    rows: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class TransferReport:
+    source: str
+    destination: str
+    runs: list[RunTransfer] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def transfer_runs(
+    src: str | None,
+    dst: str,
+    runs: Sequence[str] | None = None,
+    *,
+    allow_duplicate_ranks: bool = False,
+    progress: Progress | None = None,
+) -> TransferReport:
+    """Copy ``runs`` (default: all) from the store ``src`` (path or URL; None = $PROFDB_DB or
+    ./profdb.db) into the store ``dst`` (created if new)."""
+    src_url, dst_url = resolve_url(src), resolve_url(dst)
+    _check_distinct(src_url, dst_url)
+    _check_source_exists(src_url)
+    src_engine = open_db(src_url)
+    try:
+        names = _run_names(src_engine, runs, src_url, required=True)
+        return _transfer(src_engine, src_url, dst_url, names, allow_duplicate_ranks, progress)
+    finally:
+        src_engine.dispose()
+
+
+def merge_stores(
+    sources: Sequence[str],
+    dst: str | None,
+    runs: Sequence[str] | None = None,
+    *,
+    allow_duplicate_ranks: bool = False,
+    progress: Progress | None = None,
+) -> list[TransferReport]:
+    """Copy every run (or the named ``runs``) of each store in ``sources`` into ``dst``. A named run
+    needs to be in at least one source."""
+    if not sources:
+        raise StoreError("no stores to merge; pass one or more store files or URLs")
+    dst_url = resolve_url(dst)
+    src_urls = [resolve_url(s) for s in sources]
+    for u in src_urls:
+        _check_distinct(u, dst_url)
+        _check_source_exists(u)
+    engines = [open_db(u) for u in src_urls]
+    try:
+        found: set[str] = set()
+        plan = []
+        for u, e in zip(src_urls, engines):
+            names = _run_names(e, runs, u, required=False)
+            found.update(names)
+            plan.append((u, e, names))
+        if runs:
+            missing = [r for r in runs if r not in found]
+            if missing:
+                raise QueryError(
+                    f"no run named {', '.join(map(repr, missing))} in {', '.join(display_url(u) for u in src_urls)}; "
+                    "see `profdb runs --db STORE`"
+                )
+        return [_transfer(e, u, dst_url, names, allow_duplicate_ranks, progress) for u, e, names in plan]
+    finally:
+        for e in engines:
+            e.dispose()
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _same_store(a: str, b: str) -> bool:
+    pa, pb = sqlite_path(a), sqlite_path(b)
+    if pa is not None and pb is not None:
+        return pa.resolve() == pb.resolve()
+    return display_url(a) == display_url(b)
+
+
+def _check_distinct(src_url: str, dst_url: str) -> None:
+    if _same_store(src_url, dst_url):
+        raise StoreError(f"{display_url(src_url)} is both the source and the destination; name another store")
+
+
+def _check_source_exists(url: str) -> None:
+    path = sqlite_path(url)
+    if path is not None and not path.exists():
+        raise StoreError(f"{path}: no such store; name an existing profdb file (or URL) to copy from")
+
+
+def _run_names(engine: Engine, runs: Sequence[str] | None, url: str, *, required: bool) -> list[str]:
+    with engine.connect() as conn:
+        have = list(conn.execute(select(Run.name).order_by(Run.created_at, Run.id)).scalars())
+    if not runs:
+        return have
+    missing = [r for r in runs if r not in have]
+    if missing and required:
+        raise QueryError(
+            f"no run named {', '.join(map(repr, missing))} in {display_url(url)}; runs there: "
+            f"{', '.join(have[:10]) or 'none'} (see `profdb runs`)"
+        )
+    return [r for r in have if r in runs]
+
+
+# --------------------------------------------------------------------------- copying
+
+
+def _transfer(
+    src: Engine, src_url: str, dst_url: str, names: list[str], allow_dupes: bool, progress: Progress | None
+) -> TransferReport:
+    report = TransferReport(display_url(src_url), display_url(dst_url))
+    path = sqlite_path(dst_url)
+    created = path is not None and not path.exists()
+    dst: Engine | None = None
+    try:
+        dst = open_db(dst_url)
+        for name in names:
+            report.runs.append(_copy_run(src, dst, name, allow_dupes, progress))
+    except BaseException:
+        if dst is not None:
+            dst.dispose()
+            dst = None
+        if created and path is not None and not any(r.files for r in report.runs):
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                Path(str(path) + suffix).unlink(missing_ok=True)
+        raise
+    finally:
+        if dst is not None:
+            dst.dispose()
+    return report
+
+
+def _find_or_create_run(run: Any) -> Callable[[Connection], tuple[int, bool]]:
+    def find_or_create(conn: Connection) -> tuple[int, bool]:
+        created = False
+        if conn.execute(select(Run.id).where(Run.name == run.name)).first() is None:
+            res = conn.execute(
+                bulk.insert_ignore(conn, Run.__table__)
+                .values(
+                    name=run.name, created_at=run.created_at, launcher=run.launcher, command=run.command,
+                    world_size=run.world_size, metadata_json=run.metadata_json,
+                )
+                .returning(Run.id)
+            )
+            created = res.first() is not None
+        run_id, world = conn.execute(select(Run.id, Run.world_size).where(Run.name == run.name)).one()
+        if run.world_size is not None and world is not None and world != run.world_size:
+            raise RankIdentityError(
+                f"run {run.name!r} has world size {world} in the destination but {run.world_size} in the source; "
+                "they are different jobs: rename one (ingest it again with another --run) before merging"
+            )
+        if world is None and run.world_size is not None:
+            conn.execute(
+                update(Run).where(Run.id == run_id, Run.world_size.is_(None)).values(world_size=run.world_size)
+            )
+        if not created and run.metadata_json:
+            have = conn.execute(select(Run.metadata_json).where(Run.id == run_id)).scalar()
+            merged = _merge_metadata(have, run.metadata_json)
+            if merged != have:
+                conn.execute(update(Run).where(Run.id == run_id).values(metadata_json=merged))
+        return int(run_id), created
+
+    return find_or_create
+
+
+def _merge_metadata(have: str | None, new: str) -> str | None:
+    """Run metadata (tags) of the same run from two stores: the keys of both, the destination's value
+    where both set one. Text that is not a JSON object is left as the destination has it."""
+    if not have:
+        return new
+    try:
+        a, b = json.loads(have), json.loads(new)
+    except ValueError:
+        return have
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return have
+    return json.dumps({**b, **a}, sort_keys=True)
+
+
+def _copy_run(src: Engine, dst: Engine, name: str, allow_dupes: bool, progress: Progress | None) -> RunTransfer:
+    with src.connect() as s:
+        run = s.execute(select(Run.__table__).where(Run.name == name)).one()
+        ranks = {r.id: r for r in s.execute(select(Rank.__table__).where(Rank.run_id == run.id))}
+        files = list(s.execute(select(SourceFile.__table__).where(SourceFile.run_id == run.id).order_by(SourceFile.id)))
+        find_or_create = _find_or_create_run(run)
+        with bulk.run_scope(dst, find_or_create) as early_id, dst.begin() as d:
+            run_id = bulk.hold_run(d, early_id, [r.global_rank for r in ranks.values()], find_or_create)
+            existed = d.execute(select(Rank.id).where(Rank.run_id == run_id).limit(1)).first() is not None
+            present = set(
+                d.execute(
+                    select(Rank.global_rank, SourceFile.sha256)
+                    .join(SourceFile, SourceFile.rank_id == Rank.id)
+                    .where(Rank.run_id == run_id)
+                ).all()
+            )
+            todo = [f for f in files if (ranks[f.rank_id].global_rank, f.sha256) not in present]
+            result = RunTransfer(name, "added" if existed else "created", skipped_files=len(files) - len(todo))
+            if not todo:
+                result.status = "present" if existed else "created"
+                return result
+            _check_duplicates(d, run_id, name, todo, ranks, allow_dupes)
+            rank_map = _map_ranks(d, run_id, name, {f.rank_id: ranks[f.rank_id] for f in todo})
+            names = _NameMap(s, d)
+            try:
+                _copy_files(s, d, run, run_id, files, todo, ranks, rank_map, names, result, progress)
+            finally:
+                names.close()
+            result.files = len(todo)
+            result.ranks = sorted({ranks[f.rank_id].global_rank for f in todo})
+            return result
+
+
+def _check_duplicates(d: Connection, run_id: int, run_name: str, todo: list[Any], ranks: dict[int, Any], allow: bool) -> None:
+    """As at ingest: a rank that already has a different file of the same format and kind in the
+    destination run is a conflict (two jobs named alike), unless several windows are allowed."""
+    if allow:
+        return
+    rows = d.execute(
+        select(Rank.global_rank, SourceFile.format, SourceFile.content_kind, SourceFile.path)
+        .join(SourceFile, SourceFile.rank_id == Rank.id)
+        .where(Rank.run_id == run_id)
+    ).all()
+    have = {(r[0], r[1], r[2]): r[3] for r in rows}
+    for f in todo:
+        key = (ranks[f.rank_id].global_rank, f.format, f.content_kind)
+        if key in have:
+            raise RankIdentityError(
+                f"{f.path}: rank {key[0]} of run {run_name!r} already has a {key[1]} {key[2]} from {have[key]} in the "
+                "destination; these are different profiles of one rank: merge into another store, rename the run "
+                "in one of them, or pass --allow-duplicate-ranks if they are several windows of the same rank"
+            )
+
+
+def _map_ranks(d: Connection, run_id: int, run_name: str, src_ranks: dict[int, Any]) -> dict[int, int]:
+    """src rank id -> destination rank id: existing ranks (same global rank) are checked and filled,
+    new ones created."""
+    existing = {r.global_rank: r for r in d.execute(select(Rank.__table__).where(Rank.run_id == run_id))}
+    out: dict[int, int] = {}
+    for sid, r in sorted(src_ranks.items(), key=lambda kv: kv[1].global_rank):
+        old = existing.get(r.global_rank)
+        if old is None:
+            res = d.execute(
+                insert(Rank)
+                .values(run_id=run_id, global_rank=r.global_rank, **{f: getattr(r, f) for f in _RANK_FIELDS})
+                .returning(Rank.id)
+            )
+            out[sid] = int(res.scalar_one())
+            continue
+        for f in ("hostname", "local_rank"):
+            new, have = getattr(r, f), getattr(old, f)
+            if new is not None and have is not None and new != have:
+                raise RankIdentityError(
+                    f"rank {r.global_rank} of run {run_name!r} has {f} {have!r} in the destination but {new!r} in the "
+                    "source; they are different jobs: rename the run in one of the stores before merging"
+                )
+        fill = {f: getattr(r, f) for f in _RANK_FIELDS if getattr(old, f) is None and getattr(r, f) is not None}
+        if fill:
+            d.execute(update(Rank).where(Rank.id == old.id).values(**fill))
+        out[sid] = int(old.id)
+    return out
+
+
+class _NameMap:
+    """Source name id -> destination name id, interning the values in the destination on first use."""
+
+    def __init__(self, s: Connection, d: Connection) -> None:
+        self.s, self.d = s, d
+        self.ids: dict[int, int] = {}
+        self.names_conn = bulk.names_connection(d)
+
+    def ensure(self, src_ids: Iterable[int]) -> None:
+        missing = sorted({i for i in src_ids if i not in self.ids})
+        if not missing:
+            return
+        values: dict[int, str] = {}
+        for i in range(0, len(missing), 500):
+            chunk = missing[i : i + 500]
+            values.update((int(a), b) for a, b in self.s.execute(select(Name.id, Name.value).where(Name.id.in_(chunk))))
+        got = {v: i for i, v in bulk.intern_names(self.d, list(values.values()), self.names_conn)}
+        for sid, v in values.items():
+            self.ids[sid] = got[v]
+
+    def close(self) -> None:
+        if self.names_conn is not None:
+            self.names_conn.close()
+
+
+def _copy_files(
+    s: Connection,
+    d: Connection,
+    run: Any,
+    run_id: int,
+    files: list[Any],
+    todo: list[Any],
+    ranks: dict[int, Any],
+    rank_map: dict[int, int],
+    names: _NameMap,
+    result: RunTransfer,
+    progress: Progress | None,
+) -> None:
+    source_map: dict[int, int] = {}
+    rows = result.rows
+    for n, f in enumerate(todo, 1):
+        res = d.execute(
+            insert(SourceFile)
+            .values(
+                run_id=run_id, rank_id=rank_map[f.rank_id], path=f.path, sha256=f.sha256, size_bytes=f.size_bytes,
+                format=f.format, content_kind=f.content_kind, rows=f.rows, time_base_ns=f.time_base_ns,
+                identity_origin=f.identity_origin, ingested_at=f.ingested_at,
+            )
+            .returning(SourceFile.id)
+        )
+        source_map[f.id] = int(res.scalar_one())
+        rows["activity"] = rows.get("activity", 0) + _stream(
+            s, d, _ACT, ACTIVITY_COLS, f.id, ("name_id",), rank_map, source_map, names
+        )
+        rows["counter"] = rows.get("counter", 0) + _stream(
+            s, d, _CTR, COUNTER_COLS, f.id, ("kernel_name_id", "counter_name_id"), rank_map, source_map, names
+        )
+        if progress:
+            progress(run.name, n, len(todo))
+    # steps of the copied files
+    ids = list(source_map)
+    steps: list[tuple[int, ...]] = []
+    for i in range(0, len(ids), 500):
+        q = select(Step.rank_id, Step.step, Step.source_id, Step.start_ns, Step.duration_ns)
+        steps += [tuple(r) for r in s.execute(q.where(Step.source_id.in_(ids[i : i + 500])))]
+    bulk.add_steps(d, [(rank_map[r[0]], r[1], source_map[r[2]], r[3], r[4]) for r in steps])
+    rows["step"] = len(steps)
+    rows["summary"] = _copy_summaries(s, d, run, files, todo, ranks, rank_map, names)
+
+
+def _stream(
+    s: Connection,
+    d: Connection,
+    table: Any,
+    cols: tuple[str, ...],
+    src_source_id: int,
+    name_cols: tuple[str, ...],
+    rank_map: dict[int, int],
+    source_map: dict[int, int],
+    names: _NameMap,
+) -> int:
+    """Copy one source file's rows of ``table`` in batches, ids remapped; returns the row count."""
+    ri, si = cols.index("rank_id"), cols.index("source_id")
+    ni = [cols.index(c) for c in name_cols]
+    q = select(*[table.c[c] for c in cols]).where(table.c.source_id == src_source_id).order_by(table.c.id)
+    total = 0
+    result = s.execute(q.execution_options(yield_per=BATCH))
+    for part in result.partitions():
+        names.ensure({r[i] for r in part for i in ni})
+        m = names.ids
+        out = []
+        for r in part:
+            row = list(r)
+            row[ri] = rank_map[row[ri]]
+            row[si] = source_map[row[si]]
+            for i in ni:
+                row[i] = m[row[i]]
+            out.append(tuple(row))
+        bulk.insert_rows(d, table.name, cols, out)
+        total += len(out)
+    return total
+
+
+def _copy_summaries(
+    s: Connection,
+    d: Connection,
+    run: Any,
+    files: list[Any],
+    todo: list[Any],
+    ranks: dict[int, Any],
+    rank_map: dict[int, int],
+    names: _NameMap,
+) -> int:
+    """Per rank: when all of its source files are copied, its summary rows are added as they are;
+    when some were in the destination already, the new files' share is summed from their activity
+    rows (a file holding per-kernel aggregates only, such as Metrix, has no rows to sum from: that
+    case is refused rather than guessed)."""
+    out: list[tuple[Any, ...]] = []
+    todo_by_rank: dict[int, list[Any]] = {}
+    for f in todo:
+        todo_by_rank.setdefault(f.rank_id, []).append(f)
+    all_by_rank: dict[int, int] = {}
+    for f in files:
+        all_by_rank[f.rank_id] = all_by_rank.get(f.rank_id, 0) + 1
+    S = Summary.__table__
+    for rid, fs in sorted(todo_by_rank.items()):
+        if len(fs) == all_by_rank[rid]:
+            q = select(S.c.name_id, S.c.kind, S.c.category, S.c.calls, S.c.total_ns, S.c.min_ns, S.c.max_ns,
+                       S.c.sum_sq_ns).where(S.c.rank_id == rid)
+            part = s.execute(q).all()
+        else:
+            ids = [f.id for f in fs]
+            counted: dict[int, int] = dict(s.execute(
+                select(_ACT.c.source_id, func.count()).where(_ACT.c.source_id.in_(ids)).group_by(_ACT.c.source_id)
+            ).all())
+            counters: dict[int, int] = dict(s.execute(
+                select(_CTR.c.source_id, func.count()).where(_CTR.c.source_id.in_(ids)).group_by(_CTR.c.source_id)
+            ).all())
+            for f in fs:
+                if f.rows > counted.get(f.id, 0) + counters.get(f.id, 0):
+                    raise StoreError(
+                        f"run {run.name!r}, rank {ranks[rid].global_rank}: the destination already has some of this "
+                        f"rank's files, and {f.path} holds per-kernel aggregates whose share of the rank's summary "
+                        "cannot be told apart; merge into a store without this run, or ingest the file there directly"
+                    )
+            dur = _ACT.c.duration_ns
+            q = (
+                select(_ACT.c.name_id, _ACT.c.kind, func.max(_ACT.c.category), func.count(), func.sum(dur),
+                       func.min(dur), func.max(dur), func.sum(cast(dur, Float) * dur))
+                .where(_ACT.c.source_id.in_(ids))
+                .group_by(_ACT.c.name_id, _ACT.c.kind)
+            )
+            part = s.execute(q).all()
+        names.ensure(r[0] for r in part)
+        out += [(rank_map[rid], names.ids[r[0]], r[1], r[2], int(r[3]), int(r[4]), int(r[5]), int(r[6]), float(r[7]))
+                for r in part]
+    bulk.add_summaries(d, out)
+    return len(out)
