@@ -3,7 +3,6 @@ SQL. Library errors (profdb.store.errors.ProfdbError) become one-line messages w
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
@@ -60,4 +59,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

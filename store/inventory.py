@@ -25,7 +25,7 @@ def list_runs(engine: Engine) -> Table:
     headers = ["run", "created_at", "launcher", "world_size", "ranks", "missing_ranks", "sources", "rows"]
     with engine.connect() as conn:
         ranks = dict(
-            conn.execute(select(Rank.run_id, func.count()).group_by(Rank.run_id)).all()  # type: ignore[arg-type]
+            conn.execute(select(Rank.run_id, func.count()).group_by(Rank.run_id)).tuples().all()
         )
         rank_lists: dict[int, list[int]] = {}
         for run_id, g in conn.execute(select(Rank.run_id, Rank.global_rank)):

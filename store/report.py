@@ -521,7 +521,7 @@ def render_html(data: ReportData, store: str = "") -> str:
         "ranks_chart": _figure_html(_rank_split_svg(data), "rank-split", data.rank_split.headline or "", ""),
         "ranks_table": html_table(data.rank_split.headers, data.rank_split.rows, "ranks", data.straggler, "global_rank"),
         # the imbalance headline is the verdict already shown at the top
-        "imbalance_headline": html.escape(data.imbalance.headline if data.imbalance.headline != data.verdict else ""),
+        "imbalance_headline": html.escape((data.imbalance.headline or "") if data.imbalance.headline != data.verdict else ""),
         "imbalance_table": html_table(data.imbalance.headers, data.imbalance.rows, "imbalance", data.straggler, "suspect_rank"),
         "imbalance_notes": _notes(data.imbalance.notes),
         "host_headline": html.escape(data.by_host.headline or ""),
