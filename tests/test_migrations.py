@@ -14,7 +14,7 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 from conftest import Invoke, sql
-from profdb.store.db import alembic_config, current_revision, head_revision, make_engine, open_db
+from profdb.store.db import alembic_config, current_revision, head_revision, make_engine, open_db, scripted_head
 from profdb.store.models import Base
 
 
@@ -104,3 +104,7 @@ def test_store_from_newer_profdb_is_refused(db_path: Path, run_cli: Invoke) -> N
     assert r.exit_code == 1 and "newer profdb" in r.stderr
     assert db_path.read_bytes() == before
     shutil.rmtree(db_path.parent, ignore_errors=True)
+
+
+def test_fast_head_check_agrees_with_alembic() -> None:
+    assert scripted_head() == head_revision() == _revisions()[-1]

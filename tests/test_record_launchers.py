@@ -49,6 +49,9 @@ needs_mpirun = pytest.mark.skipif(
 def clean_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS and not k.startswith(("PROFDB_", "OMPI_", "PMIX_"))}
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+    # mpirun follows its SIGTERM with SIGKILL after odls_base_sigkill_timeout (default 1 s): on a loaded
+    # 2-core CI machine the ranks need longer than that to record how they ended
+    env.update(OMPI_MCA_odls_base_sigkill_timeout="20")
     return env
 
 
