@@ -24,9 +24,9 @@ def _fmt_missing(missing: list[int]) -> str:
 def list_runs(engine: Engine) -> Table:
     headers = ["run", "created_at", "launcher", "world_size", "ranks", "missing_ranks", "sources", "rows"]
     with engine.connect() as conn:
-        ranks = dict(
-            conn.execute(select(Rank.run_id, func.count()).group_by(Rank.run_id)).tuples().all()
-        )
+        ranks: dict[int, int] = {
+            run_id: n for run_id, n in conn.execute(select(Rank.run_id, func.count()).group_by(Rank.run_id))
+        }
         rank_lists: dict[int, list[int]] = {}
         for run_id, g in conn.execute(select(Rank.run_id, Rank.global_rank)):
             rank_lists.setdefault(run_id, []).append(g)
