@@ -22,6 +22,6 @@ if [ ! -e /etc/postgresql-common/createcluster.conf ]; then
     echo "create_main_cluster = false" | $SUDO tee /etc/postgresql-common/createcluster.conf >/dev/null
 fi
 $SUDO apt-get update -qq
-$SUDO apt-get install -y -qq postgresql >/dev/null
+$SUDO env DEBIAN_FRONTEND=noninteractive UCF_FORCE_CONFFOLD=1 apt-get install -y -qq -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold postgresql >/dev/null
 have_server || { echo "postgresql: installed, but initdb/pg_ctl/postgres not found" >&2; exit 1; }
 ls -d /usr/lib/postgresql/*/bin >&2
