@@ -4,7 +4,7 @@
     python benchmarks/run.py --quick    # smoke size (seconds; targets are printed but not judged)
 
 Run it with the Python of the environment where profdb is installed (its ``profdb`` command is
-taken from beside that interpreter, else from PATH). What it measures (docs/benchmarks.md):
+taken from beside that interpreter, else from PATH). What it measures (README, "Benchmarks"):
 
 1. ``profdb ingest`` of a 1M-dispatch rocprofv3 CSV run (kernel_trace + counter_collection, 32 ranks
    on 4 hosts) / the sqlite3 CLI's ``.import --csv`` of the same files into raw tables. Target <= 0.75.

@@ -1,4 +1,4 @@
-"""The cross-rank metrics, defined once (DESIGN.md "Metrics"; docs/queries.md).
+"""The cross-rank metrics, defined once (DESIGN.md "Metrics"; README "Cross-rank questions").
 
 Per run and name, T_r is the total time of that name on rank r, 0 where the rank never ran it.
 Over the N ranks of the run:

@@ -1,5 +1,5 @@
 """query views: the cross-rank questions of `profdb query` as SQL views, for sqlite3/psql sessions
-(docs/queries.md). Views only, portable SQL (SQLite >= 3.25 for window functions, PostgreSQL).
+(README "Cross-rank questions"). Views only, portable SQL (SQLite >= 3.25 for window functions, PostgreSQL).
 
     name_rank_v        T_r per (run, kind, name, rank), 0 for ranks that never ran the name
     imbalance_v        per (run, kind, name): mean/max/min over ranks, imbalance, recoverable, slowest/
