@@ -67,7 +67,7 @@ name_option = click.option(
     metavar="PCT",
     callback=parse_percent,
     help="Exit 1, with the reason on stderr, when a name's time per rank or slowest-rank time, or the "
-    "run's imbalance, grew more than PCT (see the README, "Regression (the gate)").",
+    "run's imbalance, grew more than PCT (see the README, 'Regression (the gate)').",
 )
 @click.option(
     "--min-share",
