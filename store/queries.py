@@ -875,7 +875,7 @@ def run_sql(conn: Connection, sql: str, params: dict[str, Any] | None = None) ->
         msg = str(e.orig).strip().splitlines()[0] if e.orig is not None else str(e)
         raise QueryError(
             f"SQL error: {msg}; the views are listed by "
-            "`profdb sql \"select name from sqlite_master where type='view'\"` (SQLite) and in the README ("Cross-rank questions")"
+            "`profdb sql \"select name from sqlite_master where type='view'\"` (SQLite) and in the README's section 'Cross-rank questions'"
         ) from e
     except SQLAlchemyError as e:
         raise QueryError(f"SQL error: {e}") from e
