@@ -529,7 +529,7 @@ def _kineto_rank(path: Path, rank: int, world: int, target_bytes: int, kernels: 
         ts += rng.uniform(50, 400)
     w.add(_meta("process_name", pid, 0, t0, "name", '"python3.11"'))
     w.add(_meta("process_labels", pid, 0, t0, "labels", '"CPU"'))
-    w.add(_meta("process_name", device, 0, t0, "name", f'"python3.11"'))
+    w.add(_meta("process_name", device, 0, t0, "name", '"python3.11"'))
     w.add(_meta("process_labels", device, 0, t0, "labels", f'"GPU {device}"'))
     for t_, label in ((tid, "thread 1 (python3.11)"), (bwd_tid, "thread 2 (pt_autograd_0)"),
                       (stream, f"stream {stream}"), (comm_stream, f"stream {comm_stream}")):
