@@ -25,9 +25,10 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
+from sqlalchemy import create_engine, text
 
 __all__ = ["PgServer", "PgUnavailable", "pg_server", "pg_url", "store_url", "BACKENDS", "write_rocprof_run"]
 
@@ -317,3 +318,13 @@ def write_rocprof_run(folder: Path, ranks: int, dispatches: int, *, names: int =
             (d / f"{pid}_counter_collection.csv").unlink()
         expected[r] = {"kernels": dispatches, "counters": n_counters, "total_ns": total, "calls": calls}
     return expected
+
+
+def query_url(url: str, sql: str) -> list[tuple[Any, ...]]:
+    """Rows of ``sql`` on the store at ``url`` (either backend), as plain tuples."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(text(sql))]
+    finally:
+        engine.dispose()

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from sqlalchemy import create_engine, inspect, text
 
 from pg_fixtures import PgServer, write_rocprof_run
+from pg_fixtures import query_url as rows
 from profdb.cli.main import cli
 from profdb.store import bulk, db
 from profdb.store.errors import InputError, StoreError
@@ -39,15 +40,6 @@ def count(url: str, sql: str) -> Any:
     try:
         with engine.connect() as conn:
             return conn.execute(text(sql)).scalar()
-    finally:
-        engine.dispose()
-
-
-def rows(url: str, sql: str) -> list[tuple[Any, ...]]:
-    engine = create_engine(url)
-    try:
-        with engine.connect() as conn:
-            return [tuple(r) for r in conn.execute(text(sql))]
     finally:
         engine.dispose()
 

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, text
 
 from pg_fixtures import write_rocprof_run
+from pg_fixtures import query_url as _q
 
 DISPATCHES = 4000  # per rank: long enough that the four transactions overlap
 
@@ -41,15 +41,6 @@ def _run_nodes(commands: list[list[str]], tmp_path: Path) -> list[tuple[int, str
         stdout, _ = p.communicate(timeout=300)
         out.append((p.returncode, stdout))
     return out
-
-
-def _q(url: str, sql: str) -> list[tuple[Any, ...]]:
-    engine = create_engine(url)
-    try:
-        with engine.connect() as conn:
-            return [tuple(r) for r in conn.execute(text(sql))]
-    finally:
-        engine.dispose()
 
 
 def _check_store(url: str, expected: dict[int, dict[str, Any]], run: str = "job") -> None:

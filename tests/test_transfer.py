@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from sqlalchemy import create_engine, text
 
 from pg_fixtures import write_rocprof_run
+from pg_fixtures import query_url as q
 from profdb.cli.main import cli
 from profdb.store.errors import QueryError, RankIdentityError, StoreError
 from profdb.store.identity import IdentityFlags
@@ -33,15 +34,6 @@ VIEWS = {
     "step_v": "run, hostname, global_rank, local_rank, step, start_ns, duration_ns",
     "source_v": "run, hostname, global_rank, local_rank, path, format, content_kind, rows, size_bytes, sha256, identity_origin",
 }
-
-
-def q(url: str, sql: str) -> list[tuple[Any, ...]]:
-    engine = create_engine(url)
-    try:
-        with engine.connect() as conn:
-            return [tuple(r) for r in conn.execute(text(sql))]
-    finally:
-        engine.dispose()
 
 
 def snapshot(url: str, runs: tuple[str, ...] | None = None) -> dict[str, list[tuple[Any, ...]]]:
