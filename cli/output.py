@@ -92,6 +92,7 @@ def render(headers: Sequence[str], rows: Iterable[Sequence[Any]], fmt: str = "ta
         out.write("\n]\n" if not first else "]\n")
         return
     # table
+    headers, rows = _fold_rank_places(list(headers), rows)
     ns_cols = [h.endswith("_ns") for h in headers]
     shown = [h[:-3] if is_ns else h for h, is_ns in zip(headers, ns_cols)]
     cells = [[human_ns(v) if is_ns else _cell(v) for v, is_ns in zip(r, ns_cols)] for r in rows]
@@ -116,6 +117,30 @@ def render(headers: Sequence[str], rows: Iterable[Sequence[Any]], fmt: str = "ta
     out.write("  ".join("-" * w for w in widths) + "\n")
     for row in cells:
         out.write(line(row) + "\n")
+
+
+def _fold_rank_places(headers: list[str], rows: Iterable[Sequence[Any]]) -> tuple[list[str], list[list[Any]]]:
+    """Tables only: ``X_rank, X_host, X_local_rank`` become one column ``X`` shown as ``2 (node01:1)``
+    (rank, hostname, local rank; ``2 (vm)`` when the local rank is unknown), so wide reports fit a
+    terminal; machine formats keep all three columns."""
+    out_rows = [list(r) for r in rows]
+    triplets = [
+        h[: -len("_rank")]
+        for h in headers
+        if h.endswith("_rank") and f"{h[:-5]}_host" in headers and f"{h[:-5]}_local_rank" in headers
+    ]
+    for p in triplets:
+        i, j, k = headers.index(f"{p}_rank"), headers.index(f"{p}_host"), headers.index(f"{p}_local_rank")
+        for r in out_rows:
+            rank, host, local = r[i], r[j], r[k]
+            place = "" if host is None and local is None else (host or "?") + ("" if local is None else f":{local}")
+            r[i] = "" if rank is None else (f"{rank} ({place})" if place else str(rank))
+        for idx in sorted((j, k), reverse=True):
+            del headers[idx]
+            for r in out_rows:
+                del r[idx]
+        headers[headers.index(f"{p}_rank")] = p
+    return headers, out_rows
 
 
 def _is_num(s: str) -> bool:

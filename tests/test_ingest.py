@@ -217,3 +217,14 @@ def test_env_var_selects_store(tmp_path: Path, data: Path, run_cli: Invoke, monk
 def test_formats_lists_readers(run_cli: Invoke) -> None:
     r = run_cli("formats", "--format", "csv")
     assert "rocprof-csv," in r.stdout and "kineto," in r.stdout
+
+
+def test_table_folds_rank_host_slot_but_csv_keeps_them(tmp_path: Path, db_path: Path, run_cli: Invoke) -> None:
+    gen = generate(tmp_path / "out", nodes=2, gpus_per_node=4, calls=3)
+    run_cli("ingest", "--db", db_path, "--run", "g", *gen.rank_dirs())
+    table = run_cli("query", "--imbalance", "--db", db_path, "--top", "1").stdout
+    header = table.splitlines()[0].split()
+    assert "slowest" in header and "slowest_host" not in header and "slowest_local_rank" not in header
+    assert "5 (node01)" in table  # the planted rank, its host; local rank unknown without a manifest
+    csv_out = run_cli("query", "--imbalance", "--db", db_path, "--top", "1", "--format", "csv").stdout
+    assert "slowest_rank,slowest_host,slowest_local_rank" in csv_out.splitlines()[0]
