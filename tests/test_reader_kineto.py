@@ -60,6 +60,11 @@ def test_counts_and_durations_match_json(data: Path, name: str) -> None:
     assert info.hint.world_size == di.get("world_size")
     assert info.hint.hostname == doc.get("host_name")
     assert info.time_base_ns == doc.get("baseTimeNanoseconds", 0)
+    host_pids = {
+        e["pid"] for e in doc["traceEvents"]
+        if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation", "cuda_runtime", "Runtime")
+    }
+    assert info.hint.pid in host_pids and len(host_pids) == 1
 
 
 def test_kernel_args(data: Path) -> None:

@@ -63,6 +63,11 @@ _KEEP_ARGS = (
     "shared memory",
 )
 
+#: the profiled process: the pid of the first host-side event (CPU op, annotation, runtime call) in the
+#: head of the event list (GPU events carry the device as their pid, so they are not used)
+_HOST_PID = re.compile(
+    rb'"cat"\s*:\s*"(?:cpu_op|Operator|user_annotation|cuda_runtime|Runtime)"[^{}]*?"pid"\s*:\s*(\d+)'
+)
 _TOP_MARK = re.compile(rb'"(traceEvents|schemaVersion|deviceProperties|distributedInfo)"\s*:')
 
 
@@ -123,6 +128,9 @@ def inspect(path: Path) -> SourceInfo:
     if isinstance(meta.get("host_name"), str) and meta["host_name"]:
         hint.hostname = meta["host_name"]
         hint.origin = (hint.origin + " + host_name").lstrip(" +")
+    m = _HOST_PID.search(h.split(b'"traceEvents"', 1)[-1])
+    if m:
+        hint.pid = int(m.group(1))
     base = meta.get("baseTimeNanoseconds")
     return SourceInfo(
         format=NAME,
