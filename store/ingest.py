@@ -15,7 +15,6 @@ from contextlib import contextmanager, suppress
 import hashlib
 import json
 import os
-import re
 import weakref
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -24,19 +23,17 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from sqlalchemy import Connection, Engine, select
 
-from . import bulk, classify, ingest_workers, readers
+from . import bulk, ingest_workers, readers
 from .db import display_url, open_db, resolve_url, sqlite_path
 from .errors import InputError, ProfdbError, RankIdentityError
 from .identity import Identity, IdentityFlags, RankClaim, RankPlan, check_claims, missing_ranks, resolve_file
 from .manifest import MANIFEST_NAME, RankManifest
 from .models import Name, Rank, Run, SourceFile
 from .readers.base import Reader, has_rank_sections
-from .records import Activity, Aggregate, Counter, SourceInfo
+from .records import SourceInfo
 
-BATCH = 20000
 #: bulk loads of at least this many input bytes may rebuild the fact tables' indexes (_defer_indexes)
 DEFER_INDEXES_MIN_BYTES = 16 << 20
-_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 #: progress(event, path, done_bytes, total_bytes): "start" once with total, "file" after each file
 Progress = Callable[[str, str, int, int], None]
@@ -52,11 +49,6 @@ class InputFile:
     claim: RankClaim | None = None
     #: index into info.ranks for one rank section of a multi-rank file; None for a one-rank file
     section: int | None = None
-
-    def records(self) -> Iterator[Any]:
-        if self.section is not None:
-            return self.reader.read_rank(self.path, self.info, self.section)  # type: ignore[attr-defined, no-any-return]
-        return self.reader.read(self.path, self.info)
 
 
 @dataclass
@@ -250,7 +242,6 @@ class _Writer:
         self.conn = conn
         self.dialect = conn.dialect.name
         self.names: dict[str, int] = {}
-        self.categories: dict[tuple[str, int], str] = {}
         # (rank_id, name_id, kind) -> [category, calls, total, min, max, sumsq]
         self.summary: dict[tuple[int, int, str], list[Any]] = {}
         self.steps: dict[tuple[int, int], tuple[int, int, int]] = {}
@@ -305,7 +296,7 @@ class _Writer:
 
     def merge(self, rank_id: int, source_id: int, summary: list[Any], steps: list[tuple[int, int, int]]) -> None:
         """A worker's per-file summary rows (name_id, kind, category, calls, total, min, max, sumsq)
-        and steps (step, start_ns, duration_ns), as ``write`` would have kept them."""
+        and steps (step, start_ns, duration_ns), as ``ingest_workers._parse`` keeps them per file."""
         for nid, kind, cat, calls, total, mn, mx, sq in summary:
             key = (rank_id, nid, kind)
             s = self.summary.get(key)
@@ -319,96 +310,6 @@ class _Writer:
                 s[5] += sq
         for step, start, dur in steps:
             self.steps[(rank_id, step)] = (source_id, start, dur)
-
-    def write(self, rank_id: int, source_id: int, records: Iterator[Any]) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        acts: list[Activity] = []
-        ctrs: list[Counter] = []
-        for rec in records:
-            if type(rec) is Activity:
-                acts.append(rec)
-                if len(acts) >= BATCH:
-                    self._flush_activities(rank_id, source_id, acts, counts)
-                    acts = []
-            elif type(rec) is Counter:
-                ctrs.append(rec)
-                if len(ctrs) >= BATCH:
-                    self._flush_counters(rank_id, source_id, ctrs, counts)
-                    ctrs = []
-            elif type(rec) is Aggregate:
-                self._aggregate(rank_id, rec, counts)
-        if acts:
-            self._flush_activities(rank_id, source_id, acts, counts)
-        if ctrs:
-            self._flush_counters(rank_id, source_id, ctrs, counts)
-        return counts
-
-    def _category(self, kind: str, name: str, name_id: int, given: str | None) -> str:
-        if given is not None:
-            return given
-        key = (kind, name_id)
-        cat = self.categories.get(key)
-        if cat is None:
-            cat = self.categories[key] = classify.category(kind, name)
-        return cat
-
-    def _flush_activities(self, rank_id: int, source_id: int, acts: list[Activity], counts: dict[str, int]) -> None:
-        self.name_ids(a.name for a in acts)
-        names = self.names
-        summary = self.summary
-        rows = []
-        for a in acts:
-            nid = names[a.name]
-            kind = a.kind
-            cat = self._category(kind, a.name, nid, a.category)
-            d = a.duration_ns
-            rows.append((rank_id, source_id, kind, cat, nid, a.start_ns, d) + tuple(a[5:]))
-            key = (rank_id, nid, kind)
-            s = summary.get(key)
-            if s is None:
-                summary[key] = [cat, 1, d, d, d, float(d) * d]
-            else:
-                s[1] += 1
-                s[2] += d
-                if d < s[3]:
-                    s[3] = d
-                if d > s[4]:
-                    s[4] = d
-                s[5] += float(d) * d
-            counts[kind] = counts.get(kind, 0) + 1
-            if kind == "annotation" and a.name.startswith("ProfilerStep#"):
-                m = _STEP.match(a.name)
-                if m:
-                    self.steps[(rank_id, int(m.group(1)))] = (source_id, a.start_ns, d)
-        bulk.insert_rows(self.conn, "activity", self.ACTIVITY_COLS, rows)
-
-    def _flush_counters(self, rank_id: int, source_id: int, ctrs: list[Counter], counts: dict[str, int]) -> None:
-        self.name_ids([c.kernel for c in ctrs] + [c.name for c in ctrs])
-        names = self.names
-        rows = [
-            (rank_id, source_id, names[c.kernel], names[c.name], c.dispatch_id, c.value, c.samples, c.min_value, c.max_value)
-            for c in ctrs
-        ]
-        bulk.insert_rows(self.conn, "counter", self.COUNTER_COLS, rows)
-        counts["counter"] = counts.get("counter", 0) + len(rows)
-
-    def _aggregate(self, rank_id: int, g: Aggregate, counts: dict[str, int]) -> None:
-        self.name_ids([g.name])
-        nid = self.names[g.name]
-        cat = self._category(g.kind, g.name, nid, g.category)
-        mean = g.total_ns / g.calls if g.calls else 0.0
-        sumsq = g.sum_sq_ns if g.sum_sq_ns is not None else g.calls * mean * mean
-        key = (rank_id, nid, g.kind)
-        s = self.summary.get(key)
-        if s is None:
-            self.summary[key] = [cat, g.calls, g.total_ns, g.min_ns, g.max_ns, sumsq]
-        else:
-            s[1] += g.calls
-            s[2] += g.total_ns
-            s[3] = min(s[3], g.min_ns)
-            s[4] = max(s[4], g.max_ns)
-            s[5] += sumsq
-        counts["aggregate"] = counts.get("aggregate", 0) + 1
 
     def finish(self) -> None:
         """Merge the in-memory summaries and steps into the store (adding to earlier ingests)."""
@@ -617,14 +518,18 @@ def _load(
                 [(i, sid) for i, _, sid in sources], _parse_in_workers(writer, sources, n_workers)
             ):
                 file_done(inp, source_id, counts)
-        for inp, rank_id, source_id in sources if not n_workers else []:
+        cats: dict[tuple[str, str], str] = {}
+        for i, (inp, rank_id, source_id) in enumerate(sources if not n_workers else []):
             try:
-                counts = writer.write(rank_id, source_id, inp.records())
+                counts, summary, steps = ingest_workers.parse_here(
+                    _task(i, inp, rank_id, source_id), writer.answer_names, writer.insert, cats
+                )
             except Exception as e:
                 err = _read_error(inp, e)
                 if err is e:
                     raise
                 raise err from e
+            writer.merge(rank_id, source_id, summary, steps)
             file_done(inp, source_id, counts)
         for sql in recreate:  # (temporary storage is in files meanwhile: see _transaction)
             conn.exec_driver_sql(sql)
@@ -698,13 +603,14 @@ def _read_error(inp: InputFile, e: BaseException) -> BaseException:
     return e
 
 
+def _task(index: int, inp: InputFile, rank_id: int, source_id: int) -> ingest_workers.Task:
+    return ingest_workers.Task(index, inp.path, inp.reader.NAME, inp.info, rank_id, source_id, inp.section)
+
+
 def _parse_in_workers(writer: _Writer, sources: list[tuple[InputFile, int, int]], workers: int) -> list[dict[str, int]]:
     """Parse every source in worker processes; this process inserts their rows (see ingest_workers).
     Returns each source's row counts, in ``sources`` order, after merging summaries and steps."""
-    tasks = [
-        ingest_workers.Task(i, inp.path, inp.reader.NAME, inp.info, rank_id, source_id, inp.section)
-        for i, (inp, rank_id, source_id) in enumerate(sources)
-    ]
+    tasks = [_task(i, inp, rank_id, source_id) for i, (inp, rank_id, source_id) in enumerate(sources)]
     results: dict[int, tuple[dict[str, int], list[Any], list[tuple[int, int, int]]]] = {}
     with ingest_workers.Parsers(tasks, workers) as parsers:
         try:

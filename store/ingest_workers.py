@@ -10,7 +10,8 @@ executemany and merges summaries. Workers never open the store: a failed or inte
 still rolls back in one place. Messages go over one duplex pipe per worker, so a slow writer makes
 the workers wait (memory stays bounded by a few batches per worker).
 
-Messages, worker -> writer: ("names", [new names]) answered by [ids]; ("rows", task, table, rows);
+Small ingests (or PROFDB_INGEST_WORKERS=0) run the same parsing in the writer's process
+(``parse_here``). Messages, worker -> writer: ("names", [new names]) answered by [ids]; ("rows", task, table, rows);
 ("done", task, counts, summary, steps); ("error", task, exception, traceback text)."""
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any, Iterator, cast
+from typing import Any, Callable, Iterator, Protocol, cast
 
 from . import classify, readers
 from .records import Activity, Aggregate, Counter, SourceInfo
@@ -65,10 +66,16 @@ def worker_count(total_bytes: int, files: int) -> int:
 # --------------------------------------------------------------------------- worker side
 
 
+class _Channel(Protocol):
+    def send(self, obj: Any) -> None: ...
+
+    def recv(self) -> Any: ...
+
+
 class _Names:
     """The worker's copy of the writer's name table, filled on demand."""
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: _Channel) -> None:
         self.conn = conn
         self.ids: dict[str, int] = {}
 
@@ -79,7 +86,7 @@ class _Names:
             self.ids.update(zip(new, self.conn.recv()))
 
 
-def _parse(task: Task, conn: Connection, names: _Names, cats: dict[tuple[str, str], str]) -> None:
+def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str], str]) -> None:
     reader = readers.by_name(task.reader)
     rank_id, source_id = task.rank_id, task.source_id
     counts: dict[str, int] = {}
@@ -175,6 +182,43 @@ def _parse(task: Task, conn: Connection, names: _Names, cats: dict[tuple[str, st
     if ctrs:
         flush_ctrs()
     conn.send(("done", task.index, counts, [(k[0], k[1], *v) for k, v in summary.items()], steps))
+
+
+class _Here:
+    """The writer's end of the channel when parsing in the writer's own process: what ``_parse``
+    sends is handled at once, so small ingests run the same code as the workers, without processes."""
+
+    def __init__(self, answer_names: Callable[[list[str]], list[int]], insert: Callable[[str, list[Any]], None]) -> None:
+        self.answer_names = answer_names
+        self.insert = insert
+        self.reply: Any = None
+        self.done: tuple[dict[str, int], list[Any], list[tuple[int, int, int]]] | None = None
+
+    def send(self, msg: Any) -> None:
+        if msg[0] == "names":
+            self.reply = self.answer_names(msg[1])
+        elif msg[0] == "rows":
+            self.insert(msg[2], msg[3])
+        elif msg[0] == "done":
+            self.done = (msg[2], msg[3], msg[4])
+
+    def recv(self) -> Any:
+        reply, self.reply = self.reply, None
+        return reply
+
+
+def parse_here(
+    task: Task,
+    answer_names: Callable[[list[str]], list[int]],
+    insert: Callable[[str, list[Any]], None],
+    cats: dict[tuple[str, str], str],
+) -> tuple[dict[str, int], list[Any], list[tuple[int, int, int]]]:
+    """Parse ``task`` in this process: rows go to ``insert`` as they are built; returns the file's
+    (counts, summary rows, steps), as a worker's "done" message carries them."""
+    here = _Here(answer_names, insert)
+    _parse(task, here, _Names(here), cats)
+    assert here.done is not None
+    return here.done
 
 
 def _worker(tasks: list[Task], counter: Any, conn: Connection) -> None:
