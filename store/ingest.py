@@ -27,6 +27,7 @@ from . import bulk, ingest_workers, readers
 from .db import display_url, open_db, resolve_url, sqlite_path
 from .errors import InputError, ProfdbError, RankIdentityError
 from .identity import Identity, IdentityFlags, RankClaim, RankPlan, check_claims, missing_ranks, resolve_file
+from .inventory import sources_by_kind
 from .manifest import MANIFEST_NAME, RankManifest
 from .models import Name, Rank, Run, SourceFile
 from .readers.base import Reader, has_rank_sections
@@ -638,12 +639,7 @@ def _check_store_duplicates(conn: Connection, run_id: int, run_name: str, todo: 
     """A rank already holding a different file of the same format and kind in this run is a conflict."""
     if not todo:
         return
-    rows = conn.execute(
-        select(Rank.global_rank, SourceFile.format, SourceFile.content_kind, SourceFile.path)
-        .join(SourceFile, SourceFile.rank_id == Rank.id)
-        .where(Rank.run_id == run_id)
-    ).all()
-    have = {(r[0], r[1], r[2]): r[3] for r in rows}
+    have = sources_by_kind(conn, run_id)
     for inp in todo:
         assert inp.claim is not None
         key = (inp.claim.identity.global_rank, inp.info.format, inp.info.kind)

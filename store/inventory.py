@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Connection, Engine, func, select
 
 from .errors import QueryError
 from .identity import missing_ranks
@@ -111,3 +111,14 @@ def list_ranks(engine: Engine, run: str | None = None) -> tuple[list[str], list[
     if missing:
         notes.append(f"missing ranks: {_fmt_missing(missing)}")
     return headers, out, notes
+
+
+def sources_by_kind(conn: Connection, run_id: int) -> dict[tuple[int, str, str], str]:
+    """(global_rank, format, content kind) -> path of a file already stored in the run: what ingest and
+    transfer check a new file against (one file of a kind per rank unless several windows are allowed)."""
+    rows = conn.execute(
+        select(Rank.global_rank, SourceFile.format, SourceFile.content_kind, SourceFile.path)
+        .join(SourceFile, SourceFile.rank_id == Rank.id)
+        .where(Rank.run_id == run_id)
+    )
+    return {(g, fmt, kind): path for g, fmt, kind, path in rows}

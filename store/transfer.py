@@ -21,6 +21,7 @@ from sqlalchemy import Connection, Engine, Float, cast, func, insert, select, up
 from . import bulk
 from .db import display_url, open_db, resolve_url, sqlite_path
 from .errors import QueryError, RankIdentityError, StoreError
+from .inventory import sources_by_kind
 from .models import Activity, Counter, Name, Rank, Run, SourceFile, Step, Summary
 
 BATCH = 20000
@@ -262,12 +263,7 @@ def _check_duplicates(d: Connection, run_id: int, run_name: str, todo: list[Any]
     destination run is a conflict (two jobs named alike), unless several windows are allowed."""
     if allow:
         return
-    rows = d.execute(
-        select(Rank.global_rank, SourceFile.format, SourceFile.content_kind, SourceFile.path)
-        .join(SourceFile, SourceFile.rank_id == Rank.id)
-        .where(Rank.run_id == run_id)
-    ).all()
-    have = {(r[0], r[1], r[2]): r[3] for r in rows}
+    have = sources_by_kind(d, run_id)
     for f in todo:
         key = (ranks[f.rank_id].global_rank, f.format, f.content_kind)
         if key in have:
