@@ -375,6 +375,16 @@ def _scope_notes(scope: RunScope) -> list[str]:
 # imbalance
 
 
+#: where the largest and smallest T_r are (metrics.spread's argmax / argmin): rank, host, GPU slot
+EXTREME_HEADERS = [
+    "slowest_rank",
+    "slowest_host",
+    "slowest_local_rank",
+    "fastest_rank",
+    "fastest_host",
+    "fastest_local_rank",
+]
+
 IMBALANCE_HEADERS = [
     "name",
     "kind",
@@ -386,12 +396,7 @@ IMBALANCE_HEADERS = [
     "imbalance",
     "recoverable_ns",
     "cv",
-    "slowest_rank",
-    "slowest_host",
-    "slowest_local_rank",
-    "fastest_rank",
-    "fastest_host",
-    "fastest_local_rank",
+    *EXTREME_HEADERS,
     "suspect_rank",
     "missing_ranks",
 ]
@@ -721,12 +726,7 @@ STEP_HEADERS = [
     "min_ns",
     "imbalance",
     "recoverable_ns",
-    "slowest_rank",
-    "slowest_host",
-    "slowest_local_rank",
-    "fastest_rank",
-    "fastest_host",
-    "fastest_local_rank",
+    *EXTREME_HEADERS,
 ]
 
 
