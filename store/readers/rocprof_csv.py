@@ -142,10 +142,7 @@ def _rows(path: Path) -> Iterator[tuple[int, list[str], dict[str, int]]]:
                 if len(row) != width:
                     if not row:
                         continue
-                    raise InputError(
-                        f"{path}: line {lineno} has {len(row)} fields where the header has {width}; "
-                        "the file looks truncated or damaged: re-copy it from the profiler output"
-                    )
+                    raise _truncated(path, lineno, len(row), width)
                 yield lineno, row, idx
         except csv.Error as e:
             raise InputError(f"{path}: line {reader.line_num}: malformed CSV ({e}); re-copy the file") from e
@@ -228,7 +225,8 @@ class _Lines:
 
     def slow(self, line: bytes, lineno: int) -> list[str]:
         """The csv module's fields for this line (and the next ones, if a quoted field spans lines);
-        [] for a blank line. The first well-formed line also teaches the usual shape."""
+        [] for a blank line; InputError for a line whose field count is not the header's. The first
+        well-formed line also teaches the usual shape."""
         text = line.decode("utf-8", "replace")
         while text.count('"') % 2:
             more = self.f.readline()
@@ -239,6 +237,8 @@ class _Lines:
             row = next(csv.reader([text]), [])
         except csv.Error as e:
             raise InputError(f"{self.path}: line {lineno}: malformed CSV ({e}); re-copy the file") from e
+        if row and len(row) != self.width:
+            raise _truncated(self.path, lineno, len(row), self.width)
         if self.quotes < 0 and self.i_free >= 0 and len(row) == self.width:
             # adopt the fast path if it splits this line exactly as the csv module does
             pre = line.rstrip(b"\r\n").split(b",", self.n_pre)
@@ -253,7 +253,7 @@ def _kernels(path: Path) -> Iterator[Record]:
         lines = _Lines(path, f, "Kernel_Name")
         if not lines.ix:
             return
-        ix, width, n_pre, n_post = lines.ix, lines.width, lines.n_pre, lines.n_post
+        ix, n_pre, n_post = lines.ix, lines.n_pre, lines.n_post
         i_name, i_start, i_end = ix["Kernel_Name"], ix["Start_Timestamp"], ix["End_Timestamp"]
         i_agent = ix.get("Agent_Id", -1)
         i_stream = ix.get("Stream_Id", ix.get("Queue_Id", -1))
@@ -297,8 +297,6 @@ def _kernels(path: Path) -> Iterator[Record]:
             quotes = lines.quotes
             if not row:
                 continue
-            if len(row) != width:
-                raise _truncated(path, lineno, len(row), width)
             try:
                 start = int(row[i_start])
 
@@ -319,7 +317,7 @@ def _counters(path: Path) -> Iterator[Record]:
         lines = _Lines(path, f, "Kernel_Name")
         if not lines.ix:
             return
-        ix, width, n_pre, n_post = lines.ix, lines.width, lines.n_pre, lines.n_post
+        ix, n_pre, n_post = lines.ix, lines.n_pre, lines.n_post
         i_kernel, i_name, i_value, i_dispatch = ix["Kernel_Name"], ix["Counter_Name"], ix["Counter_Value"], ix["Dispatch_Id"]
         # rocprofv3's order (dispatch before the kernel name, counter after it) is read from the two
         # halves of the split line directly; any other order takes the csv path
@@ -356,8 +354,6 @@ def _counters(path: Path) -> Iterator[Record]:
             quotes = lines.quotes
             if not row:
                 continue
-            if len(row) != width:
-                raise _truncated(path, lineno, len(row), width)
             try:
                 yield _new(Counter, (row[i_kernel], row[i_name], float(row[i_value]), _int(row[i_dispatch]), 1, None, None))
             except ValueError as e:
