@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any
 
 import click
 
-from profdb.store import identity, ingest, inventory, readers
+from profdb.store import classify, identity, ingest, inventory, readers
 
 from .output import db_option, note, open_store, output_options, render
 
@@ -55,6 +56,14 @@ class _Bar:
     is_flag=True,
     help="Accept several files of the same kind for one rank (e.g. several profiling windows).",
 )
+@click.option(
+    "--comm-pattern",
+    "comm_patterns",
+    multiple=True,
+    metavar="REGEX",
+    help="Also class names matching REGEX as communication (before the shipped rules; repeatable). "
+    "Rule files: PROFDB_COMM_RULES=FILE.toml or [classify] in ./profdb.toml (see README).",
+)
 @db_option
 def ingest_command(
     paths: tuple[str, ...],
@@ -65,6 +74,7 @@ def ingest_command(
     hostname: str | None,
     rank_from_path: str | None,
     allow_duplicate_ranks: bool,
+    comm_patterns: tuple[str, ...],
     db: str | None,
 ) -> None:
     """Load profiler outputs (files, folders, globs) into the store, in one transaction.
@@ -73,16 +83,21 @@ def ingest_command(
     `profdb record`, metadata inside the files, or the path (rank0003/, rank3_iter..., .rank0003.).
     Re-ingesting the same file is a no-op."""
     if rank_from_path:
-        import re
-
         try:
             re.compile(rank_from_path)
         except re.error as e:
             raise click.BadParameter(f"not a valid regular expression: {e}", param_hint="--rank-from-path")
     flags = identity.IdentityFlags(rank, local_rank, hostname, rank_from_path, allow_duplicate_ranks)
+    for p in comm_patterns:
+        try:
+            re.compile(p)
+        except re.error as e:
+            raise click.BadParameter(f"{p!r} is not a valid regular expression: {e}", param_hint="--comm-pattern")
+    rules = classify.load_rules(comm_patterns)
     bar = _Bar()
     try:
-        report = ingest.ingest_paths(list(paths), db, run=run, flags=flags, fmt=fmt, progress=bar)
+        with classify.using(rules):
+            report = ingest.ingest_paths(list(paths), db, run=run, flags=flags, fmt=fmt, progress=bar)
     finally:
         bar.close()
     how = " (derived from the inputs; name it with --run)" if report.run_derived else ""
@@ -93,6 +108,7 @@ def ingest_command(
     if report.unknown_files:
         note(f"note: {len(report.unknown_files)} files in the folders are not profiler outputs profdb reads, skipped "
              f"(e.g. {report.unknown_files[0]})")
+    note(rules.summary())
     if report.rows_by_kind:
         click.echo("rows: " + ", ".join(f"{k} {v:,}" for k, v in sorted(report.rows_by_kind.items())))
     hosts = sorted({h for _, h, _ in report.ranks if h})
