@@ -57,6 +57,13 @@ class _Bar:
     help="Accept several files of the same kind for one rank (e.g. several profiling windows).",
 )
 @click.option(
+    "--rank-by",
+    type=click.Choice(["gpu"]),
+    default=None,
+    help="Split a file holding several processes into one rank per GPU (a merged rocm-trace-lite trace: "
+    "gpuId i-th in order -> rank i); needs --hostname. The mapping used is printed.",
+)
+@click.option(
     "--comm-pattern",
     "comm_patterns",
     multiple=True,
@@ -74,6 +81,7 @@ def ingest_command(
     hostname: str | None,
     rank_from_path: str | None,
     allow_duplicate_ranks: bool,
+    rank_by: str | None,
     comm_patterns: tuple[str, ...],
     db: str | None,
 ) -> None:
@@ -87,7 +95,9 @@ def ingest_command(
             re.compile(rank_from_path)
         except re.error as e:
             raise click.BadParameter(f"not a valid regular expression: {e}", param_hint="--rank-from-path")
-    flags = identity.IdentityFlags(rank, local_rank, hostname, rank_from_path, allow_duplicate_ranks)
+    if rank_by and not hostname:
+        raise click.UsageError("--rank-by gpu needs --hostname H (the node whose GPUs the file holds)")
+    flags = identity.IdentityFlags(rank, local_rank, hostname, rank_from_path, allow_duplicate_ranks, rank_by)
     for p in comm_patterns:
         try:
             re.compile(p)
@@ -109,6 +119,8 @@ def ingest_command(
         note(f"note: {len(report.unknown_files)} files in the folders are not profiler outputs profdb reads, skipped "
              f"(e.g. {report.unknown_files[0]})")
     note(rules.summary())
+    for n in report.notes:
+        click.echo(n)
     if report.rows_by_kind:
         click.echo("rows: " + ", ".join(f"{k} {v:,}" for k, v in sorted(report.rows_by_kind.items())))
     hosts = sorted({h for _, h, _ in report.ranks if h})

@@ -39,6 +39,16 @@ class IdentityFlags:
     hostname: str | None = None
     rank_from_path: str | None = None
     allow_duplicate_ranks: bool = False
+    #: split files holding several processes by this (``--rank-by gpu``: a merged rtl trace, one rank per
+    #: gpuId); never done unless asked, since a gpuId is a device, not a rank
+    rank_by: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.rank_by is not None and self.hostname is None:
+            raise RankIdentityError(
+                f"--rank-by {self.rank_by} needs --hostname H: GPU ids name devices of one node, so the ranks "
+                "they become must be placed on that node"
+            )
 
 
 @dataclass

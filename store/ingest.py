@@ -73,6 +73,8 @@ class IngestReport:
     ranks: list[tuple[int, str | None, int | None]] = field(default_factory=list)
     world_size: int | None = None
     missing_ranks: list[int] = field(default_factory=list)
+    #: what the user should know about how inputs were read (e.g. the gpuId -> rank mapping of --rank-by)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ingested(self) -> list[FileResult]:
@@ -182,6 +184,8 @@ def _prepare(
     manifests: dict[Path, RankManifest | None] = {}
     for (path, reader), sha_future in zip(files, hashes):
         info = reader.inspect(path)
+        if flags.rank_by is not None:
+            info = readers.split_ranks(reader, path, info, flags.rank_by)
         size, sha = path.stat().st_size, sha_future.result()
         if info.ranks and has_rank_sections(reader):
             if flags.rank is not None or flags.rank_from_path:
@@ -416,6 +420,7 @@ def ingest_paths(
     report = IngestReport(
         run=run_name, run_derived=run is None, db=display_url(url), unknown_files=[str(u) for u in unknown], world_size=plan.world_size
     )
+    report.notes = list(dict.fromkeys(str(i.info.metadata["rank_by"]["note"]) for i in inputs if "rank_by" in i.info.metadata))
     engine: Engine | None = None
     try:
         engine = open_db(db)
