@@ -8,6 +8,7 @@ import json
 import sqlite3
 import tarfile
 from pathlib import Path
+from typing import Any
 
 from click.testing import CliRunner
 
@@ -22,10 +23,14 @@ def _dlrm(data: Path, tmp_path: Path) -> Path:
     return tmp_path / "dlrm_kineto"
 
 
-def _raw(path: Path) -> dict:  # type: ignore[type-arg]
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rt") as f:  # type: ignore[operator]
-        return json.load(f)  # type: ignore[no-any-return]
+def _raw(path: Path) -> dict[str, Any]:
+    if path.name.endswith(".gz"):
+        with gzip.open(path, "rt") as f:
+            raw: dict[str, Any] = json.load(f)
+    else:
+        with open(path) as f:
+            raw = json.load(f)
+    return raw
 
 
 def test_dlrm_worker_names_invent_no_hosts(data: Path, tmp_path: Path) -> None:
