@@ -164,3 +164,15 @@ def test_bad_user_rules_are_clear_errors(tmp_path: Path, monkeypatch: pytest.Mon
 def test_bad_comm_pattern_is_a_usage_error(tmp_path: Path) -> None:
     r = CliRunner().invoke(cli, ["ingest", "--db", str(tmp_path / "x.db"), "--comm-pattern", "(", str(tmp_path)])
     assert r.exit_code == 2 and "--comm-pattern" in r.output
+
+
+def test_using_exports_the_rules_for_workers_and_restores() -> None:
+    import os
+
+    mine = classify.load_rules(["^halo$"])
+    with classify.using(mine):
+        # a worker process (forked or spawned) rebuilds exactly these rules from the environment
+        assert classify.Rules.from_serialised(os.environ[classify.ACTIVE_ENV]).digest == mine.digest
+        assert classify.category("kernel", "halo") == "communication"
+    assert classify.ACTIVE_ENV not in os.environ
+    assert classify.category("kernel", "halo") == "compute"
