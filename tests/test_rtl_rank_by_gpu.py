@@ -124,3 +124,95 @@ def test_split_without_gpu_ops_is_a_clear_error(tmp_path: Path) -> None:
     code, out = _ingest(tmp_path / "p.db", "--rank-by", "gpu", "--hostname", "n", str(db))
     assert code == 1 and "no GPU ops" in out and "Traceback" not in out
     assert rpd_sqlite.inspect(db).ranks == []
+
+
+RTL_SCHEMA = """
+CREATE TABLE rocpd_string (id INTEGER PRIMARY KEY, string TEXT UNIQUE);
+CREATE TABLE rocpd_op (id INTEGER PRIMARY KEY, gpuId INTEGER, queueId INTEGER, sequenceId INTEGER,
+    completionSignal TEXT, start INTEGER, end INTEGER, description_id INTEGER, opType_id INTEGER);
+CREATE TABLE rocpd_api (id INTEGER PRIMARY KEY, pid INTEGER, tid INTEGER, start INTEGER, end INTEGER,
+    apiName_id INTEGER, args_id INTEGER);
+CREATE TABLE rocpd_api_ops (id INTEGER PRIMARY KEY, api_id INTEGER, op_id INTEGER);
+CREATE TABLE rocpd_kernelapi (api_id INTEGER PRIMARY KEY, stream TEXT, gridX INTEGER, gridY INTEGER, gridZ INTEGER,
+    workgroupX INTEGER, workgroupY INTEGER, workgroupZ INTEGER, groupSegmentSize INTEGER, privateSegmentSize INTEGER,
+    kernelName_id INTEGER);
+CREATE TABLE rocpd_metadata (id INTEGER PRIMARY KEY, tag TEXT, value TEXT);
+"""
+
+
+def _rtl_process(path: Path, pid: int, gpu: int, kernels: int) -> None:
+    """One process's trace_<pid>.db as rtl writes it (HSA-intercepted kernels, a ROCTx range, its pid)."""
+    conn = sqlite3.connect(path)
+    conn.executescript(RTL_SCHEMA)
+    strings = ["KernelExecution", "UserMarker", f"gemm_{gpu}", "allreduce_kernel", "step", "hipLaunchKernel"]
+    conn.executemany("INSERT INTO rocpd_string (string) VALUES (?)", [(s,) for s in strings])
+    sid = dict(conn.execute("SELECT string, id FROM rocpd_string").fetchall())
+    for i in range(kernels):
+        name = f"gemm_{gpu}" if i % 2 else "allreduce_kernel"
+        conn.execute(
+            "INSERT INTO rocpd_op (gpuId, queueId, sequenceId, start, end, description_id, opType_id) VALUES (?, 1, 0, ?, ?, ?, ?)",
+            (gpu, 1000 * i, 1000 * i + 100 + gpu, sid[name], sid["KernelExecution"]),
+        )
+        conn.execute("INSERT INTO rocpd_api (pid, tid, start, end, apiName_id, args_id) VALUES (?, ?, ?, ?, ?, 1)",
+                     (pid, pid, 1000 * i - 50, 1000 * i - 40, sid["hipLaunchKernel"]))
+        conn.execute("INSERT INTO rocpd_api_ops (api_id, op_id) VALUES (?, ?)", (i + 1, i + 1))
+    conn.execute("INSERT INTO rocpd_op (gpuId, queueId, sequenceId, start, end, description_id, opType_id) "
+                 "VALUES (-1, 0, 0, 0, 50000, ?, ?)", (sid["step"], sid["UserMarker"]))
+    conn.execute("INSERT INTO rocpd_metadata (tag, value) VALUES ('pid', ?)", (str(pid),))
+    conn.commit()
+    conn.close()
+
+
+def _rtl_merge(files: list[Path], out: Path) -> None:
+    """What rocm-trace-lite's merge does: copy the largest file, append the others' ops, strings, metadata."""
+    files = sorted(files, key=lambda f: f.stat().st_size, reverse=True)
+    shutil.copyfile(files[0], out)
+    dst = sqlite3.connect(out)
+    for f in files[1:]:
+        src = sqlite3.connect(f)
+        strings = src.execute("SELECT string FROM rocpd_string").fetchall()
+        ops = src.execute(
+            "SELECT o.gpuId, o.queueId, o.sequenceId, o.start, o.end, s.string, t.string FROM rocpd_op o "
+            "JOIN rocpd_string s ON o.description_id = s.id JOIN rocpd_string t ON o.opType_id = t.id"
+        ).fetchall()
+        meta = src.execute("SELECT tag, value FROM rocpd_metadata").fetchall()
+        src.close()
+        dst.executemany("INSERT OR IGNORE INTO rocpd_string (string) VALUES (?)", strings)
+        ids = dict(dst.execute("SELECT string, id FROM rocpd_string").fetchall())
+        dst.executemany(
+            "INSERT INTO rocpd_op (gpuId, queueId, sequenceId, start, end, description_id, opType_id) VALUES (?,?,?,?,?,?,?)",
+            [(g, q, s, a, b, ids[d], ids[t]) for g, q, s, a, b, d, t in ops],
+        )
+        dst.executemany("INSERT INTO rocpd_metadata (tag, value) VALUES (?, ?)", meta)
+    dst.commit()
+    dst.close()
+
+
+def test_rtl_schema_merge_of_four_processes(tmp_path: Path) -> None:
+    procs = {0: (700, 12), 1: (701, 10), 2: (702, 10), 3: (703, 10)}  # gpu -> (pid, kernels); gpu 0 is the largest
+    files = []
+    for gpu, (pid, n) in procs.items():
+        files.append(tmp_path / f"trace_{pid}.db")
+        _rtl_process(files[-1], pid, gpu, n)
+    merged = tmp_path / "trace.db"
+    _rtl_merge(files, merged)
+    db = tmp_path / "p.db"
+    code, out = _ingest(db, "--rank-by", "gpu", "--hostname", "mi300-01", str(merged))
+    assert code == 0, out
+    assert "gpuId 0 -> rank 0, gpuId 1 -> rank 1, gpuId 2 -> rank 2, gpuId 3 -> rank 3" in out
+    assert "4 ROCTx marker op(s)" in out and "12 API row(s) (pid 700) go to the rank of gpuId 0" in out
+    with sqlite3.connect(db) as conn:
+        got = conn.execute(
+            "select r.global_rank, r.device, r.pid, a.kind, count(*), sum(a.duration_ns) from activity a "
+            "join rank r on r.id = a.rank_id group by 1, 4 order by 1, 4"
+        ).fetchall()
+        comm = conn.execute(
+            "select r.global_rank, count(*) from activity a join rank r on r.id = a.rank_id "
+            "where a.category = 'communication' group by 1"
+        ).fetchall()
+    expected = [(0, 0, 700, "api", 12, 12 * 10)]
+    for gpu, (pid, n) in procs.items():
+        durs = [100 + gpu] * n
+        expected.append((gpu, gpu, pid if gpu == 0 else None, "kernel", n, sum(durs)))
+    assert sorted(got) == sorted(expected)
+    assert comm == [(g, (n + 1) // 2) for g, (_p, n) in procs.items()]  # allreduce_kernel, every other op
