@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from profdb.store import compare as cmp
+from profdb.store import runs
 
 from .output import db_option, emit, note, open_store, output_options
 
@@ -175,7 +176,7 @@ def tag_command(run: str, values: tuple[str, ...], remove: tuple[str, ...], db: 
     engine = open_store(db)
     try:
         with engine.begin() as conn:
-            meta: dict[str, Any] = cmp.tag_run(conn, run, cmp.parse_filters(values), remove)
+            meta: dict[str, Any] = runs.tag_run(conn, run, runs.parse_filters(values), remove)
     finally:
         engine.dispose()
     click.echo(json.dumps(meta, sort_keys=True))

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from profdb.store import identity, ingest, inventory, readers
+from profdb.store import identity, ingest, readers, runs
 
 from .output import db_option, note, open_store, output_options, render
 
@@ -111,7 +111,7 @@ def runs_command(db: str | None, fmt: str) -> None:
     """Runs in the store: world size, ranks found and missing, sources, rows."""
     engine = open_store(db)
     try:
-        headers, rows = inventory.list_runs(engine)
+        headers, rows = runs.list_runs(engine)
     finally:
         engine.dispose()
     render(headers, rows, fmt)
@@ -125,7 +125,7 @@ def ranks_command(run: str | None, db: str | None, fmt: str) -> None:
     """Ranks of a run: hostname, local rank, pid, device, rows, source files; missing ranks flagged."""
     engine = open_store(db)
     try:
-        headers, rows, notes = inventory.list_ranks(engine, run)
+        headers, rows, notes = runs.list_ranks(engine, run)
     finally:
         engine.dispose()
     for n in notes:

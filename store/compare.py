@@ -34,20 +34,19 @@ is not gated (their time is waiting, so a straggler elsewhere shows there first)
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, replace
-from datetime import datetime
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import Connection, func, select
 
 from . import queries
 from .errors import QueryError
 from .metrics import spread
 from .models import Name, Rank, Run, Summary
-from .queries import COMM, RankRef, Result, RunScope, fmt_ns, like_pattern
+from .queries import COMM, Result, fmt_ns, like_pattern
+from .runs import RankRef, RunInfo, RunScope, all_runs, find_run, matches, parse_filters, resolve_run
 
 _run = Run.__table__
 _rank = Rank.__table__
@@ -59,81 +58,6 @@ BY = ("kernel", "rank", "host", "local-rank")
 
 # ---------------------------------------------------------------------------------------------
 # runs, tags, baselines
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    id: int
-    name: str
-    created_at: datetime
-    world_size: int | None
-    metadata: dict[str, Any]
-
-
-def _metadata(text: str | None, run: str) -> dict[str, Any]:
-    if not text:
-        return {}
-    try:
-        value = json.loads(text)
-    except ValueError as e:
-        raise QueryError(f"run {run!r} has metadata that is not JSON ({e}); fix run.metadata_json with profdb sql") from e
-    if not isinstance(value, dict):
-        raise QueryError(f"run {run!r} has metadata that is not a JSON object; fix run.metadata_json with profdb sql")
-    return value
-
-
-def all_runs(conn: Connection) -> list[RunInfo]:
-    """Every run, oldest first (by created_at, then id)."""
-    rows = conn.execute(
-        select(_run.c.id, _run.c.name, _run.c.created_at, _run.c.world_size, _run.c.metadata_json).order_by(
-            _run.c.created_at, _run.c.id
-        )
-    ).all()
-    return [RunInfo(r.id, r.name, r.created_at, r.world_size, _metadata(r.metadata_json, r.name)) for r in rows]
-
-
-def find_run(conn: Connection, runs: Sequence[RunInfo], name: str | None) -> RunInfo:
-    """The run named ``name`` (or with that id), or the newest run when None."""
-    scope = queries.resolve_run(conn, name)
-    return next(r for r in runs if r.id == scope.id)
-
-
-def parse_filters(items: Iterable[str]) -> dict[str, str]:
-    """``["branch=main", "gpu=mi300"]`` -> ``{"branch": "main", "gpu": "mi300"}``."""
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise QueryError(f"{item!r} is not KEY=VALUE (e.g. branch=main)")
-        out[key.strip()] = value
-    return out
-
-
-def matches(run: RunInfo, where: dict[str, str]) -> bool:
-    """True when the run's metadata has every key with that value (compared as text)."""
-    for k, v in where.items():
-        if k not in run.metadata:
-            return False
-        have = run.metadata[k]
-        text = have if isinstance(have, str) else json.dumps(have)
-        if text != v:
-            return False
-    return True
-
-
-def tag_run(conn: Connection, run: str, values: dict[str, str], remove: Sequence[str] = ()) -> dict[str, Any]:
-    """Set (and remove) keys of a run's metadata (run.metadata_json); returns the new metadata."""
-    info = find_run(conn, all_runs(conn), run)
-    meta = dict(info.metadata)
-    for k in remove:
-        if k not in meta:
-            raise QueryError(f"run {info.name!r} has no tag {k!r}; its tags: {', '.join(sorted(meta)) or 'none'}")
-        del meta[k]
-    meta.update(values)
-    conn.execute(
-        update(Run).where(Run.id == info.id).values(metadata_json=json.dumps(meta, sort_keys=True) if meta else None)
-    )
-    return meta
 
 
 @dataclass(frozen=True)
@@ -231,7 +155,7 @@ def _imbalance(values: Sequence[float]) -> float | None:
 
 
 def _one_run(conn: Connection, run: RunInfo, kinds: Sequence[str], pattern: str | None) -> RunFigures:
-    scope = queries.resolve_run(conn, run.name)
+    scope = resolve_run(conn, run.name)
     n = len(scope.ranks) or 1
     groups = queries.name_groups(conn, scope, kinds, pattern)
     grand = sum(g.total for g in groups)
@@ -270,7 +194,7 @@ def _one_run(conn: Connection, run: RunInfo, kinds: Sequence[str], pattern: str 
 
 def _kinds(conn: Connection, run: RunInfo, kind: str | None) -> tuple[tuple[str, ...], list[str]]:
     """``kind`` as given, or kernels when ``run`` has any, else CPU operators (a CPU-only run)."""
-    return queries.select_kinds(conn, queries.resolve_run(conn, run.name), kind, ("kernel",))
+    return queries.select_kinds(conn, resolve_run(conn, run.name), kind, ("kernel",))
 
 
 def _median(values: list[float]) -> float:
@@ -766,7 +690,7 @@ def trend(
         if not total:
             s = None
         elif pattern is None:  # the run's likely straggler, as `profdb query --imbalance` names it
-            verdict = queries.straggler(conn, queries.resolve_run(conn, r.name), kinds)
+            verdict = queries.straggler(conn, resolve_run(conn, r.name), kinds)
             s = verdict.rank.global_rank if verdict.rank is not None else None
         else:
             s = _slowest(values, only_comm)

@@ -12,8 +12,9 @@ import os
 import re
 import shutil
 import sqlite3
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import make_url
@@ -57,6 +58,31 @@ def sqlite_path(url: str) -> Path | None:
     if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
         return None
     return Path(u.database)
+
+
+@contextmanager
+def load_target(db: str | None, keep_on_error: Callable[[], bool] = lambda: False) -> Iterator[Engine]:
+    """The store a load (ingest, transfer) writes, opened (created if new) and disposed afterwards.
+    When the load fails and this call created the SQLite file, the file (and its -wal, -shm and
+    -journal) is removed again, unless ``keep_on_error()`` says some of the load was committed."""
+    url = resolve_url(db)
+    path = sqlite_path(url)
+    created = path is not None and not path.exists()
+    engine: Engine | None = None
+    try:
+        engine = open_db(url)
+        yield engine
+    except BaseException:
+        if engine is not None:
+            engine.dispose()
+            engine = None
+        if created and path is not None and not keep_on_error():
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                Path(str(path) + suffix).unlink(missing_ok=True)
+        raise
+    finally:
+        if engine is not None:
+            engine.dispose()
 
 
 def migrations_dir() -> str:

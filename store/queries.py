@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Iterable, Sequence
 
-from sqlalchemy import Connection, desc, func, select
+from sqlalchemy import Connection, func, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.sql import ColumnElement, text
 
@@ -31,6 +31,7 @@ from .errors import QueryError
 from .metrics import Spread, ratio, spread
 from .models import Name, Rank, Run, Step, Summary
 from .records import KINDS
+from .runs import RankRef, RunScope, scope_of, with_ranks
 
 COMM = "communication"
 #: ``--kind gpu``: everything that runs on the device
@@ -61,73 +62,8 @@ class Result:
     notes: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class RankRef:
-    id: int
-    global_rank: int
-    hostname: str | None
-    local_rank: int | None
-
-    def label(self) -> str:
-        where = ", ".join(
-            p
-            for p in (
-                f"host {self.hostname}" if self.hostname is not None else "",
-                f"local_rank {self.local_rank}" if self.local_rank is not None else "",
-            )
-            if p
-        )
-        return f"rank {self.global_rank}" + (f" ({where})" if where else "")
-
-
-@dataclass(frozen=True)
-class RunScope:
-    id: int
-    name: str
-    world_size: int | None
-    #: ranks that have data, ordered by global rank
-    ranks: tuple[RankRef, ...]
-
-    def missing_ranks(self) -> list[int]:
-        """Ranks 0..world_size-1 with no data at all (nothing ingested for them)."""
-        if not self.world_size:
-            return []
-        have = {r.global_rank for r in self.ranks}
-        return [g for g in range(self.world_size) if g not in have]
-
-
 # ---------------------------------------------------------------------------------------------
-# run, kinds, name filter
-
-
-def resolve_run(conn: Connection, run: str | None = None) -> RunScope:
-    """The run named ``run`` (or with that id), or the most recent run when None."""
-    q = select(_run.c.id, _run.c.name, _run.c.world_size)
-    if run is None:
-        row = conn.execute(q.order_by(desc(_run.c.created_at), desc(_run.c.id)).limit(1)).first()
-        if row is None:
-            raise QueryError("the store has no runs yet; ingest some profiles first (profdb ingest PATH...)")
-    else:
-        row = conn.execute(q.where(_run.c.name == run)).first()
-        if row is None and run.isdigit():
-            row = conn.execute(q.where(_run.c.id == int(run))).first()
-        if row is None:
-            names = conn.execute(
-                select(_run.c.name).order_by(desc(_run.c.created_at), desc(_run.c.id)).limit(8)
-            ).scalars().all()
-            known = ", ".join(names) if names else "none: ingest some profiles first"
-            raise QueryError(f"no run named {run!r} in the store; known runs (newest first): {known}")
-    ranks = conn.execute(
-        select(_rank.c.id, _rank.c.global_rank, _rank.c.hostname, _rank.c.local_rank)
-        .where(_rank.c.run_id == row.id)
-        .order_by(_rank.c.global_rank)
-    ).all()
-    return RunScope(
-        id=row.id,
-        name=row.name,
-        world_size=row.world_size,
-        ranks=tuple(RankRef(r.id, r.global_rank, r.hostname, r.local_rank) for r in ranks),
-    )
+# kinds, name filter
 
 
 def parse_kinds(kind: str | Sequence[str] | None) -> tuple[str, ...] | None:
@@ -497,7 +433,7 @@ def _imbalance_row(scope: RunScope, g: NameGroup, values: list[int], present: se
 
 def imbalance(
     conn: Connection,
-    run: str | None = None,
+    run: str | RunScope | None = None,
     kind: str | Sequence[str] | None = None,
     top: int = 20,
     name_like: str | None = None,
@@ -507,9 +443,7 @@ def imbalance(
     or the same rolled up by hostname (slow node) or local_rank (slow GPU slot)."""
     if by not in GROUP_BY:
         raise QueryError(f"unknown grouping {by!r}; choose from {', '.join(GROUP_BY)}")
-    scope = resolve_run(conn, run)
-    if not scope.ranks:
-        raise QueryError(f"run {scope.name!r} has no ranks; ingest its profiles first")
+    scope = with_ranks(scope_of(conn, run))
     facts = run_facts(conn, scope)
     kinds, notes = select_kinds(conn, scope, kind, ("kernel",), facts)
     notes += _scope_notes(scope)
@@ -666,16 +600,14 @@ HOTSPOT_HEADERS = [
 
 def hotspots(
     conn: Connection,
-    run: str | None = None,
+    run: str | RunScope | None = None,
     kind: str | Sequence[str] | None = None,
     top: int = 20,
     name_like: str | None = None,
 ) -> Result:
     """Where the time goes: total across ranks, share of the kinds' total, calls, mean duration,
     and how the name's time is spread over the ranks."""
-    scope = resolve_run(conn, run)
-    if not scope.ranks:
-        raise QueryError(f"run {scope.name!r} has no ranks; ingest its profiles first")
+    scope = with_ranks(scope_of(conn, run))
     facts = run_facts(conn, scope)
     kinds, notes = select_kinds(conn, scope, kind, ("kernel",), facts)
     notes += _scope_notes(scope)
@@ -730,9 +662,9 @@ STEP_HEADERS = [
 ]
 
 
-def steps(conn: Connection, run: str | None = None) -> Result:
+def steps(conn: Connection, run: str | RunScope | None = None) -> Result:
     """Per step (ProfilerStep#N), how long each rank took: which rank is slowest, and how often."""
-    scope = resolve_run(conn, run)
+    scope = scope_of(conn, run)
     notes = _scope_notes(scope)
     by_id = {r.id: r for r in scope.ranks}
     data = conn.execute(
@@ -821,11 +753,9 @@ RANK_HEADERS = [
 ]
 
 
-def rank_split(conn: Connection, run: str | None = None, kind: str | Sequence[str] | None = None) -> Result:
+def rank_split(conn: Connection, run: str | RunScope | None = None, kind: str | Sequence[str] | None = None) -> Result:
     """Per rank: busy time split into compute / communication / memory, against the mean rank."""
-    scope = resolve_run(conn, run)
-    if not scope.ranks:
-        raise QueryError(f"run {scope.name!r} has no ranks; ingest its profiles first")
+    scope = with_ranks(scope_of(conn, run))
     facts = run_facts(conn, scope)
     kinds, notes = select_kinds(conn, scope, kind, GPU_KINDS, facts)
     notes += _scope_notes(scope)
@@ -894,8 +824,6 @@ def _plain(v: Any) -> Any:
 
 __all__ = [
     "Result",
-    "RankRef",
-    "RunScope",
     "Spread",
     "Verdict",
     "comm_kind",
@@ -903,7 +831,6 @@ __all__ = [
     "imbalance",
     "parse_kinds",
     "rank_split",
-    "resolve_run",
     "run_sql",
     "select_kinds",
     "steps",

@@ -29,8 +29,8 @@ from typing import Any, Sequence
 
 from sqlalchemy import Connection, select
 
-from . import queries
-from .errors import InputError, ProfdbError, QueryError
+from . import queries, runs
+from .errors import InputError, ProfdbError
 from .metrics import spread
 from .models import Rank, Run, SourceFile, Step
 
@@ -76,7 +76,7 @@ class ReportData:
     launcher: str | None
     command: str | None
     metadata: dict[str, Any]
-    ranks: list[queries.RankRef]
+    ranks: list[runs.RankRef]
     missing_ranks: list[int]
     kinds: tuple[str, ...]
     verdict: str
@@ -99,17 +99,15 @@ def heatmap_data(
     conn: Connection, run: str | None = None, kind: str | None = None, top: int = DEFAULT_TOP
 ) -> Heatmap:
     """The rank x name matrix of the most imbalanced names (see the module doc)."""
-    scope = queries.resolve_run(conn, run)
-    if not scope.ranks:
-        raise QueryError(f"run {scope.name!r} has no ranks; ingest its profiles first")
-    imb = queries.imbalance(conn, scope.name, kind=kind, top=top)
+    scope = runs.with_ranks(runs.scope_of(conn, run))
+    imb = queries.imbalance(conn, scope, kind=kind, top=top)
     kinds, _notes = queries.select_kinds(conn, scope, kind, ("kernel",))
     verdict = queries.straggler(conn, scope, kinds)
     return _heatmap(conn, scope, imb, kinds, verdict)
 
 
 def _heatmap(
-    conn: Connection, scope: queries.RunScope, imb: queries.Result, kinds: tuple[str, ...], verdict: queries.Verdict
+    conn: Connection, scope: runs.RunScope, imb: queries.Result, kinds: tuple[str, ...], verdict: queries.Verdict
 ) -> Heatmap:
     """Rows: the names of ``imb`` (the imbalance table), in its order; T_r from the summary table."""
     h = {name: i for i, name in enumerate(imb.headers)}
@@ -129,7 +127,7 @@ def _heatmap(
     )
 
 
-def _step_ranks(conn: Connection, scope: queries.RunScope) -> dict[int, dict[int, int]]:
+def _step_ranks(conn: Connection, scope: runs.RunScope) -> dict[int, dict[int, int]]:
     out: dict[int, dict[int, int]] = {}
     for step, g, dur in conn.execute(
         select(_step.c.step, _rank.c.global_rank, _step.c.duration_ns)
@@ -141,7 +139,7 @@ def _step_ranks(conn: Connection, scope: queries.RunScope) -> dict[int, dict[int
     return out
 
 
-def _sources(conn: Connection, scope: queries.RunScope) -> list[tuple[Any, ...]]:
+def _sources(conn: Connection, scope: runs.RunScope) -> list[tuple[Any, ...]]:
     rows = conn.execute(
         select(
             _rank.c.global_rank,
@@ -163,37 +161,29 @@ def _sources(conn: Connection, scope: queries.RunScope) -> list[tuple[Any, ...]]
 
 def build_report(conn: Connection, run: str | None = None, kind: str | None = None, top: int = DEFAULT_TOP) -> ReportData:
     """Every number of the report for ``run`` (default: the newest run)."""
-    scope = queries.resolve_run(conn, run)
-    if not scope.ranks:
-        raise QueryError(f"run {scope.name!r} has no ranks; ingest its profiles first")
-    info = conn.execute(
-        select(_run.c.created_at, _run.c.launcher, _run.c.command, _run.c.metadata_json).where(_run.c.id == scope.id)
-    ).one()
-    try:
-        metadata = json.loads(info.metadata_json) if info.metadata_json else {}
-    except ValueError:
-        metadata = {"metadata_json": info.metadata_json}
+    scope = runs.with_ranks(runs.scope_of(conn, run))
+    info = runs.run_details(conn, scope)
     kinds, notes = queries.select_kinds(conn, scope, kind, ("kernel",))
     verdict = queries.straggler(conn, scope, kinds)
-    imb = queries.imbalance(conn, scope.name, kind=kind, top=top)
+    imb = queries.imbalance(conn, scope, kind=kind, top=top)
     return ReportData(
         run=scope.name,
         created_at=info.created_at,
         world_size=scope.world_size,
         launcher=info.launcher,
         command=info.command,
-        metadata=metadata if isinstance(metadata, dict) else {"metadata_json": info.metadata_json},
+        metadata=info.metadata,
         ranks=list(scope.ranks),
         missing_ranks=scope.missing_ranks(),
         kinds=kinds,
         verdict=verdict.line,
         straggler=verdict.rank.global_rank if verdict.rank is not None else None,
         imbalance=imb,
-        hotspots=queries.hotspots(conn, scope.name, kind=kind, top=15),
-        steps=queries.steps(conn, scope.name),
-        rank_split=queries.rank_split(conn, scope.name, kind=kind),
-        by_host=queries.imbalance(conn, scope.name, kind=kind, by="host"),
-        by_local_rank=queries.imbalance(conn, scope.name, kind=kind, by="local-rank"),
+        hotspots=queries.hotspots(conn, scope, kind=kind, top=15),
+        steps=queries.steps(conn, scope),
+        rank_split=queries.rank_split(conn, scope, kind=kind),
+        by_host=queries.imbalance(conn, scope, kind=kind, by="host"),
+        by_local_rank=queries.imbalance(conn, scope, kind=kind, by="local-rank"),
         heatmap=_heatmap(conn, scope, imb, kinds, verdict),
         step_ranks=_step_ranks(conn, scope),
         sources=_sources(conn, scope),
