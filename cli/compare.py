@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from profdb.store import compare as cmp
-from profdb.store import runs
+from profdb.store import runs, trend
 
 from .output import db_option, emit, note, open_store, output_options
 
@@ -157,7 +157,7 @@ def trend_command(
     engine = open_store(db)
     try:
         with engine.connect() as conn:
-            result = cmp.trend(conn, name_like, last, kind, where=cmp.parse_filters(where), until=until)
+            result = trend.trend(conn, name_like, last, kind, where=runs.parse_filters(where), until=until)
     finally:
         engine.dispose()
     emit(result, fmt)

@@ -270,7 +270,7 @@ def test_same_answers_on_postgresql(tmp_path: Path, pg_url: str) -> None:
     """The same runs in SQLite and in PostgreSQL: compare, the gate, trend, tags and the report's
     numbers agree (portable SQLAlchemy Core, no engine-specific SQL)."""
     from profdb.store import compare as cmp
-    from profdb.store import runs
+    from profdb.store import runs, trend
     from profdb.store.report import build_report
 
     def fill(url: str) -> None:
@@ -292,7 +292,7 @@ def test_same_answers_on_postgresql(tmp_path: Path, pg_url: str) -> None:
                     got += [res.result.headers, res.result.rows, res.result.headline, [r.line() for r in res.regressions]]
                 got.append(cmp.compare(conn, "n3", "tag:branch=main").result.rows)
                 for name_like in ("gemm", None):  # without created_at: each store stamped its own runs
-                    got.append([row[:1] + row[2:] for row in cmp.trend(conn, name_like, 10).rows])
+                    got.append([row[:1] + row[2:] for row in trend.trend(conn, name_like, 10).rows])
                 rep = build_report(conn, "n3")
                 got += [rep.heatmap.values, rep.heatmap.names, rep.verdict, rep.straggler]
                 return got
