@@ -9,7 +9,8 @@ import click
 
 from profdb.store import identity, ingest, readers, runs
 
-from .output import db_option, note, open_store, output_options, render
+from .options import connect, db_option, output_options, run_option
+from .output import note, render
 
 
 class _Bar:
@@ -109,25 +110,17 @@ def ingest_command(
 @output_options
 def runs_command(db: str | None, fmt: str) -> None:
     """Runs in the store: world size, ranks found and missing, sources, rows."""
-    engine = open_store(db)
-    try:
-        headers, rows = runs.list_runs(engine)
-    finally:
-        engine.dispose()
+    headers, rows = runs.list_runs(connect(db))
     render(headers, rows, fmt)
 
 
 @click.command("ranks")
-@click.option("--run", default=None, help="Run name (default: the most recent run).")
+@run_option("Run name (default: the most recent run).")
 @db_option
 @output_options
 def ranks_command(run: str | None, db: str | None, fmt: str) -> None:
     """Ranks of a run: hostname, local rank, pid, device, rows, source files; missing ranks flagged."""
-    engine = open_store(db)
-    try:
-        headers, rows, notes = runs.list_ranks(engine, run)
-    finally:
-        engine.dispose()
+    headers, rows, notes = runs.list_ranks(connect(db), run)
     for n in notes:
         note(n)
     render(headers, rows, fmt)

@@ -1,4 +1,4 @@
-"""Rendering rows for every command that prints them: one shared option, four formats.
+"""Rendering rows for every command that prints them: four formats (the option: options.py).
 
 table: aligned columns for people; ``*_ns`` columns shown in readable units (us/ms/s) under a header
 without the suffix. csv / json / jsonl: raw values (integer ns) for programs, streamed row by row.
@@ -9,38 +9,9 @@ from __future__ import annotations
 import csv
 import json
 import sys
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from typing import Any, Iterable, Sequence
 
 import click
-from sqlalchemy import Engine
-
-from profdb.store.db import open_db, resolve_url, sqlite_path
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-FORMATS = ("table", "csv", "json", "jsonl")
-
-
-def output_options(f: F) -> F:
-    return click.option(
-        "--format",
-        "fmt",
-        type=click.Choice(FORMATS),
-        default="table",
-        show_default=True,
-        help="Output format: aligned table with readable units, or raw values as csv / json / jsonl.",
-    )(f)
-
-
-def db_option(f: F) -> F:
-    return click.option(
-        "--db",
-        envvar="PROFDB_DB",
-        default=None,
-        metavar="PATH|URL",
-        help="Store: an SQLite file (default ./profdb.db, or $PROFDB_DB) or a URL such as postgresql+psycopg://host/db.",
-    )(f)
-
 
 def human_ns(v: Any) -> str:
     if v is None:
@@ -154,16 +125,6 @@ def _is_num(s: str) -> bool:
 
 def note(msg: str) -> None:
     click.echo(msg, err=True)
-
-
-def open_store(db: str | None) -> Engine:
-    """Open an existing store; asking questions must not create an empty one."""
-    path = sqlite_path(resolve_url(db))
-    if path is not None and not path.exists():
-        raise click.ClickException(
-            f"no profdb store at {path}; ingest profiles first (profdb ingest PATH...) or pass --db / set PROFDB_DB"
-        )
-    return open_db(db)
 
 
 def emit(result: Any, fmt: str) -> None:
