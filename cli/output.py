@@ -13,20 +13,7 @@ from typing import Any, Iterable, Sequence
 
 import click
 
-def human_ns(v: Any) -> str:
-    if v is None:
-        return ""
-    if not isinstance(v, (int, float)):
-        return str(v)
-    a = abs(v)
-    if a >= 1e9:
-        return f"{v / 1e9:.3f} s"
-    if a >= 1e6:
-        return f"{v / 1e6:.3f} ms"
-    if a >= 1e3:
-        return f"{v / 1e3:.3f} us"
-    return f"{v:.0f} ns"
-
+from profdb.store.units import fmt_ns
 
 def _cell(v: Any) -> str:
     if v is None:
@@ -66,7 +53,7 @@ def render(headers: Sequence[str], rows: Iterable[Sequence[Any]], fmt: str = "ta
     headers, rows = _fold_rank_places(list(headers), rows)
     ns_cols = [h.endswith("_ns") for h in headers]
     shown = [h[:-3] if is_ns else h for h, is_ns in zip(headers, ns_cols)]
-    cells = [[human_ns(v) if is_ns else _cell(v) for v, is_ns in zip(r, ns_cols)] for r in rows]
+    cells = [[fmt_ns(v, mode="table") if is_ns else _cell(v) for v, is_ns in zip(r, ns_cols)] for r in rows]
     widths = [len(h) for h in shown]
     for row in cells:
         for i, c in enumerate(row):

@@ -45,7 +45,8 @@ from . import queries
 from .errors import QueryError
 from .metrics import spread
 from .models import Name, Rank, Run, Summary
-from .queries import COMM, Result, fmt_ns, like_pattern
+from .queries import COMM, Result, like_pattern
+from .units import fmt_ns
 from .runs import RankRef, RunInfo, RunScope, all_runs, find_run, matches, parse_filters, resolve_run
 
 _run = Run.__table__

@@ -32,6 +32,7 @@ from .metrics import Spread, ratio, spread
 from .models import Name, Rank, Run, Step, Summary
 from .records import KINDS
 from .runs import RankRef, RunScope, scope_of, with_ranks
+from .units import fmt_ns
 
 COMM = "communication"
 #: ``--kind gpu``: everything that runs on the device
@@ -225,15 +226,6 @@ def _pct(value: int, mean: int) -> str:
     if not mean:
         return "n/a"
     return f"{(value - mean) * 100 / mean:+.0f}%"
-
-
-def fmt_ns(ns: int | float) -> str:
-    """Readable time for sentences (tables get their own formatting in the CLI)."""
-    v = float(ns)
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if abs(v) >= scale:
-            return f"{v / scale:.3g} {unit}"
-    return f"{v:.0f} ns"
 
 
 _COMM_WHAT = {

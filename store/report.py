@@ -33,6 +33,7 @@ from . import queries, runs
 from .errors import InputError, ProfdbError
 from .metrics import spread
 from .models import Rank, Run, SourceFile, Step
+from .units import fmt_ns
 
 _run = Run.__table__
 _rank = Rank.__table__
@@ -385,17 +386,11 @@ def _hotspots_svg(res: queries.Result) -> str | None:
 # HTML
 
 
-def _fmt_ns(v: Any) -> str:
-    if v is None:
-        return ""
-    return queries.fmt_ns(v)
-
-
 def _cell(header: str, v: Any) -> str:
     if v is None:
         return ""
     if header.endswith("_ns"):
-        return _fmt_ns(v)
+        return fmt_ns(v)
     if header.endswith("_bytes") and isinstance(v, int):
         return f"{v:,}"
     if isinstance(v, float):

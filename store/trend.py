@@ -12,7 +12,8 @@ from . import queries
 from .compare import imbalance_of, kinds_for, ratio_of, slowest_rank
 from .errors import QueryError
 from .models import Name, Rank, Summary
-from .queries import COMM, Result, fmt_ns, like_pattern
+from .queries import COMM, Result, like_pattern
+from .units import fmt_ns
 from .runs import all_runs, find_run, matches, resolve_run
 
 _rank = Rank.__table__
