@@ -20,6 +20,8 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from sqlalchemy import Connection, Engine
 
+from .ingest_workers import Parsed, Totals
+
 
 def placeholder(conn: Connection) -> str:
     return "?" if conn.dialect.paramstyle == "qmark" else "%s"
@@ -209,7 +211,7 @@ class Writer:
         self.dialect = conn.dialect.name
         self.names: dict[str, int] = {}
         # (rank_id, name_id, kind) -> [category, calls, total, min, max, sumsq]
-        self.summary: dict[tuple[int, int, str], list[Any]] = {}
+        self.summary: dict[tuple[int, int, str], Totals] = {}
         self.steps: dict[tuple[int, int], tuple[int, int, int]] = {}
         self.mark = placeholder(conn)
         self._counter1_sql: str | None = None
@@ -250,27 +252,28 @@ class Writer:
         cols = self.ACTIVITY_COLS if table == "activity" else self.COUNTER_COLS
         insert_rows(self.conn, table, cols, rows)
 
-    def merge(self, rank_id: int, source_id: int, summary: list[Any], steps: list[tuple[int, int, int]]) -> None:
-        """A worker's per-file summary rows (name_id, kind, category, calls, total, min, max, sumsq)
-        and steps (step, start_ns, duration_ns), as ``ingest_workers._parse`` keeps them per file."""
-        for nid, kind, cat, calls, total, mn, mx, sq in summary:
-            key = (rank_id, nid, kind)
+    def merge(self, rank_id: int, source_id: int, parsed: Parsed) -> None:
+        """A file's summary rows and steps, as a worker (``ingest_workers``) sends them when done."""
+        for r in parsed.summary:
+            key = (rank_id, r.name_id, r.kind)
             s = self.summary.get(key)
             if s is None:
-                self.summary[key] = [cat, calls, total, mn, mx, sq]
+                self.summary[key] = Totals(r.category, r.calls, r.total_ns, r.min_ns, r.max_ns, r.sum_sq_ns)
             else:
-                s[1] += calls
-                s[2] += total
-                s[3] = min(s[3], mn)
-                s[4] = max(s[4], mx)
-                s[5] += sq
-        for step, start, dur in steps:
-            self.steps[(rank_id, step)] = (source_id, start, dur)
+                s.add(r.calls, r.total_ns, r.min_ns, r.max_ns, r.sum_sq_ns)
+        for st in parsed.steps:
+            self.steps[(rank_id, st.step)] = (source_id, st.start_ns, st.duration_ns)
 
     def finish(self) -> None:
         """Merge the in-memory summaries and steps into the store (adding to earlier ingests)."""
         self._close_names()
-        add_summaries(self.conn, [(k[0], k[1], k[2], *v) for k, v in self.summary.items()])
+        add_summaries(
+            self.conn,
+            [
+                (rank_id, name_id, kind, t.category, t.calls, t.total_ns, t.min_ns, t.max_ns, t.sum_sq_ns)
+                for (rank_id, name_id, kind), t in self.summary.items()
+            ],
+        )
         add_steps(self.conn, [(k[0], k[1], *v) for k, v in self.steps.items()])
 
 

@@ -207,7 +207,7 @@ def _load(
         cats: dict[tuple[str, str], str] = {}
         for index, (inp, rank_id, source_id) in enumerate(sources if not n_workers else []):
             try:
-                counts, summary, steps = ingest_workers.parse_here(
+                parsed = ingest_workers.parse_here(
                     _task(index, inp, rank_id, source_id), writer.answer_names, writer.insert, cats
                 )
             except Exception as e:
@@ -215,8 +215,8 @@ def _load(
                 if err is e:
                     raise
                 raise err from e
-            writer.merge(rank_id, source_id, summary, steps)
-            file_done(inp, source_id, counts)
+            writer.merge(rank_id, source_id, parsed)
+            file_done(inp, source_id, parsed.counts)
         for sql in recreate:  # (temporary storage is in files meanwhile: see bulk.load_transaction)
             conn.exec_driver_sql(sql)
         writer.finish()
@@ -245,14 +245,14 @@ def _parse_in_workers(writer: bulk.Writer, sources: list[tuple[InputFile, int, i
     """Parse every source in worker processes; this process inserts their rows (see ingest_workers).
     Returns each source's row counts, in ``sources`` order, after merging summaries and steps."""
     tasks = [_task(i, inp, rank_id, source_id) for i, (inp, rank_id, source_id) in enumerate(sources)]
-    results: dict[int, tuple[dict[str, int], list[Any], list[tuple[int, int, int]]]] = {}
+    results: dict[int, ingest_workers.Parsed] = {}
     with ingest_workers.Parsers(tasks, workers) as parsers:
         try:
             for msg in parsers.messages(writer.answer_names):
-                if msg[0] == "rows":
-                    writer.insert(msg[2], msg[3])
-                elif msg[0] == "done":
-                    results[msg[1]] = (msg[2], msg[3], msg[4])
+                if isinstance(msg, ingest_workers.RowsMsg):
+                    writer.insert(msg.table, msg.rows)
+                else:
+                    results[msg.task] = msg.parsed
         except ingest_workers.WorkerError as e:
             if 0 <= e.index < len(sources):
                 err = _read_error(sources[e.index][0], e.error)
@@ -262,9 +262,9 @@ def _parse_in_workers(writer: bulk.Writer, sources: list[tuple[InputFile, int, i
             raise RuntimeError(f"{e.error}\n{e.trace}") from e.error
     out = []
     for i, (_inp, rank_id, source_id) in enumerate(sources):
-        counts, summary, steps = results[i]
-        writer.merge(rank_id, source_id, summary, steps)
-        out.append(counts)
+        parsed = results[i]
+        writer.merge(rank_id, source_id, parsed)
+        out.append(parsed.counts)
     return out
 
 
