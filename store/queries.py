@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 from sqlalchemy import Connection, func, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
@@ -460,6 +460,20 @@ def imbalance(
     return Result(list(IMBALANCE_HEADERS), rows, verdict.line, notes)
 
 
+class GroupRow(NamedTuple):
+    """A row of ``imbalance(by="host" | "local-rank")``; the first column is named after the group."""
+
+    group: Any
+    ranks: int
+    compute_ns: int
+    compute_vs_mean: float | None
+    communication_ns: int
+    communication_vs_mean: float | None
+    slowest_rank: int
+    top_name: str | None
+    top_name_excess_ns: int | None
+
+
 GROUP_HEADERS = {
     "host": "hostname",
     "local-rank": "local_rank",
@@ -508,14 +522,14 @@ def _imbalance_by_group(
         if cur is None or excess > cur[0] or (excess == cur[0] and name < cur[1]):
             best[g] = (excess, name)
 
-    rows = []
+    rows: list[GroupRow] = []
     for g, members in groups.items():
         sb = sum(busy[i] for i in members)
         sw = sum(wait[i] for i in members)
         slow_i = max(members, key=lambda i: (busy[i], -i))
         top_excess, top_name = best.get(g, (0, None))
         rows.append(
-            (
+            GroupRow(
                 g,
                 len(members),
                 sb // len(members),
@@ -527,48 +541,43 @@ def _imbalance_by_group(
                 top_excess if top_name is not None else None,
             )
         )
-    rows.sort(key=lambda r: (-r[2], str(r[0])))
-    headers = [
-        key_col,
-        "ranks",
-        "compute_ns",
-        "compute_vs_mean",
-        "communication_ns",
-        "communication_vs_mean",
-        "slowest_rank",
-        "top_name",
-        "top_name_excess_ns",
-    ]
+    rows.sort(key=lambda r: (-r.compute_ns, str(r.group)))
+    headers = [key_col, *GroupRow._fields[1:]]
     what = "host" if by == "host" else "GPU slot (local_rank)"
-    if all(r[0] is None for r in rows):
+    if all(r.group is None for r in rows):
         field_name = "hostname" if by == "host" else "local_rank"
         headline = (
             f"the ranks of run {scope.name!r} have no {field_name}: nothing to roll up (ingest with rank manifests "
             f"from profdb record, or --rank-from-path with (?P<{field_name}>...))"
         )
     elif len(rows) < 2:
-        headline = f"one {what} only ({rows[0][0] if rows else 'none'}): nothing to compare"
+        headline = f"one {what} only ({rows[0].group if rows else 'none'}): nothing to compare"
     else:
         slow = rows[0]
-        label = f"{slow[0]}" if by == "host" else f"local_rank {slow[0]}"
-        why = f"{fmt_ns(slow[2])} of {'/'.join(kinds)} per rank, {slow[3]:.2f}x the mean" if slow[3] else "no busy time"
-        least_wait = min(rows, key=lambda r: (r[4], str(r[0])))
+        label = f"{slow.group}" if by == "host" else f"local_rank {slow.group}"
+        why = (
+            f"{fmt_ns(slow.compute_ns)} of {'/'.join(kinds)} per rank, {slow.compute_vs_mean:.2f}x the mean"
+            if slow.compute_vs_mean
+            else "no busy time"
+        )
+        least_wait = min(rows, key=lambda r: (r.communication_ns, str(r.group)))
         if ck and overall_wait.total:
-            if least_wait[0] == slow[0]:
-                why += f"; its ranks wait least in collectives ({least_wait[5]:.2f}x the mean)"
+            lw = least_wait.communication_vs_mean or 0.0
+            if least_wait.group == slow.group:
+                why += f"; its ranks wait least in collectives ({lw:.2f}x the mean)"
             else:
-                why += f"; ranks waiting least in collectives: {least_wait[0]} ({least_wait[5]:.2f}x the mean)"
-        if slow[7] is not None and slow[8] is not None:
-            why += f"; most excess in {slow[7]} (+{fmt_ns(slow[8])} per rank)"
+                why += f"; ranks waiting least in collectives: {least_wait.group} ({lw:.2f}x the mean)"
+        if slow.top_name is not None and slow.top_name_excess_ns is not None:
+            why += f"; most excess in {slow.top_name} (+{fmt_ns(slow.top_name_excess_ns)} per rank)"
         headline = f"slowest {what}: {label}: {why}"
-        if by == "host" and any(r[0] is None for r in rows):
+        if by == "host" and any(r.group is None for r in rows):
             notes.append("some ranks have no hostname (row with an empty hostname)")
-        if by == "local-rank" and any(r[0] is None for r in rows):
+        if by == "local-rank" and any(r.group is None for r in rows):
             notes.append("some ranks have no local_rank (row with an empty local_rank)")
     notes.append(
         "compute_ns / communication_ns: mean per rank of the group; *_vs_mean: against the mean over all ranks"
     )
-    return Result(headers, rows, headline, notes)
+    return Result(headers, list(rows), headline, notes)
 
 
 # ---------------------------------------------------------------------------------------------
