@@ -131,7 +131,13 @@ def compare_command(
 @db_option
 @output_options
 def trend_command(
-    name_like: str | None, last: int, until: str | None, where: tuple[str, ...], kind: str | None, db: str | None, fmt: str
+    name_like: str | None,
+    last: int,
+    until: str | None,
+    where: tuple[str, ...],
+    kind: str | None,
+    db: str | None,
+    fmt: str,
 ) -> None:
     """Per run: a name's (or the whole run's) time per rank, imbalance and straggler rank.
 

@@ -5,7 +5,8 @@ nothing is committed unless the command calls ``conn.commit()``."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 from sqlalchemy import Connection

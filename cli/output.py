@@ -9,11 +9,13 @@ from __future__ import annotations
 import csv
 import json
 import sys
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import click
 
 from profdb.store.units import fmt_ns
+
 
 def _cell(v: Any) -> str:
     if v is None:

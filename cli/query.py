@@ -4,8 +4,9 @@ once, render: the headline (likely straggler and why) and notes go to stderr, ro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import click
 

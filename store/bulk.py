@@ -15,8 +15,9 @@ Here too: ``Writer`` (ingest's rows, names, summaries and steps within one trans
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 from sqlalchemy import Connection, Engine
 
@@ -86,7 +87,9 @@ def names_connection(conn: Connection) -> Connection | None:
     return conn.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
 
 
-def intern_names(conn: Connection, values: Sequence[str], names_conn: Connection | None = None) -> list[tuple[int, str]]:
+def intern_names(
+    conn: Connection, values: Sequence[str], names_conn: Connection | None = None
+) -> list[tuple[int, str]]:
     """Intern ``values`` (insert the new ones) and return their (id, value) pairs."""
     if not values:
         return []
@@ -94,7 +97,8 @@ def intern_names(conn: Connection, values: Sequence[str], names_conn: Connection
         nc = names_conn or conn
         new = sorted(set(values))  # one statement, sorted: concurrent interning locks in the same order
         nc.exec_driver_sql(
-            "INSERT INTO name (value) SELECT v FROM unnest(%s::text[]) AS t(v) ORDER BY v ON CONFLICT (value) DO NOTHING",
+            "INSERT INTO name (value) SELECT v FROM unnest(%s::text[]) AS t(v) ORDER BY v "
+            "ON CONFLICT (value) DO NOTHING",
             (new,),
         )
         return [(int(i), v) for i, v in nc.exec_driver_sql("SELECT id, value FROM name WHERE value = ANY(%s)", (new,))]
@@ -311,7 +315,8 @@ def defer_indexes(conn: Connection, incoming_bytes: int) -> list[str]:
     if conn.dialect.name != "sqlite" or incoming_bytes < DEFER_INDEXES_MIN_BYTES:
         return []
     existing = sum(
-        int(conn.exec_driver_sql(f"SELECT COALESCE(MAX(id), 0) FROM {t}").scalar() or 0) for t in ("activity", "counter")
+        int(conn.exec_driver_sql(f"SELECT COALESCE(MAX(id), 0) FROM {t}").scalar() or 0)
+        for t in ("activity", "counter")
     )
     if existing > 2 * (incoming_bytes // 200):  # ~200 input bytes per row in rocprofv3 CSV and Kineto JSON
         return []

@@ -36,8 +36,9 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from sqlalchemy import Connection
 
@@ -46,8 +47,8 @@ from .errors import QueryError
 from .metrics import spread
 from .models import Name, Rank, Run, Summary
 from .queries import COMM, Result, like_pattern
-from .units import fmt_ns
 from .runs import RankRef, RunInfo, RunScope, all_runs, find_run, matches, parse_filters, resolve_run
+from .units import fmt_ns
 
 _run = Run.__table__
 _rank = Rank.__table__
@@ -176,8 +177,12 @@ def _one_run(conn: Connection, run: RunInfo, kinds: Sequence[str], pattern: str 
         for g in groups
     }
     totals = queries.rank_totals(conn, scope, kinds, pattern)
-    busy = {r.global_rank: float(sum(v for (_k, c), v in totals.get(r.id, {}).items() if c != COMM)) for r in scope.ranks}
-    comm = {r.global_rank: float(sum(v for (_k, c), v in totals.get(r.id, {}).items() if c == COMM)) for r in scope.ranks}
+    busy = {
+        r.global_rank: float(sum(v for (_k, c), v in totals.get(r.id, {}).items() if c != COMM)) for r in scope.ranks
+    }
+    comm = {
+        r.global_rank: float(sum(v for (_k, c), v in totals.get(r.id, {}).items() if c == COMM)) for r in scope.ranks
+    }
     b = list(busy.values())
     return RunFigures(
         f"run {run.name!r}",
@@ -211,7 +216,7 @@ def _median_of(figs: list[RunFigures], label: str) -> RunFigures:
     for key in keys:
         ref = [f.names[key] for f in figs if key in f.names][-1]
 
-        def med(attr: str) -> float:
+        def med(attr: str, key: tuple[str, int] = key) -> float:
             return _median([float(getattr(f.names[key], attr)) if key in f.names else 0.0 for f in figs])
 
         imb = [i for i in (f.names[key].imbalance for f in figs if key in f.names) if i is not None]
@@ -251,7 +256,10 @@ def _rank_vectors(
     for scope in figs.scopes:
         values = queries.rank_values(conn, scope, groups)
         per_run.append(
-            {key: {r.global_rank: float(v) for r, v in zip(scope.ranks, vals)} for key, (vals, _present) in values.items()}
+            {
+                key: {r.global_rank: float(v) for r, v in zip(scope.ranks, vals)}
+                for key, (vals, _present) in values.items()
+            }
         )
     out: dict[tuple[str, int], dict[int, float]] = {}
     for f in known:
@@ -295,7 +303,10 @@ class Regression:
         }[self.metric]
         where = f" on rank {self.rank}" if self.rank is not None else ""
         if self.metric == "new":
-            return f"{self.name} ({self.kind}): {what} {fmt_ns(self.new)} = {self.growth * 100:.1f}% of the baseline's busy time per rank"
+            return (
+                f"{self.name} ({self.kind}): {what} {fmt_ns(self.new)} = {self.growth * 100:.1f}% of the baseline's "
+                "busy time per rank"
+            )
         return (
             f"{self.name} ({self.kind}): {what} {fmt_ns(self.base)} -> {fmt_ns(self.new)}{where} "
             f"({self.growth * 100:+.1f}%)"

@@ -12,9 +12,10 @@ import os
 import re
 import shutil
 import sqlite3
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import make_url
@@ -297,7 +298,8 @@ def upgrade_db(engine: Engine, path: Path | None = None, revision: str = "head")
         if not known_revision(current):
             where = path or display_url(str(engine.url))
             raise StoreError(
-                f"{where} was written by a newer profdb (schema revision {current}); upgrade profdb (pip install -U profdb)"
+                f"{where} was written by a newer profdb (schema revision {current}); "
+                "upgrade profdb (pip install -U profdb)"
             )
     if current is not None and path is not None and path.exists():
         backup = path.with_name(path.name + f".bak-{current}")

@@ -10,9 +10,10 @@ store file created by this call is removed again."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from sqlalchemy import Connection, Engine, insert, update
 
@@ -153,7 +154,11 @@ def _load(
                     FileResult(str(i.path), i.info.format, i.info.kind, i.claim.identity.global_rank, 0, skipped=True)
                 )
         todo_plan = RankPlan(
-            ranks={g: ident for g, ident in plan.ranks.items() if any(t.claim and t.claim.identity.global_rank == g for t in todo)},
+            ranks={
+                g: ident
+                for g, ident in plan.ranks.items()
+                if any(t.claim and t.claim.identity.global_rank == g for t in todo)
+            },
             world_size=plan.world_size,
         )
         _check_store_duplicates(conn, run_id, run_name, todo, allow_dupes)
@@ -241,7 +246,9 @@ def _task(index: int, inp: InputFile, rank_id: int, source_id: int) -> ingest_wo
     return ingest_workers.Task(index, inp.path, inp.reader.NAME, inp.info, rank_id, source_id, inp.section)
 
 
-def _parse_in_workers(writer: bulk.Writer, sources: list[tuple[InputFile, int, int]], workers: int) -> list[dict[str, int]]:
+def _parse_in_workers(
+    writer: bulk.Writer, sources: list[tuple[InputFile, int, int]], workers: int
+) -> list[dict[str, int]]:
     """Parse every source in worker processes; this process inserts their rows (see ingest_workers).
     Returns each source's row counts, in ``sources`` order, after merging summaries and steps."""
     tasks = [_task(i, inp, rank_id, source_id) for i, (inp, rank_id, source_id) in enumerate(sources)]

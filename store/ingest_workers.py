@@ -20,10 +20,11 @@ import multiprocessing as mp
 import os
 import re
 import traceback
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any, Callable, Iterator, NamedTuple, Protocol, Union, cast
+from typing import Any, NamedTuple, Protocol, cast
 
 from . import classify, readers
 from .records import Activity, Aggregate, Counter, SourceInfo
@@ -123,7 +124,7 @@ class ExitMsg(NamedTuple):
     pass
 
 
-Message = Union[NamesMsg, RowsMsg, DoneMsg, ErrorMsg, ExitMsg]
+Message = NamesMsg | RowsMsg | DoneMsg | ErrorMsg | ExitMsg
 
 
 def worker_count(total_bytes: int, files: int) -> int:
@@ -267,7 +268,9 @@ class _Here:
     """The writer's end of the channel when parsing in the writer's own process: what ``_parse``
     sends is handled at once, so small ingests run the same code as the workers, without processes."""
 
-    def __init__(self, answer_names: Callable[[list[str]], list[int]], insert: Callable[[str, list[Any]], None]) -> None:
+    def __init__(
+        self, answer_names: Callable[[list[str]], list[int]], insert: Callable[[str, list[Any]], None]
+    ) -> None:
         self.answer_names = answer_names
         self.insert = insert
         self.reply: Any = None
@@ -367,7 +370,8 @@ class Parsers:
                 except EOFError:
                     proc = live.pop(conn)
                     proc.join(5)
-                    raise WorkerError(-1, RuntimeError(f"an ingest worker died (exit code {proc.exitcode})"), "")
+                    died = RuntimeError(f"an ingest worker died (exit code {proc.exitcode})")
+                    raise WorkerError(-1, died, "") from None
                 if isinstance(msg, NamesMsg):
                     conn.send(answer_names(msg.names))
                 elif isinstance(msg, ExitMsg):
@@ -386,7 +390,7 @@ class Parsers:
         for p in self.procs:
             p.join(10)
 
-    def __enter__(self) -> "Parsers":
+    def __enter__(self) -> Parsers:
         return self
 
     def __exit__(self, *exc: Any) -> None:

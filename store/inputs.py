@@ -7,10 +7,10 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from . import readers
 from .errors import InputError, RankIdentityError

@@ -19,9 +19,10 @@ waiting for the slowest peer, so the rank that waits *least* is the likely strag
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, func, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
@@ -806,7 +807,8 @@ def run_sql(conn: Connection, sql: str, params: dict[str, Any] | None = None) ->
         msg = str(e.orig).strip().splitlines()[0] if e.orig is not None else str(e)
         raise QueryError(
             f"SQL error: {msg}; the views are listed by "
-            "`profdb sql \"select name from sqlite_master where type='view'\"` (SQLite) and in the README's section 'Cross-rank questions'"
+            "`profdb sql \"select name from sqlite_master where type='view'\"` (SQLite) "
+            "and in the README's section 'Cross-rank questions'"
         ) from e
     except SQLAlchemyError as e:
         raise QueryError(f"SQL error: {e}") from e

@@ -20,12 +20,13 @@ import html
 import importlib.metadata
 import io
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
 from string import Template
-from typing import Any, Sequence
+from typing import Any
 
 from sqlalchemy import Connection, select
 
@@ -124,7 +125,12 @@ def _heatmap(
         values.append([v * s.n / s.total if s.total else 0.0 for v in row])
     straggler = verdict.rank.global_rank if verdict.rank is not None else None
     return Heatmap(
-        scope.name, [(g.kind, g.name, g.category) for g in groups], [r.global_rank for r in scope.ranks], values, straggler, kinds
+        scope.name,
+        [(g.kind, g.name, g.category) for g in groups],
+        [r.global_rank for r in scope.ranks],
+        values,
+        straggler,
+        kinds,
     )
 
 
@@ -160,7 +166,9 @@ def _sources(conn: Connection, scope: runs.RunScope) -> list[tuple[Any, ...]]:
     return [tuple(r) for r in rows]
 
 
-def build_report(conn: Connection, run: str | None = None, kind: str | None = None, top: int = DEFAULT_TOP) -> ReportData:
+def build_report(
+    conn: Connection, run: str | None = None, kind: str | None = None, top: int = DEFAULT_TOP
+) -> ReportData:
     """Every number of the report for ``run`` (default: the newest run)."""
     scope = runs.with_ranks(runs.scope_of(conn, run))
     info = runs.run_details(conn, scope)
@@ -260,7 +268,11 @@ def heatmap_figure(hm: Heatmap) -> Any:
         return fig
     top = max(1.5, max(max(row) for row in hm.values))
     im = ax.imshow(
-        hm.values, aspect="auto", cmap="RdBu_r", norm=TwoSlopeNorm(vmin=0.0, vcenter=1.0, vmax=top), interpolation="nearest"
+        hm.values,
+        aspect="auto",
+        cmap="RdBu_r",
+        norm=TwoSlopeNorm(vmin=0.0, vcenter=1.0, vmax=top),
+        interpolation="nearest",
     )
     _rank_ticks(ax, hm.ranks)
     ax.set_yticks(
@@ -268,7 +280,9 @@ def heatmap_figure(hm: Heatmap) -> Any:
         [_short(n) + ("  [comm]" if c == queries.COMM else "") for _k, n, c in hm.names],
         fontsize=7,
     )
-    fig.suptitle(f"run {hm.run}: each name's time on each rank / its mean over ranks ({'/'.join(hm.kinds)})", fontsize=9)
+    fig.suptitle(
+        f"run {hm.run}: each name's time on each rank / its mean over ranks ({'/'.join(hm.kinds)})", fontsize=9
+    )
     xlabel = "global rank"
     if hm.straggler is not None and hm.straggler in hm.ranks:
         col = hm.ranks.index(hm.straggler)
@@ -327,7 +341,9 @@ def _steps_svg(data: ReportData) -> str | None:
     if len(ranks) <= 16:
         for g in ranks:
             xs = [s for s in steps if g in data.step_ranks[s]]
-            ax.plot(xs, [data.step_ranks[s][g] / 1e6 for s in xs], marker="o", markersize=3, linewidth=1, label=f"rank {g}")
+            ax.plot(
+                xs, [data.step_ranks[s][g] / 1e6 for s in xs], marker="o", markersize=3, linewidth=1, label=f"rank {g}"
+            )
         ax.legend(fontsize=7, ncols=min(4, len(ranks)), frameon=False)
     else:
         lo = [min(data.step_ranks[s].values()) / 1e6 for s in steps]
@@ -341,7 +357,15 @@ def _steps_svg(data: ReportData) -> str | None:
         if len(per) < 2:
             continue
         g = max(sorted(per), key=lambda r: per[r])
-        ax.annotate(f"{g}", xy=(s, per[g] / 1e6), xytext=(0, 4), textcoords="offset points", ha="center", fontsize=7, color="#b2182b")
+        ax.annotate(
+            f"{g}",
+            xy=(s, per[g] / 1e6),
+            xytext=(0, 4),
+            textcoords="offset points",
+            ha="center",
+            fontsize=7,
+            color="#b2182b",
+        )
     ax.set_xlabel("step (label: the slowest rank)")
     ax.set_ylabel("ms")
     ax.set_xticks(steps if len(steps) <= 30 else steps[:: max(1, len(steps) // 30)])
@@ -357,7 +381,13 @@ def _group_svg(res: queries.Result, label: str) -> str | None:
     fig = _figure(min(12.0, max(4.0, 2 + 0.5 * len(keys))), 2.8)
     ax = fig.add_subplot()
     x = list(range(len(keys)))
-    ax.bar([i - 0.2 for i in x], [r[h["compute_vs_mean"]] or 0 for r in res.rows], width=0.4, label="compute", color="#d95f02")
+    ax.bar(
+        [i - 0.2 for i in x],
+        [r[h["compute_vs_mean"]] or 0 for r in res.rows],
+        width=0.4,
+        label="compute",
+        color="#d95f02",
+    )
     comm = [r[h["communication_vs_mean"]] for r in res.rows]
     if any(c is not None for c in comm):
         ax.bar([i + 0.2 for i in x], [c or 0 for c in comm], width=0.4, label="communication", color="#7570b3")
@@ -398,12 +428,22 @@ def _cell(header: str, v: Any) -> str:
     return str(v)
 
 
-def html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], cls: str = "", highlight: int | None = None, rank_col: str | None = None) -> str:
+def html_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    cls: str = "",
+    highlight: int | None = None,
+    rank_col: str | None = None,
+) -> str:
     """An HTML table: *_ns columns in readable units (header without the suffix), every cell escaped;
     the row whose ``rank_col`` equals ``highlight`` is marked (the straggler)."""
     shown = [h[:-3] if h.endswith("_ns") else h for h in headers]
     ri = headers.index(rank_col) if rank_col in headers else None
-    out = [f'<table class="{cls}"><thead><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in shown) + "</tr></thead><tbody>"]
+    out = [
+        f'<table class="{cls}"><thead><tr>'
+        + "".join(f"<th>{html.escape(h)}</th>" for h in shown)
+        + "</tr></thead><tbody>"
+    ]
     for r in rows:
         mark = ' class="straggler"' if ri is not None and highlight is not None and r[ri] == highlight else ""
         cells = []
@@ -463,14 +503,18 @@ def render_html(data: ReportData, store: str = "") -> str:
     hosts = sorted({r.hostname for r in data.ranks if r.hostname is not None})
     cards = [
         ("ranks", f"{len(data.ranks)}" + (f" of {data.world_size}" if data.world_size else "")),
-        ("missing ranks", f"{len(data.missing_ranks)} ({rank_ranges(data.missing_ranks)})" if data.missing_ranks else "none"),
+        (
+            "missing ranks",
+            f"{len(data.missing_ranks)} ({rank_ranges(data.missing_ranks)})" if data.missing_ranks else "none",
+        ),
         ("hosts", str(len(hosts)) if hosts else "unknown"),
         ("kinds", "/".join(data.kinds)),
         ("run imbalance", f"{imb:.3f}" if imb else "n/a"),
         ("steps", str(len(data.step_ranks))),
     ]
     cards_html = "".join(
-        f'<div class="card"><div class="k">{html.escape(k)}</div><div class="v">{html.escape(v)}</div></div>' for k, v in cards
+        f'<div class="card"><div class="k">{html.escape(k)}</div><div class="v">{html.escape(v)}</div></div>'
+        for k, v in cards
     )
     meta_rows = [
         ("run", data.run),
@@ -480,11 +524,22 @@ def render_html(data: ReportData, store: str = "") -> str:
         ("command", data.command),
     ] + [(f"tag {k}", v if isinstance(v, str) else json.dumps(v)) for k, v in sorted(data.metadata.items())]
     missing = (
-        f'<p class="warn" id="missing-ranks">missing ranks (no profile ingested): {len(data.missing_ranks)} of {data.world_size}: {html.escape(rank_ranges(data.missing_ranks))}</p>'
+        f'<p class="warn" id="missing-ranks">missing ranks (no profile ingested): {len(data.missing_ranks)} '
+        f"of {data.world_size}: {html.escape(rank_ranges(data.missing_ranks))}</p>"
         if data.missing_ranks
         else '<p id="missing-ranks">no missing ranks</p>'
     )
-    src_headers = ["global_rank", "hostname", "path", "format", "content_kind", "rows", "size_bytes", "sha256", "identity_origin"]
+    src_headers = [
+        "global_rank",
+        "hostname",
+        "path",
+        "format",
+        "content_kind",
+        "rows",
+        "size_bytes",
+        "sha256",
+        "identity_origin",
+    ]
     sources = [tuple(r[:7]) + (str(r[7])[:12],) + tuple(r[8:]) for r in data.sources]
     values = {
         "title": html.escape(f"profdb report: {data.run}"),
@@ -504,26 +559,45 @@ def render_html(data: ReportData, store: str = "") -> str:
             "",
         ),
         "ranks_chart": _figure_html(_rank_split_svg(data), "rank-split", data.rank_split.headline or "", ""),
-        "ranks_table": html_table(data.rank_split.headers, data.rank_split.rows, "ranks", data.straggler, "global_rank"),
+        "ranks_table": html_table(
+            data.rank_split.headers, data.rank_split.rows, "ranks", data.straggler, "global_rank"
+        ),
         # the imbalance headline is the verdict already shown at the top
-        "imbalance_headline": html.escape((data.imbalance.headline or "") if data.imbalance.headline != data.verdict else ""),
-        "imbalance_table": html_table(data.imbalance.headers, data.imbalance.rows, "imbalance", data.straggler, "suspect_rank"),
+        "imbalance_headline": html.escape(
+            (data.imbalance.headline or "") if data.imbalance.headline != data.verdict else ""
+        ),
+        "imbalance_table": html_table(
+            data.imbalance.headers, data.imbalance.rows, "imbalance", data.straggler, "suspect_rank"
+        ),
         "imbalance_notes": _notes(data.imbalance.notes),
         "host_headline": html.escape(data.by_host.headline or ""),
-        "host_chart": _figure_html(_group_svg(data.by_host, "hostname"), "by-host", "per host, against the mean rank", "one host only: nothing to compare"),
+        "host_chart": _figure_html(
+            _group_svg(data.by_host, "hostname"),
+            "by-host",
+            "per host, against the mean rank",
+            "one host only: nothing to compare",
+        ),
         "host_table": html_table(data.by_host.headers, data.by_host.rows, "rollup"),
         "local_headline": html.escape(data.by_local_rank.headline or ""),
         "local_chart": _figure_html(
-            _group_svg(data.by_local_rank, "local_rank"), "by-local-rank", "per GPU slot, against the mean rank", "one local rank only: nothing to compare"
+            _group_svg(data.by_local_rank, "local_rank"),
+            "by-local-rank",
+            "per GPU slot, against the mean rank",
+            "one local rank only: nothing to compare",
         ),
         "local_table": html_table(data.by_local_rank.headers, data.by_local_rank.rows, "rollup"),
         "steps_headline": html.escape(data.steps.headline or ""),
         "steps_chart": _figure_html(
-            _steps_svg(data), "steps-chart", "duration of each step on each rank; the label over a step is its slowest rank", "no steps in this run (ProfilerStep#N annotations)"
+            _steps_svg(data),
+            "steps-chart",
+            "duration of each step on each rank; the label over a step is its slowest rank",
+            "no steps in this run (ProfilerStep#N annotations)",
         ),
         "steps_table": html_table(data.steps.headers, data.steps.rows, "steps"),
         "hotspots_headline": html.escape(data.hotspots.headline or ""),
-        "hotspots_chart": _figure_html(_hotspots_svg(data.hotspots), "hotspots-chart", "top names by share of the run's time", "no activity"),
+        "hotspots_chart": _figure_html(
+            _hotspots_svg(data.hotspots), "hotspots-chart", "top names by share of the run's time", "no activity"
+        ),
         "hotspots_table": html_table(data.hotspots.headers, data.hotspots.rows, "hotspots"),
         "meta_table": html_table(["field", "value"], meta_rows, "meta"),
         "missing": missing,
@@ -536,7 +610,14 @@ def render_html(data: ReportData, store: str = "") -> str:
     return _template().substitute(values)
 
 
-def write_report(conn: Connection, out: Path, run: str | None = None, kind: str | None = None, top: int = DEFAULT_TOP, store: str = "") -> ReportData:
+def write_report(
+    conn: Connection,
+    out: Path,
+    run: str | None = None,
+    kind: str | None = None,
+    top: int = DEFAULT_TOP,
+    store: str = "",
+) -> ReportData:
     """Build and write the HTML report of ``run`` to ``out``; returns its numbers."""
     _matplotlib()  # fail before any work when charts cannot be drawn
     _check_out(out, (".html", ".htm"))
@@ -546,7 +627,9 @@ def write_report(conn: Connection, out: Path, run: str | None = None, kind: str 
     return data
 
 
-def plot_heatmap(conn: Connection, out: Path, run: str | None = None, kind: str | None = None, top: int = DEFAULT_TOP) -> Heatmap:
+def plot_heatmap(
+    conn: Connection, out: Path, run: str | None = None, kind: str | None = None, top: int = DEFAULT_TOP
+) -> Heatmap:
     """Write the imbalance heatmap alone; the format follows the suffix (.png, .svg, .pdf)."""
     _matplotlib()
     _check_out(out, tuple(f".{f}" for f in PLOT_FORMATS))

@@ -15,11 +15,12 @@ its stores), never overwritten; unknown facts (NULL) are filled in."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
-from sqlalchemy import Connection, Engine, desc, func, insert, select, update
+from sqlalchemy import Connection, desc, func, insert, select, update
 
 from . import bulk
 from .errors import QueryError, RankIdentityError

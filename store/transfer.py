@@ -11,8 +11,9 @@ the team store at the same time. Rows are streamed in batches and written throug
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from sqlalchemy import Connection, Engine, Float, cast, func, insert, select
 
@@ -209,7 +210,9 @@ def _copy_run(src: Engine, dst: Engine, name: str, allow_dupes: bool, progress: 
             return result
 
 
-def _check_duplicates(d: Connection, run_id: int, run_name: str, todo: list[Any], ranks: dict[int, Any], allow: bool) -> None:
+def _check_duplicates(
+    d: Connection, run_id: int, run_name: str, todo: list[Any], ranks: dict[int, Any], allow: bool
+) -> None:
     """As at ingest: a rank that already has a different file of the same format and kind in the
     destination run is a conflict (two jobs named alike), unless several windows are allowed."""
     if allow:

@@ -13,8 +13,8 @@ from .compare import imbalance_of, kinds_for, ratio_of, slowest_rank
 from .errors import QueryError
 from .models import Name, Rank, Summary
 from .queries import COMM, Result, like_pattern
-from .units import fmt_ns
 from .runs import all_runs, find_run, matches, resolve_run
+from .units import fmt_ns
 
 _rank = Rank.__table__
 _name = Name.__table__
@@ -132,7 +132,8 @@ def trend(
                 first = mean
     what = f"names like {pattern!r}" if pattern else f"busy ({'/'.join(kinds)}, non-communication) time"
     notes.append(
-        f"{what} per run; mean = per rank, max = slowest rank, vs_prev / vs_first = mean against the previous / first run"
+        f"{what} per run; mean = per rank, max = slowest rank, "
+        "vs_prev / vs_first = mean against the previous / first run"
     )
     if pattern and not any(calls.values()):
         notes.append(f"no {'/'.join(kinds)} names match {name_like!r} in these runs")
