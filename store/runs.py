@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
 from typing import Any
 
@@ -348,7 +348,7 @@ def list_ranks(conn: Connection, run: str | None = None) -> tuple[list[str], lis
 
 @dataclass(frozen=True)
 class NewRun:
-    """A run as a load knows it: the columns to create it with."""
+    """A run as a load knows it: the columns (same names) to create it with."""
 
     name: str
     created_at: datetime
@@ -357,6 +357,8 @@ class NewRun:
     command: str | None = None
     metadata_json: str | None = None
 
+
+NEW_RUN_COLUMNS = tuple(f.name for f in fields(NewRun))
 
 #: conflict(what, stored, incoming) -> the error message, worded by the caller (ingest names its
 #: flags, transfer its stores); ``what`` is "world_size" or a rank field, ``rank`` set for ranks
@@ -372,16 +374,7 @@ def find_or_create_run(conn: Connection, run: NewRun, conflict: WorldConflict) -
     created = False
     if conn.execute(select(Run.id).where(Run.name == run.name)).first() is None:
         res = conn.execute(
-            bulk.insert_ignore(conn, _run)
-            .values(
-                name=run.name,
-                created_at=run.created_at,
-                launcher=run.launcher,
-                command=run.command,
-                world_size=run.world_size,
-                metadata_json=run.metadata_json,
-            )
-            .returning(Run.id)
+            bulk.insert_ignore(conn, _run).values(**asdict(run)).returning(Run.id)
         )
         created = res.first() is not None
     run_id, world, have_meta = conn.execute(

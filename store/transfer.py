@@ -161,14 +161,7 @@ def _transfer(
 
 
 def _find_or_create_run(run: Any) -> Callable[[Connection], tuple[int, bool]]:
-    new_run = runs.NewRun(
-        name=run.name,
-        created_at=run.created_at,
-        world_size=run.world_size,
-        launcher=run.launcher,
-        command=run.command,
-        metadata_json=run.metadata_json,
-    )
+    new_run = runs.NewRun(**{c: getattr(run, c) for c in runs.NEW_RUN_COLUMNS})
 
     def conflict(stored: int, incoming: int) -> str:
         return (
