@@ -3,24 +3,29 @@ Parse, call the library (profdb.store.report) once, say what was written."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 
 from profdb.store import report
 
-from .options import connect, db_option, kind_option, run_option, top_option
+from .options import F, connect, db_option, kind_option, run_option, top_option
 from .output import note
 
 heatmap_top = top_option(report.DEFAULT_TOP, "Names in the heatmap.", min=1)
 
 
+def output_file(default: str, help: str) -> Callable[[F], F]:
+    return click.option(
+        "-o", "--output", "out", default=default, show_default=True, type=click.Path(dir_okay=False, path_type=Path),
+        help=help,
+    )
+
+
 @click.command("report")
 @run_option()
-@click.option(
-    "-o", "--output", "out", default="report.html", show_default=True, type=click.Path(dir_okay=False, path_type=Path),
-    help="The HTML file to write.",
-)
+@output_file("report.html", "The HTML file to write.")
 @kind_option()
 @heatmap_top
 @db_option
@@ -38,10 +43,7 @@ def report_command(run: str | None, out: Path, kind: str | None, top: int, db: s
 @click.command("plot")
 @click.option("--imbalance", "imbalance", is_flag=True, required=True, help="The rank x name imbalance heatmap.")
 @run_option()
-@click.option(
-    "-o", "--output", "out", default="heatmap.png", show_default=True, type=click.Path(dir_okay=False, path_type=Path),
-    help="Image to write: .png, .svg or .pdf.",
-)
+@output_file("heatmap.png", "Image to write: .png, .svg or .pdf.")
 @kind_option()
 @heatmap_top
 @db_option
