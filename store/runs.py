@@ -48,7 +48,7 @@ def run_metadata(text: str | None, run: str) -> dict[str, Any]:
     if not text:
         return {}
     fix = (
-        f"fix it with `profdb sql \"UPDATE run SET metadata_json = NULL WHERE name = '{run}'\"`, "
+        f"fix it with `profdb sql --write \"UPDATE run SET metadata_json = NULL WHERE name = '{run}'\"`, "
         "then set its tags again with `profdb tag`"
     )
     try:

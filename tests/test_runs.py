@@ -45,6 +45,17 @@ def test_bad_metadata_is_one_error_everywhere(two_runs: Path, tmp_path: Path, ba
     assert not (tmp_path / "r.html").exists()
 
 
+def test_the_fix_the_error_names_works(two_runs: Path) -> None:
+    _set_metadata(two_runs, "a", "[1]")
+    r = CliRunner().invoke(cli, ["tag", "a", "k=v", "--db", str(two_runs)])
+    fix = r.stderr.split("fix it with `profdb ")[1].split("`")[0]  # sql --write "UPDATE ..."
+    assert fix.startswith('sql --write "') and fix.endswith('"')
+    r = CliRunner().invoke(cli, ["sql", "--write", fix[len('sql --write "'):-1], "--db", str(two_runs)])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(cli, ["tag", "a", "k=v", "--db", str(two_runs)], catch_exceptions=False)
+    assert r.exit_code == 0 and r.stdout.strip() == '{"k": "v"}'
+
+
 def test_transfer_refuses_bad_metadata_on_either_side(two_runs: Path, tmp_path: Path) -> None:
     dst = tmp_path / "d.db"
     transfer_runs(str(two_runs), str(dst), ["a"])
