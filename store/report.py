@@ -98,7 +98,7 @@ class ReportData:
 
 
 def heatmap_data(
-    conn: Connection, run: str | None = None, kind: str | None = None, top: int = DEFAULT_TOP
+    conn: Connection, run: str | runs.RunScope | None = None, kind: str | None = None, top: int = DEFAULT_TOP
 ) -> Heatmap:
     """The rank x name matrix of the most imbalanced names (see the module doc)."""
     scope = runs.with_ranks(runs.scope_of(conn, run))
@@ -167,9 +167,10 @@ def _sources(conn: Connection, scope: runs.RunScope) -> list[tuple[Any, ...]]:
 
 
 def build_report(
-    conn: Connection, run: str | None = None, kind: str | None = None, top: int = DEFAULT_TOP
+    conn: Connection, run: str | runs.RunScope | None = None, kind: str | None = None, top: int = DEFAULT_TOP
 ) -> ReportData:
-    """Every number of the report for ``run`` (default: the newest run)."""
+    """Every number of the report for ``run`` (default: the newest run), resolved once and passed to
+    each question as its RunScope."""
     scope = runs.with_ranks(runs.scope_of(conn, run))
     info = runs.run_details(conn, scope)
     kinds, notes = queries.select_kinds(conn, scope, kind, ("kernel",))
