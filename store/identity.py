@@ -174,8 +174,12 @@ def resolve_file(
         candidates.append(_Candidate(_manifest_hint(manifest), f"rank manifest {mpath}"))
     if file_hint.origin or any(getattr(file_hint, f) is not None for f in _FIELDS):
         # a section made by --rank-by is the user's word on the file, not something the file says
-        said = file_hint.origin if file_hint.origin.startswith("--rank-by") else f"in-file metadata ({file_hint.origin or 'file'})"
-        candidates.append(_Candidate(file_hint, said))
+        where = (
+            file_hint.origin
+            if file_hint.origin.startswith("--rank-by")
+            else f"in-file metadata ({file_hint.origin or 'file'})"
+        )
+        candidates.append(_Candidate(file_hint, where))
     if section:
         pass
     elif flags.rank_from_path:
