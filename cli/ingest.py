@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from profdb.store import classify, identity, ingest, readers, runs
+from profdb.store import classify, identity, ingest, readers, reclassify, runs
 
 from .options import comm_pattern_option, comm_rules, connect, db_option, output_options, run_option
 from .output import note, render
@@ -118,6 +118,10 @@ def ingest_command(
     note(rules.summary())
     for line in report.notes:
         click.echo(line)
+    if report.empty:
+        click.echo(f"files with no rows: {len(report.empty)}")
+        for line in report.empty:
+            click.echo(f"  {line}")
     if report.rows_by_kind:
         click.echo("rows: " + ", ".join(f"{k} {v:,}" for k, v in sorted(report.rows_by_kind.items())))
     hosts = sorted({h for _, h, _ in report.ranks if h})
@@ -126,9 +130,13 @@ def ingest_command(
         f"ranks: {len(report.ranks)}{world}" + (f" on {len(hosts)} hosts ({', '.join(hosts[:8])})" if hosts else "")
     )
     if report.missing_ranks:
-        miss = report.missing_ranks
-        shown = ", ".join(map(str, miss[:16])) + (", ..." if len(miss) > 16 else "")
-        click.echo(f"missing ranks: {len(miss)} ({shown})")
+        click.echo(f"missing ranks: {len(report.missing_ranks)} ({identity.rank_ranges(report.missing_ranks)})")
+    if report.ended_badly:
+        click.echo(
+            f"ranks that did not end well (profiles may be cut short): {len(report.ended_badly)} ("
+            + "; ".join(report.ended_badly)
+            + ")"
+        )
 
 
 @click.command("runs")
@@ -150,6 +158,41 @@ def ranks_command(run: str | None, db: str | None, fmt: str) -> None:
     for n in notes:
         note(n)
     render(headers, rows, fmt)
+
+
+@click.command("reclassify")
+@run_option("Run name (default: the most recent run).")
+@comm_pattern_option
+@click.option("--dry-run", is_flag=True, help="Show what would move, change nothing.")
+@db_option
+@output_options
+def reclassify_command(
+    run: str | None, comm_patterns: tuple[str, ...], dry_run: bool, db: str | None, fmt: str
+) -> None:
+    """Classify a stored run again with the current communication rules (--comm-pattern, PROFDB_COMM_RULES,
+    ./profdb.toml, the shipped sets), in one transaction: activity and summary rows of the names whose
+    category changes, and the rules recorded for the run's files. Prints the names that moved and the
+    communication share before and after."""
+    rules = comm_rules(comm_patterns)
+    conn = connect(db)
+    scope = runs.resolve_run(conn, run)
+    done = reclassify.reclassify(conn, scope, rules)
+    if dry_run:
+        conn.rollback()
+    else:
+        conn.commit()
+    before = ", ".join(f"{d or 'not recorded'} ({n} files)" for d, n in done.digests_before.items()) or "none"
+    note(f"run {done.run!r}: rules {before} -> {rules.summary()}")
+    share = " -> ".join("n/a" if v is None else f"{v * 100:.1f}%" for v in (done.share_before, done.share_after))
+    note(
+        f"{len(done.moved)} name(s) moved ({done.activity_rows:,} activity rows, {done.summary_rows:,} summary rows)"
+        f"; communication share of {done.share_kind} time: {share}" + (" (dry run: nothing changed)" if dry_run else "")
+    )
+    render(
+        ["kind", "name", "before", "after", "total_ns", "ranks"],
+        [(m.kind, m.name, m.before, m.after, m.total_ns, m.ranks) for m in done.moved],
+        fmt,
+    )
 
 
 @click.command("formats")

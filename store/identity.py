@@ -321,3 +321,23 @@ def missing_ranks(present: Iterable[int], world_size: int | None) -> list[int]:
         return []
     have = set(present)
     return [r for r in range(world_size) if r not in have]
+
+
+def rank_spans(ranks: Iterable[int]) -> list[tuple[int, int]]:
+    """``[2, 3, 4, 7]`` -> ``[(2, 4), (7, 7)]``: consecutive ranks as (first, last)."""
+    spans: list[list[int]] = []
+    for g in sorted(set(ranks)):
+        if spans and spans[-1][1] == g - 1:
+            spans[-1][1] = g
+        else:
+            spans.append([g, g])
+    return [(a, b) for a, b in spans]
+
+
+def span_text(first: int, last: int) -> str:
+    return str(first) if first == last else f"{first}-{last}"
+
+
+def rank_ranges(ranks: Iterable[int]) -> str:
+    """``[2, 3, 4, 7]`` -> ``"2-4, 7"``."""
+    return ", ".join(span_text(a, b) for a, b in rank_spans(ranks))

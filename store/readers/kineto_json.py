@@ -32,6 +32,16 @@ DESCRIPTION = (
     "annotations (ProfilerStep#N, collectives), runtime calls"
 )
 
+#: why a trace of this format can produce no rows (ingest names the file and this reason)
+EMPTY_WHY = (
+    "no complete events (ph X) of a kind profdb reads (kernels, memcpy/memset, cpu ops, annotations, "
+    "runtime calls): the profiler recorded nothing in its window (was a step of the schedule's active "
+    "window reached, were activities enabled?)"
+)
+#: top-level keys of a PyTorch execution trace (ExecutionTraceObserver, Chakra schema): a graph of
+#: operators, no timed events; a Kineto trace never has them at the top
+_ET_MARK = re.compile(rb'^\s*\{\s*"schema"\s*:\s*"([^"]*)"[^\[]*?"nodes"\s*:\s*\[')
+
 _CATS = {
     "kernel": "kernel",
     "Kernel": "kernel",
@@ -113,6 +123,18 @@ def inspect(path: Path) -> SourceInfo:
         raise InputError(
             f"{path}: the trace is truncated (it does not end with a closing brace); the profiler "
             "was probably killed while writing: re-run it, or re-copy the file"
+        )
+    if b'"traceEvents"' not in h and b'"traceEvents"' not in t:
+        et = _ET_MARK.match(h)
+        if et:
+            raise InputError(
+                f"{path}: this is a PyTorch execution trace (ExecutionTraceObserver, schema "
+                f"{et.group(1).decode('utf-8', 'replace')}): a graph of operators without timings, not a Kineto "
+                "trace; ingest the Kineto trace torch.profiler writes (on_trace_ready / export_chrome_trace) instead"
+            )
+        raise InputError(
+            f"{path}: not a Kineto / Chrome trace (no \"traceEvents\" list at its top level); "
+            "check which file this is, or drop --format"
         )
     # Header keys precede "traceEvents" in the head; trailer keys follow the events in the tail.
     # The keys looked up here never occur inside events, so the whole tail can be searched.
