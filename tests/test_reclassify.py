@@ -18,12 +18,7 @@ GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 DEEPEP = re.compile(r"^void dpsk::ep::internode::(dispatch|combine|notify_dispatch|cached_notify)<")
 
 
-@pytest.fixture(autouse=True)
-def _no_user_rules(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv(classify.RULES_ENV, raising=False)
-    monkeypatch.delenv(classify.ACTIVE_ENV, raising=False)
-    monkeypatch.setattr(classify, "_active", None)
-    monkeypatch.chdir(tmp_path)  # no ./profdb.toml unless a test writes one
+pytestmark = pytest.mark.usefixtures("no_user_rules")
 
 
 def _raw(path: Path) -> tuple[int, dict[str, int], float]:

@@ -139,26 +139,20 @@ def read_rank(path: Path, info: SourceInfo, index: int) -> Iterator[Record]:
     when they belong to that GPU."""
     gpu = info.ranks[index].device
     assert gpu is not None
+    yield from _stream(path, gpu, info.metadata.get("rank_by", {}).get("api_gpu") == gpu)
+
+
+def read(path: Path, info: SourceInfo) -> Iterator[Record]:
+    yield from _stream(path, None, True)
+
+
+def _stream(path: Path, gpu: int | None, apis: bool) -> Iterator[Record]:
+    """The ops (of GPU ``gpu`` only, when given), then the API calls when ``apis``."""
     with open_ro(path) as conn:
         try:
             names = relations(conn)
             yield from _ops(conn, names, gpu)
-            if "rocpd_api" in names and info.metadata.get("rank_by", {}).get("api_gpu") == gpu:
-                yield from _apis(conn)
-        except sqlite3.Error as e:
-            raise db_error(path, e) from e
-        except TypeError as e:
-            raise InputError(
-                f"{path}: an RPD row has an empty start/end time ({e}); the trace is damaged: re-record it"
-            ) from e
-
-
-def read(path: Path, info: SourceInfo) -> Iterator[Record]:
-    with open_ro(path) as conn:
-        try:
-            names = relations(conn)
-            yield from _ops(conn, names)
-            if "rocpd_api" in names:
+            if apis and "rocpd_api" in names:
                 yield from _apis(conn)
         except sqlite3.Error as e:
             raise db_error(path, e) from e
