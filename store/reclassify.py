@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from sqlalchemy import Connection, case, func, select, update
 
@@ -23,15 +24,26 @@ _rules = ClassificationRules.__table__
 
 def rules_id(conn: Connection, rules: classify.Rules) -> int:
     """The id of ``rules`` in the store, recorded on first use (two loads at once: one inserts)."""
-    found = conn.execute(select(_rules.c.id).where(_rules.c.digest == rules.digest)).scalar()
+    return _record(conn, rules.digest, rules.shipped_version, rules.serialise(), now())
+
+
+def _record(conn: Connection, digest: str, shipped_version: int, rules_json: str, created_at: datetime) -> int:
+    """The id of the rules row ``digest``, inserted if new. PostgreSQL inserts it on a second,
+    autocommit connection, as names are interned (bulk.names_connection): a rules row another node's
+    open transaction inserted would otherwise hold this load until that transaction ends."""
+    query = select(_rules.c.id).where(_rules.c.digest == digest)
+    found = conn.execute(query).scalar()
     if found is not None:
         return int(found)
-    conn.execute(
-        bulk.insert_ignore(conn, _rules).values(
-            digest=rules.digest, shipped_version=rules.shipped_version, rules_json=rules.serialise(), created_at=now()
-        )
-    )
-    return int(conn.execute(select(_rules.c.id).where(_rules.c.digest == rules.digest)).scalar_one())
+    values = {"digest": digest, "shipped_version": shipped_version, "rules_json": rules_json, "created_at": created_at}
+    side = bulk.names_connection(conn)
+    try:
+        target = side or conn
+        target.execute(bulk.insert_ignore(target, _rules).values(**values))
+    finally:
+        if side is not None:
+            side.close()
+    return int(conn.execute(query).scalar_one())
 
 
 def run_digests(conn: Connection, run_id: int) -> dict[str | None, int]:
@@ -168,16 +180,5 @@ def copy_rules(src: Connection, dst: Connection, src_id: int | None, done: dict[
         return None
     if src_id not in done:
         row = src.execute(select(_rules).where(_rules.c.id == src_id)).one()
-        found = dst.execute(select(_rules.c.id).where(_rules.c.digest == row.digest)).scalar()
-        if found is None:
-            dst.execute(
-                bulk.insert_ignore(dst, _rules).values(
-                    digest=row.digest,
-                    shipped_version=row.shipped_version,
-                    rules_json=row.rules_json,
-                    created_at=row.created_at,
-                )
-            )
-            found = dst.execute(select(_rules.c.id).where(_rules.c.digest == row.digest)).scalar_one()
-        done[src_id] = int(found)
+        done[src_id] = _record(dst, row.digest, row.shipped_version, row.rules_json, row.created_at)
     return done[src_id]

@@ -120,3 +120,23 @@ def test_merge_keeps_the_recorded_rules(data: Path, tmp_path: Path, run_cli: Inv
     run_cli("merge", "--db", b, a)
     assert sql(b, "select digest, sources from run_rules_v") == [(digest[0][0], 4)]
     assert sql(b, "select rules_json from classification_rules") == sql(a, "select rules_json from classification_rules")
+
+
+def test_reclassify_on_both_backends(data: Path, store_url: str, run_cli: Invoke) -> None:
+    """The real 4-rank CPU job ingested with aten::mm as communication, then re-classified: the 4 ranks'
+    aten::mm rows go back to compute (counted from the raw files), on SQLite and PostgreSQL."""
+    src = data / "kineto" / "torchrun4_cpu"
+    calls = 0
+    for f in sorted(src.glob("*.json.gz")):
+        with gzip.open(f, "rt") as fh:
+            calls += sum(1 for e in json.load(fh)["traceEvents"] if e.get("ph") == "X" and e.get("name") == "aten::mm")
+    assert calls > 0
+    run_cli("ingest", "--db", store_url, "--run", "job", "--comm-pattern", "^aten::mm$", src)
+    r = run_cli("reclassify", "--db", store_url, "--run", "job", "--format", "json")
+    moved = json.loads(r.stdout)
+    assert [(m["kind"], m["name"], m["before"], m["after"], m["ranks"]) for m in moved] == [
+        ("cpu_op", "aten::mm", "communication", "compute", 4)
+    ]
+    assert f"({calls:,} activity rows, 4 summary rows)" in r.stderr
+    r = run_cli("reclassify", "--db", store_url, "--run", "job", "--format", "json")
+    assert json.loads(r.stdout) == []
