@@ -17,8 +17,8 @@ from profdb.store.readers import kineto_json
 
 
 def _dlrm(data: Path, tmp_path: Path) -> Path:
-    """PARAM's 8-rank DLRM Kineto traces (tests/data/hta_dlrm_8ranks, unmodified tarball), unpacked."""
-    with tarfile.open(data / "hta_dlrm_8ranks" / "dlrm_kineto.tar.gz") as tar:
+    """PARAM's 8-rank DLRM Kineto traces (tests/data/kineto/dlrm_8rank, unmodified tarball), unpacked."""
+    with tarfile.open(data / "kineto" / "dlrm_8rank" / "dlrm_kineto.tar.gz") as tar:
         tar.extractall(tmp_path, filter="data")
     return tmp_path / "dlrm_kineto"
 
