@@ -16,6 +16,7 @@ from typing import Iterable
 from .errors import RankIdentityError
 from .manifest import RankManifest, find_manifest, read_manifest
 from .records import RankHint
+from .validate import rank_hint as check_hint
 
 #: rank folders: rank0003/, rank_3/, rank3/, rank-3/
 RANK_DIR = re.compile(r"^rank[_-]?(\d+)$", re.IGNORECASE)
@@ -144,6 +145,10 @@ def resolve_file(
         if mpath not in cache:
             cache[mpath] = read_manifest(mpath)
         manifest = cache[mpath]
+    if manifest is not None and flags.rank is not None and manifest.global_rank != flags.rank:
+        # --rank says this file is another rank's: that manifest describes another rank folder, so
+        # none of its facts (run, world size, hostname) belong to this file
+        manifest = None
     candidates: list[_Candidate] = []  # strongest first, flags excluded
     if manifest is not None:
         candidates.append(_Candidate(_manifest_hint(manifest), f"rank manifest {mpath}"))
@@ -162,6 +167,9 @@ def resolve_file(
     overridden = {
         f for f, v in (("global_rank", flags.rank), ("local_rank", flags.local_rank), ("hostname", flags.hostname)) if v is not None
     }
+    for cand in candidates:  # what a flag overrides is not used, so not checked either
+        check_hint(cand.hint, path, cand.origin, skip=overridden)
+    check_hint(RankHint(flags.rank, flags.local_rank, flags.hostname), path, "the command line")
     for cand in candidates:
         for f in _FIELDS:
             v = getattr(cand.hint, f)

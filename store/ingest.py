@@ -32,6 +32,7 @@ from .manifest import MANIFEST_NAME, RankManifest
 from .models import Name, Rank, Run, SourceFile
 from .readers.base import Reader, has_rank_sections
 from .records import SourceInfo
+from .validate import regular_file
 
 #: bulk loads of at least this many input bytes may rebuild the fact tables' indexes (_defer_indexes)
 DEFER_INDEXES_MIN_BYTES = 16 << 20
@@ -147,7 +148,7 @@ def _walk(folder: Path) -> list[Path]:
     for root, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(files):
-            if name.startswith(".") or name == MANIFEST_NAME:
+            if name.startswith(".") or name == MANIFEST_NAME or not regular_file(Path(root) / name):
                 continue
             out.append(Path(root) / name)
     return out
@@ -596,7 +597,7 @@ def _read_error(inp: InputFile, e: BaseException) -> BaseException:
     unexpected ValueError & co. an InputError naming the file, anything else unchanged."""
     if isinstance(e, ProfdbError):
         return e
-    if isinstance(e, (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError)):
+    if isinstance(e, (ValueError, KeyError, TypeError, IndexError, AttributeError, ArithmeticError, RecursionError)):
         return InputError(
             f"{inp.path}: cannot read it as {inp.info.format} ({type(e).__name__}: {e}); "
             "the file is damaged or of an unsupported variant: re-copy it or pass --format"

@@ -25,7 +25,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol, cast
 
-from . import classify, readers
+from . import classify, readers, validate
 from .records import Activity, Aggregate, Counter, SourceInfo
 
 BATCH = 20000
@@ -97,6 +97,7 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
     ids = names.ids
 
     def flush_acts() -> None:
+        validate.activities(acts, task.path)
         names.resolve({a[1] for a in acts})
         rows = []
         for a in acts:
@@ -130,6 +131,7 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
         conn.send(("rows", task.index, "activity", rows))
 
     def flush_ctrs() -> None:
+        validate.counters(ctrs, task.path)
         names.resolve({c[0] for c in ctrs} | {c[1] for c in ctrs})
         rows: list[tuple[Any, ...]]
         if all(s == 1 and mn is None and mx is None for _k, _n, _v, _d, s, mn, mx in ctrs):
@@ -162,6 +164,7 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
                 ctrs = []
         elif t is Aggregate:
             g = rec
+            validate.aggregate(g, task.path)
             names.resolve({g.name})
             nid = ids[g.name]
             cat = g.category or cats.get((g.kind, g.name)) or classify.category(g.kind, g.name)

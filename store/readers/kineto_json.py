@@ -68,6 +68,7 @@ _KEEP_ARGS = (
 _HOST_PID = re.compile(
     rb'"cat"\s*:\s*"(?:cpu_op|Operator|user_annotation|cuda_runtime|Runtime)"[^{}]*?"pid"\s*:\s*(\d+)'
 )
+_EVENTS = re.compile(rb'"traceEvents"\s*:\s*(\S)')
 _TOP_MARK = re.compile(rb'"(traceEvents|schemaVersion|deviceProperties|distributedInfo)"\s*:')
 
 
@@ -108,6 +109,12 @@ def inspect(path: Path) -> SourceInfo:
         )
     # Header keys precede "traceEvents" in the head; trailer keys follow the events in the tail.
     # The keys looked up here never occur inside events, so the whole tail can be searched.
+    events = _EVENTS.search(h)
+    if events is not None and events.group(1) != b"[":
+        raise InputError(
+            f'{path}: "traceEvents" is not a list of events; the file is not a complete Chrome trace: '
+            "re-run the profiler or re-copy the file"
+        )
     head_part = h.split(b'"traceEvents"', 1)[0]
     tail_part = t
     meta: dict[str, Any] = {}
@@ -141,6 +148,9 @@ def inspect(path: Path) -> SourceInfo:
     )
 
 
+_DAMAGED = "the file is damaged or not a PyTorch profiler trace: re-run the profiler or re-copy the file"
+
+
 def _int_or_none(v: Any) -> int | None:
     if isinstance(v, int):
         return v
@@ -155,6 +165,8 @@ def read(path: Path, info: SourceInfo) -> Iterator[Record]:
     try:
         with open_binary(path) as f:
             for ev in ijson.items(f, "traceEvents.item", use_float=True):
+                if type(ev) is not dict:
+                    raise InputError(f"{path}: an entry of traceEvents is {str(ev)[:80]!r}, not an event object; {_DAMAGED}")
                 if ev.get("ph") != "X":
                     continue
                 kind = cats.get(ev.get("cat", ""))
@@ -164,6 +176,11 @@ def read(path: Path, info: SourceInfo) -> Iterator[Record]:
                 if ts is None:
                     continue
                 args = ev.get("args") or {}
+                if type(ts) not in (int, float) or type(args) is not dict or type(ev.get("dur") or 0) not in (int, float):
+                    raise InputError(
+                        f"{path}: event {str(ev.get('name'))[:80]!r} has ts {ts!r}, dur {ev.get('dur')!r}, args of type "
+                        f"{type(args).__name__} (numbers and an object expected); {_DAMAGED}"
+                    )
                 start = round(ts * 1000)
                 dur = round((ev.get("dur") or 0) * 1000)
                 extra = None

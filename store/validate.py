@@ -1,0 +1,138 @@
+"""One check of what readers yield and of the identity they claim, shared by every format.
+
+Readers turn hostile or damaged files into records; the store must never hold a record that is
+wrong in a way later queries cannot see (a negative duration flips a straggler verdict, text in an
+integer column breaks every sum, a rank of -1 or 10^9 is a rank of no job). Every batch of records
+passes ``activities`` / ``counters`` / ``aggregate`` before it is turned into rows (the hooks are in
+``ingest_workers._parse``), and every rank hint passes ``rank_hint`` (in ``identity.resolve_file``).
+A violation is an ``InputError`` naming the file and the field; the ingest then rolls back.
+
+The limits below are part of profdb's documented guarantees (README, "Guarantees")."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+from .errors import InputError, RankIdentityError
+from .records import Activity, Aggregate, Counter, RankHint
+
+#: the store's integer columns are signed 64-bit (SQLite INTEGER, PostgreSQL BIGINT)
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+#: largest world size accepted from any source (file, manifest, environment); today's largest jobs
+#: have ~10^5 ranks. Never iterate over an untrusted world size beyond this.
+MAX_WORLD_SIZE = 1 << 20
+#: a rank is in 0 .. MAX_WORLD_SIZE - 1 (and below the world size when one is known)
+MAX_RANK = MAX_WORLD_SIZE - 1
+
+_INT_FIELDS_FROM = 5  # Activity fields device .. block_z (indexes 5..15) are optional integers
+_FIX = "the file is damaged or was edited: re-copy it from the profiler's output, or leave it out of the ingest"
+
+
+def _bad(path: Path, what: str) -> InputError:
+    return InputError(f"{path}: {what}; {_FIX}")
+
+
+def _ints(path: Path, field: str, column: Sequence[Any], optional: bool) -> None:
+    """Every value of ``column`` is an int (never a bool, a float or a str) inside int64."""
+    types = set(map(type, column))
+    allowed = {int, type(None)} if optional else {int}
+    if not types <= allowed:
+        bad = next(v for v in column if type(v) not in allowed)
+        raise _bad(path, f"{field} is {bad!r} ({type(bad).__name__}), not an integer")
+    values = [v for v in column if v is not None] if type(None) in types else column
+    if values and (min(values) < INT64_MIN or max(values) > INT64_MAX):
+        v = min(values) if min(values) < INT64_MIN else max(values)
+        raise _bad(path, f"{field} {v} does not fit in 64 bits")
+
+
+def activities(batch: Sequence[Activity], path: Path) -> None:
+    """Checks a batch of Activity records: integer times inside int64, no negative duration
+    (an end before its start), string names, integer optional columns."""
+    if not batch:
+        return
+    cols = list(zip(*batch))
+    _ints(path, "start time (ns)", cols[2], optional=False)
+    _ints(path, "duration (ns)", cols[3], optional=False)
+    if min(cols[3]) < 0:
+        a = next(a for a in batch if a.duration_ns < 0)
+        raise _bad(path, f"{a.kind} {a.name!r} at {a.start_ns} ns ends {-a.duration_ns} ns before it starts (negative duration)")
+    if set(map(type, cols[1])) != {str}:
+        raise _bad(path, f"an activity name is {next(n for n in cols[1] if type(n) is not str)!r}, not a string")
+    for i in range(_INT_FIELDS_FROM, 16):
+        _ints(path, Activity._fields[i], cols[i], optional=True)
+
+
+def counters(batch: Sequence[Counter], path: Path) -> None:
+    """Checks a batch of Counter records: finite values (NaN/inf cannot be stored alike by both
+    engines), positive sample counts, integer dispatch ids inside int64."""
+    if not batch:
+        return
+    cols = list(zip(*batch))
+    for i in (5, 6):
+        for v in cols[i]:
+            if v is not None and not _finite(v):
+                raise _bad(path, f"counter {Counter._fields[i]} {v!r} is not a finite number")
+    for v, c in zip(cols[2], batch):
+        if not _finite(v):
+            raise _bad(path, f"counter {c.name!r} of {c.kernel!r} has the value {v!r}, not a finite number")
+    _ints(path, "dispatch id", cols[3], optional=True)
+    _ints(path, "counter samples", cols[4], optional=False)
+    if min(cols[4]) < 1:
+        raise _bad(path, f"a counter aggregates {min(cols[4])} samples (at least 1 expected)")
+    if set(map(type, cols[0])) | set(map(type, cols[1])) != {str}:
+        raise _bad(path, "a counter or kernel name is not a string")
+
+
+def _finite(v: Any) -> bool:
+    return type(v) in (int, float) and math.isfinite(v) and abs(v) < 1.7e308
+
+
+def aggregate(g: Aggregate, path: Path) -> None:
+    """Checks one Aggregate (Metrix statistics): integer, non-negative, consistent."""
+    _ints(path, "aggregate calls/total/min/max", (g.calls, g.total_ns, g.min_ns, g.max_ns), optional=False)
+    if min(g.calls, g.total_ns, g.min_ns, g.max_ns) < 0 or g.min_ns > g.max_ns:
+        raise _bad(path, f"the statistics of {g.name!r} are impossible (calls {g.calls}, total {g.total_ns} ns, "
+                         f"min {g.min_ns} ns, max {g.max_ns} ns)")
+    if g.sum_sq_ns is not None and not _finite(g.sum_sq_ns):
+        raise _bad(path, f"the sum of squares of {g.name!r} is {g.sum_sq_ns!r}, not a finite number")
+    if type(g.name) is not str:
+        raise _bad(path, f"an aggregate name is {g.name!r}, not a string")
+
+
+def rank_hint(hint: RankHint, path: Path, origin: str, skip: set[str] | frozenset[str] = frozenset()) -> None:
+    """A source's identity claim: ranks are integers (never true/false, text or floats) in
+    0..MAX_RANK, the world size in 1..MAX_WORLD_SIZE. Raises RankIdentityError naming both.
+    Fields in ``skip`` (overridden by a flag) are not looked at."""
+    for f in ("global_rank", "local_rank", "node_rank", "world_size", "pid", "device"):
+        v = getattr(hint, f)
+        if v is None or f in skip:
+            continue
+        if type(v) is not int:
+            raise RankIdentityError(
+                f"{path}: {origin} gives {f} = {v!r} ({type(v).__name__}), not an integer; "
+                "fix that source, or override it with --rank / --rank-from-path"
+            )
+        low, high = (1, MAX_WORLD_SIZE) if f == "world_size" else (0, INT64_MAX if f == "pid" else MAX_RANK)
+        if f in ("pid", "device"):
+            low = -1 if f == "device" else 0
+        if not low <= v <= high:
+            raise RankIdentityError(
+                f"{path}: {origin} gives {f} = {v}, outside {low}..{high} (profdb's limit); "
+                "fix that source, or override it with --rank / --rank-from-path"
+            )
+    if hint.hostname is not None and "hostname" not in skip and type(hint.hostname) is not str:
+        raise RankIdentityError(f"{path}: {origin} gives hostname = {hint.hostname!r}, not a string; fix that source or pass --hostname")
+
+
+def regular_file(path: Path) -> bool:
+    """True for a regular file (symlinks followed). Folder expansion walks only these: a FIFO, a
+    socket or a device named ``*.csv`` would block (or never end) the first read of its content."""
+    import stat
+
+    try:
+        return stat.S_ISREG(path.stat().st_mode)
+    except OSError:
+        return False

@@ -1,0 +1,194 @@
+"""Hostile and damaged inputs (issue 14): every case ends in exit 1 with a message naming the file
+and the fix, never a traceback or a hang, and the store's bytes are unchanged.
+
+The inputs are the real samples in tests/data, edited in one place each (the edit is the test)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from conftest import Invoke, file_bytes, sql
+from profdb.store import validate
+
+KINETO = Path(__file__).parent / "data" / "kineto" / "torchrun4_cpu" / "rank0_iter5_7.json.gz"
+CSV = Path(__file__).parent / "data" / "rocprofv3_csv" / "rocm-systems_2025-08" / "kernel_trace.csv"
+
+
+@pytest.fixture
+def seeded(data: Path, db_path: Path, run_cli: Invoke) -> bytes:
+    run_cli("ingest", "--db", db_path, data / "kineto" / "torchrun4_cpu" / "rank1_iter5_7.json.gz")
+    content = file_bytes(db_path)
+    assert content is not None
+    return content
+
+
+def _fails(run_cli: Invoke, db_path: Path, before: bytes, *args: object, match: str) -> str:
+    r = run_cli("ingest", "--db", db_path, *args, ok=False)
+    assert r.exit_code == 1, r.output + r.stderr
+    assert match in r.stderr, r.stderr
+    assert "Traceback" not in r.output + r.stderr
+    assert file_bytes(db_path) == before
+    return r.stderr
+
+
+def kineto(tmp_path: Path, edit: Callable[[dict[str, Any]], None], name: str = "rank0.json") -> Path:
+    """The real rank-0 trace with ``edit`` applied, written as ``name`` in its own folder."""
+    trace = json.loads(gzip.decompress(KINETO.read_bytes()))
+    edit(trace)
+    out = tmp_path / "in" / name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(trace))
+    return out
+
+
+def first_x(trace: dict[str, Any]) -> dict[str, Any]:
+    return next(e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "user_annotation")
+
+
+def test_negative_duration(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
+    f = kineto(tmp_path, lambda t: first_x(t).update(dur=-5.0))
+    _fails(run_cli, db_path, seeded, f, match=f"{f}: annotation 'gloo:all_reduce'")
+    _fails(run_cli, db_path, seeded, f, match="(negative duration)")
+
+
+@pytest.mark.parametrize(
+    "value, match",
+    [(1e16, "does not fit in 64 bits"), (1e400, "numeric (floating point) overflow")],
+)
+def test_time_out_of_range(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes, value: float, match: str) -> None:
+    f = kineto(tmp_path, lambda t: first_x(t).update(ts=value))
+    if value > 1e300:  # json.dumps writes Infinity for 1e400: write the literal the attacker would
+        f.write_text(f.read_text().replace("Infinity", "1e400"))
+    _fails(run_cli, db_path, seeded, f, match=match)
+
+
+def test_text_in_integer_column(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
+    def edit(t: dict[str, Any]) -> None:
+        t["traceEvents"].append(
+            {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": first_x(t)["ts"], "dur": 1.0,
+             "args": {"grid": ["lots", 1, 1], "block": [1, 1, 1]}}
+        )
+
+    f = kineto(tmp_path, edit)
+    _fails(run_cli, db_path, seeded, f, match=f"{f}: grid_x is 'lots' (str), not an integer")
+
+
+@pytest.mark.parametrize(
+    "rank, match",
+    [
+        (-1, "distributedInfo + host_name) gives global_rank = -1, outside 0.."),
+        (True, "gives global_rank = True (bool), not an integer"),
+        (10**30, "outside 0.."),
+    ],
+)
+def test_bad_rank_in_file(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes, rank: Any, match: str) -> None:
+    f = kineto(tmp_path, lambda t: t["distributedInfo"].update(rank=rank), name="trace.json")
+    _fails(run_cli, db_path, seeded, f, match=match)
+
+
+def test_huge_world_size(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
+    f = kineto(tmp_path, lambda t: t["distributedInfo"].update(world_size=10**9))
+    _fails(run_cli, db_path, seeded, f, match=f"world_size = 1000000000, outside 1..{validate.MAX_WORLD_SIZE}")
+
+
+def test_huge_rank_folder(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
+    d = tmp_path / ("rank" + "9" * 23)
+    d.mkdir()
+    trace = json.loads(gzip.decompress(KINETO.read_bytes()))
+    del trace["distributedInfo"]
+    (d / "trace.json").write_text(json.dumps(trace))
+    _fails(run_cli, db_path, seeded, d, match="path (rank99999999999999999999999/) gives global_rank")
+
+
+@pytest.mark.parametrize(
+    "field, value, match",
+    [
+        ("global_rank", -1, "rank manifest"),
+        ("global_rank", True, "no integer global_rank"),
+        ("world_size", "8", "field 'world_size' is '8', not int"),
+        ("hostname", 5, "field 'hostname' is 5, not str"),
+        ("command", "python train.py", "not a list of strings"),
+        ("run", ["a"], "field 'run' is ['a'], not str"),
+    ],
+)
+def test_bad_manifest_fields(
+    tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes, field: str, value: Any, match: str
+) -> None:
+    f = kineto(tmp_path, lambda t: t.pop("distributedInfo"), name="trace.json")
+    manifest = {"profdb_manifest": 1, "global_rank": 0, field: value}
+    (f.parent / "profdb-rank.json").write_text(json.dumps(manifest))
+    _fails(run_cli, db_path, seeded, f, match=match)
+
+
+def test_manifest_far_above_is_ignored(tmp_path: Path, db_path: Path, run_cli: Invoke) -> None:
+    """A stray manifest in a shared folder high above the inputs does not relabel them."""
+    far = tmp_path / "scratch"
+    deep = far / "a" / "b" / "c" / "d"
+    deep.mkdir(parents=True)
+    (far / "profdb-rank.json").write_text(
+        json.dumps({"profdb_manifest": 1, "global_rank": 0, "world_size": 1, "hostname": "elsewhere", "run": "stray"})
+    )
+    shutil.copy(KINETO, deep / "rank0.json.gz")
+    run_cli("ingest", "--db", db_path, deep)
+    assert sql(db_path, "select r.name, r.world_size, k.hostname from run r join rank k on k.run_id = r.id") == [
+        ("d", 4, json.loads(gzip.decompress(KINETO.read_bytes()))["host_name"])
+    ]
+
+
+def test_manifest_of_another_rank_is_ignored_with_rank_flag(tmp_path: Path, db_path: Path, run_cli: Invoke) -> None:
+    d = tmp_path / "out" / "rank0001"
+    d.mkdir(parents=True)
+    (d / "profdb-rank.json").write_text(
+        json.dumps({"profdb_manifest": 1, "global_rank": 1, "world_size": 2, "hostname": "other", "run": "stray"})
+    )
+    trace = json.loads(gzip.decompress(KINETO.read_bytes()))
+    del trace["distributedInfo"]
+    (d / "trace.json").write_text(json.dumps(trace))
+    run_cli("ingest", "--db", db_path, "--rank", "0", "--run", "mine", d / "trace.json")
+    assert sql(db_path, "select r.name, r.world_size, k.global_rank, k.hostname from run r join rank k on k.run_id = r.id") == [
+        ("mine", None, 0, trace["host_name"])
+    ]
+
+
+@pytest.mark.parametrize("events", [{}, "x", 3, None])
+def test_trace_events_not_a_list(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes, events: Any) -> None:
+    f = kineto(tmp_path, lambda t: t.update(traceEvents=events))
+    _fails(run_cli, db_path, seeded, f, match=f"{f}: \"traceEvents\" is not a list of events")
+
+
+@pytest.mark.parametrize("event", [[1, 2], "X", {"ph": "X", "cat": "kernel", "ts": "soon", "dur": 1}, {"ph": "X", "cat": "kernel", "ts": 1, "args": [1]}])
+def test_odd_event_shapes(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes, event: Any) -> None:
+    f = kineto(tmp_path, lambda t: t["traceEvents"].append(event))
+    _fails(run_cli, db_path, seeded, f, match=f"{f}: ")
+
+
+def test_fifo_in_a_folder_is_skipped(tmp_path: Path, db_path: Path, run_cli: Invoke) -> None:
+    d = tmp_path / "rank0"
+    d.mkdir()
+    shutil.copy(CSV, d / "kernel_trace.csv")
+    os.mkfifo(d / "zz_kernel_stats.csv")
+    run_cli("ingest", "--db", db_path, d)
+    assert sql(db_path, "select count(*) from source_file") == [(1,)]
+    r = run_cli("ingest", "--db", db_path, "--run", "x", d / "zz_kernel_stats.csv", ok=False)
+    assert r.exit_code == 1 and "zz_kernel_stats.csv: not a regular file or folder" in r.stderr
+
+
+def test_validate_counters_rejects_nan() -> None:
+    from profdb.store.errors import InputError
+    from profdb.store.records import Counter
+
+    with pytest.raises(InputError, match="x.csv: counter 'SQ_WAVES' of 'k' has the value nan"):
+        validate.counters([Counter("k", "SQ_WAVES", 1.0), Counter("k", "SQ_WAVES", float("nan"))], Path("x.csv"))
+
+
+def test_rank_flag_overrides_a_bad_rank_in_the_file(tmp_path: Path, db_path: Path, run_cli: Invoke) -> None:
+    f = kineto(tmp_path, lambda t: t["distributedInfo"].update(rank=-1), name="trace.json")
+    run_cli("ingest", "--db", db_path, "--rank", "0", f)
+    assert sql(db_path, "select global_rank from rank") == [(0,)]
