@@ -14,9 +14,10 @@ import shutil
 import sqlite3
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event, inspect
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 
 from .errors import StoreError
 
@@ -39,9 +40,17 @@ def resolve_url(db: str | None) -> str:
     if "://" in db:
         scheme, rest = db.split("://", 1)
         if scheme in ("postgresql", "postgres"):
-            return f"postgresql+psycopg://{rest}"
+            db = f"postgresql+psycopg://{rest}"
+        try:
+            make_url(db)
+        except Exception as e:  # sqlalchemy.exc.ArgumentError, ValueError (a bad port)
+            raise StoreError(
+                f"--db {display_url(db)!r} is not a database URL profdb can parse ({e}); write "
+                "postgresql://USER@HOST:PORT/DBNAME (percent-encode @ : / in a password), or give an SQLite file path"
+            ) from e
         return db
-    return f"sqlite:///{Path(db).expanduser()}"
+    # a file path: ? # % are part of the name, not a URL's query or fragment (URL.create quotes them)
+    return URL.create("sqlite", database=str(Path(db).expanduser())).render_as_string(hide_password=False)
 
 
 def display_url(url: str) -> str:
@@ -276,9 +285,34 @@ def upgrade_db(engine: Engine, path: Path | None = None, revision: str = "head")
     if current is not None and path is not None and path.exists():
         backup = path.with_name(path.name + f".bak-{current}")
         engine.dispose()
-        shutil.copy2(path, backup)
+        backup_sqlite(path, backup)
     with engine.begin() as conn:
         command.upgrade(alembic_config(conn), revision)
+
+
+def backup_sqlite(path: Path, backup: Path) -> None:
+    """A consistent copy of the store ``path``, including what is still in its ``-wal`` file (a
+    file copy would miss the rows another open connection has not checkpointed yet): SQLite's
+    online backup reads the database as one transaction sees it. Written to a temporary name and
+    renamed, so a failed backup leaves no half file under the backup's name."""
+    tmp = backup.with_name(backup.name + ".tmp")
+    src = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True)
+    try:
+        dst = sqlite3.connect(tmp)
+        try:
+            src.backup(dst)
+        finally:
+            dst.close()
+        shutil.copystat(path, tmp)
+        os.replace(tmp, backup)
+    except (OSError, sqlite3.Error) as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise StoreError(
+            f"{path}: cannot back it up to {backup} before upgrading its schema ({e}); free space or "
+            "make the folder writable, then retry (the store is unchanged)"
+        ) from e
+    finally:
+        src.close()
 
 
 def _upgrade_pg(engine: Engine, revision: str) -> None:

@@ -1,0 +1,52 @@
+"""Hostile store locations (issue 14): --db paths that look like URLs, URLs that do not parse, and
+the backup taken before an upgrade, which must hold rows still in another connection's -wal file."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from alembic import command
+
+from conftest import Invoke, sql
+from profdb.store.db import alembic_config, make_engine, resolve_url, sqlite_path
+
+
+@pytest.mark.parametrize("name", ["a?mode=ro.db", "b#frag.db", "c%41.db"])
+def test_db_path_with_url_characters(tmp_path: Path, data: Path, run_cli: Invoke, name: str) -> None:
+    """The file named is the file written: ? # % are part of a path, not a URL's query or fragment."""
+    db = tmp_path / name
+    run_cli("ingest", "--db", db, data / "kineto" / "torchrun4_cpu" / "rank0_iter5_7.json.gz")
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(("-wal", "-shm"))) == [name]
+    assert sql(db, "select count(*) from rank") == [(1,)]
+    assert sqlite_path(resolve_url(str(db))) == db
+
+
+@pytest.mark.parametrize("url", ["postgresql://u@h:port/d", "postgresql://u@[::1/d"])
+def test_unparsable_url_is_a_message(run_cli: Invoke, url: str) -> None:
+    r = run_cli("runs", "--db", url, ok=False)
+    assert r.exit_code == 1, r.output
+    assert "is not a database URL profdb can parse" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_backup_before_upgrade_holds_rows_in_the_wal(tmp_path: Path, data: Path, run_cli: Invoke) -> None:
+    """Another connection still open with committed rows in the -wal file: the .bak copy has them."""
+    db = tmp_path / "old.db"
+    engine = make_engine(f"sqlite:///{db}")
+    with engine.begin() as conn:
+        command.upgrade(alembic_config(conn), "0001")
+    engine.dispose()
+    other = sqlite3.connect(db)
+    other.execute("pragma journal_mode=wal")
+    other.execute("pragma wal_autocheckpoint=0")
+    other.execute("insert into run (name, created_at) values ('in-wal', '2026-11-23')")
+    other.commit()
+    assert (tmp_path / "old.db-wal").stat().st_size > 0
+    try:
+        run_cli("runs", "--db", db)
+        backup = tmp_path / "old.db.bak-0001"
+        assert sql(backup, "select name from run") == [("in-wal",)]
+        assert sql(backup, "select version_num from alembic_version") == [("0001",)]
+    finally:
+        other.close()
