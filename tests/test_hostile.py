@@ -192,3 +192,20 @@ def test_rank_flag_overrides_a_bad_rank_in_the_file(tmp_path: Path, db_path: Pat
     f = kineto(tmp_path, lambda t: t["distributedInfo"].update(rank=-1), name="trace.json")
     run_cli("ingest", "--db", db_path, "--rank", "0", f)
     assert sql(db_path, "select global_rank from rank") == [(0,)]
+
+
+def test_record_output_placeholders_name_one_folder(tmp_path: Path) -> None:
+    """-o 'out-{hostname}': the manifest and the profiler's {rank_dir} are the same folder."""
+    from profdb.store.launch import detect_context
+    from profdb.store.record import plan_rank
+
+    context = detect_context({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}, hostname="nid7")
+    plan = plan_rank(tmp_path / "out-{hostname}", ["rocprofv3", "-d", "{rank_dir}", "--", "python", "t.py"], context)
+    assert plan.rank_dir == tmp_path / "out-nid7" / "rank0003"
+    assert plan.argv[2] == str(plan.rank_dir)
+
+
+def test_record_huge_rank_range_is_a_usage_error(tmp_path: Path, run_cli: Invoke) -> None:
+    r = run_cli("record", "-o", tmp_path / "o", "--ranks", "0-99999999999", "--", "true", ok=False)
+    assert r.exit_code == 2, r.output + r.stderr
+    assert "goes beyond rank" in r.stderr
