@@ -32,7 +32,7 @@ from .manifest import MANIFEST_NAME, RankManifest
 from .models import Name, Rank, Run, SourceFile
 from .readers.base import Reader, has_rank_sections
 from .records import SourceInfo
-from .validate import regular_file
+from .validate import READ_FAILURES, inspect_file, regular_file
 
 #: bulk loads of at least this many input bytes may rebuild the fact tables' indexes (_defer_indexes)
 DEFER_INDEXES_MIN_BYTES = 16 << 20
@@ -182,7 +182,7 @@ def _prepare(
     inputs: list[InputFile] = []
     manifests: dict[Path, RankManifest | None] = {}
     for (path, reader), sha_future in zip(files, hashes):
-        info = reader.inspect(path)
+        info = inspect_file(reader, path)
         size, sha = path.stat().st_size, sha_future.result()
         if info.ranks and has_rank_sections(reader):
             if flags.rank is not None or flags.rank_from_path:
@@ -597,7 +597,7 @@ def _read_error(inp: InputFile, e: BaseException) -> BaseException:
     unexpected ValueError & co. an InputError naming the file, anything else unchanged."""
     if isinstance(e, ProfdbError):
         return e
-    if isinstance(e, (ValueError, KeyError, TypeError, IndexError, AttributeError, ArithmeticError, RecursionError)):
+    if isinstance(e, READ_FAILURES):
         return InputError(
             f"{inp.path}: cannot read it as {inp.info.format} ({type(e).__name__}: {e}); "
             "the file is damaged or of an unsupported variant: re-copy it or pass --format"

@@ -15,8 +15,8 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
-from .errors import InputError, RankIdentityError
-from .records import Activity, Aggregate, Counter, RankHint
+from .errors import InputError, ProfdbError, RankIdentityError
+from .records import Activity, Aggregate, Counter, RankHint, SourceInfo
 
 #: the store's integer columns are signed 64-bit (SQLite INTEGER, PostgreSQL BIGINT)
 INT64_MIN = -(1 << 63)
@@ -136,3 +136,24 @@ def regular_file(path: Path) -> bool:
         return stat.S_ISREG(path.stat().st_mode)
     except OSError:
         return False
+
+
+#: what a reader's unexpected failure on a hostile file looks like (anything else is a bug or the system's)
+READ_FAILURES = (ValueError, KeyError, TypeError, IndexError, AttributeError, ArithmeticError, RecursionError)
+
+
+def inspect_file(reader: Any, path: Path) -> SourceInfo:
+    """``reader.inspect(path)``, with a reader's unexpected failure on a damaged or hostile file
+    (ValueError, RecursionError, ...) turned into an InputError naming the file."""
+    try:
+        info: SourceInfo = reader.inspect(path)
+    except ProfdbError:
+        raise
+    except READ_FAILURES as e:
+        raise InputError(
+            f"{path}: cannot read it as {reader.NAME} ({type(e).__name__}: {str(e)[:200]}); "
+            "the file is damaged or of an unsupported variant: re-copy it or pass --format"
+        ) from e
+    except OSError as e:
+        raise InputError(f"{path}: cannot read it ({e.strerror or e}); check the file's permissions and that it is complete") from e
+    return info

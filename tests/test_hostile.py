@@ -209,3 +209,34 @@ def test_record_huge_rank_range_is_a_usage_error(tmp_path: Path, run_cli: Invoke
     r = run_cli("record", "-o", tmp_path / "o", "--ranks", "0-99999999999", "--", "true", ok=False)
     assert r.exit_code == 2, r.output + r.stderr
     assert "goes beyond rank" in r.stderr
+
+
+ROCM25 = CSV.parent
+
+
+def _rank_file(tmp_path: Path, name: str, content: bytes) -> Path:
+    out = tmp_path / "rank0000" / name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(content)
+    return out
+
+
+def test_csv_cut_inside_its_last_field(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
+    """The memcpy whose End_Timestamp lost its last digits would last -1,057,962 s."""
+    raw = (ROCM25 / "memory_copy_trace.csv").read_bytes().rstrip(b"\n")
+    f = _rank_file(tmp_path, "memory_copy_trace.csv", raw[:-10])
+    _fails(run_cli, db_path, seeded, "--run", "x", f, match=f"{f}: memcpy 'MEMORY_COPY_DEVICE_TO_HOST'")
+
+
+def test_csv_cut_inside_its_header(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
+    raw = CSV.read_bytes()
+    f = _rank_file(tmp_path, "kernel_trace.csv", raw[: raw.index(b"\n") - 5])
+    _fails(run_cli, db_path, seeded, "--run", "x", f, match=f"{f}: the file ends inside its header line")
+
+
+def test_csv_invalid_utf8_in_first_row(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
+    raw = (ROCM25 / "hip_trace.csv").read_bytes()
+    first = raw.index(b"\n") + 1
+    f = _rank_file(tmp_path, "hip_trace.csv", raw[:first + 1] + b"\xff\xfe" + raw[first + 1:])
+    run_cli("ingest", "--db", db_path, "--run", "x", f)  # undecodable bytes become U+FFFD, as in every row
+    assert sql(db_path, "select count(*) from source_file where path = ?", str(f)) == [(1,)]
