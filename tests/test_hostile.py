@@ -240,3 +240,48 @@ def test_csv_invalid_utf8_in_first_row(tmp_path: Path, db_path: Path, run_cli: I
     f = _rank_file(tmp_path, "hip_trace.csv", raw[:first + 1] + b"\xff\xfe" + raw[first + 1:])
     run_cli("ingest", "--db", db_path, "--run", "x", f)  # undecodable bytes become U+FFFD, as in every row
     assert sql(db_path, "select count(*) from source_file where path = ?", str(f)) == [(1,)]
+
+
+def test_recursive_view_in_an_rpd_input_is_stopped(
+    tmp_path: Path, data: Path, db_path: Path, run_cli: Invoke, seeded: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real RPD with its rocpd_string table replaced by a view that never ends: refused when
+    the query is prepared, instead of hanging."""
+    import sqlite3
+
+    f = tmp_path / "rank0" / "trace.rpd"
+    f.parent.mkdir()
+    shutil.copy(data / "legacy_rpd" / "matmul_result.rpd", f)
+    con = sqlite3.connect(f)
+    con.executescript(
+        "ALTER TABLE rocpd_string RENAME TO s0;"
+        "CREATE VIEW rocpd_string AS WITH RECURSIVE r(id, string) AS (SELECT id, string FROM s0 "
+        "UNION ALL SELECT id + 1000000, string FROM r) SELECT id, string FROM r WHERE id < 0;"
+    )
+    con.close()
+    _fails(run_cli, db_path, seeded, "--run", "x", f, match=f"{f}: a view in it is recursive")
+
+
+def test_endless_view_is_stopped_by_the_step_budget(
+    tmp_path: Path, data: Path, db_path: Path, run_cli: Invoke, seeded: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A view that is not recursive but enormous (a cross join of the file's strings, six deep):
+    stopped after the step budget (lowered here so the test is quick; the real file fits in it)."""
+    import sqlite3
+
+    from profdb.store.readers import sqlite_common
+
+    monkeypatch.setattr(sqlite_common, "STEPS_MIN", 10**7)
+    monkeypatch.setattr(sqlite_common, "STEPS_PER_BYTE", 10)
+    f = tmp_path / "rank0" / "trace.rpd"
+    f.parent.mkdir()
+    shutil.copy(data / "legacy_rpd" / "matmul_result.rpd", f)
+    run_cli("ingest", "--db", tmp_path / "ok.db", f)
+    con = sqlite3.connect(f)
+    con.executescript(
+        "ALTER TABLE rocpd_op RENAME TO o0;"
+        "CREATE VIEW rocpd_op AS SELECT o0.* FROM o0, s0 a, s0 b, s0 c, s0 d, s0 e WHERE a.id + b.id + c.id + d.id + e.id < 0;"
+        "CREATE TABLE s0 AS SELECT * FROM rocpd_string;"
+    )
+    con.close()
+    _fails(run_cli, db_path, seeded, "--run", "x", f, match=f"{f}: reading it was stopped after")
