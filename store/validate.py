@@ -12,8 +12,9 @@ The limits below are part of profdb's documented guarantees (README, "Guarantees
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from .errors import InputError, ProfdbError, RankIdentityError
 from .records import Activity, Aggregate, Counter, RankHint, SourceInfo
@@ -26,6 +27,9 @@ INT64_MAX = (1 << 63) - 1
 MAX_WORLD_SIZE = 1 << 20
 #: a rank is in 0 .. MAX_WORLD_SIZE - 1 (and below the world size when one is known)
 MAX_RANK = MAX_WORLD_SIZE - 1
+#: longest kernel, op, annotation or counter name, in characters (the longest C++ template kernel
+#: names in the samples are ~2,000); longer is a damaged or hostile file
+MAX_NAME_CHARS = 1 << 16
 
 _INT_FIELDS_FROM = 5  # Activity fields device .. block_z (indexes 5..15) are optional integers
 _FIX = "the file is damaged or was edited: re-copy it from the profiler's output, or leave it out of the ingest"
@@ -61,6 +65,7 @@ def activities(batch: Sequence[Activity], path: Path) -> None:
         raise _bad(path, f"{a.kind} {a.name!r} at {a.start_ns} ns ends {-a.duration_ns} ns before it starts (negative duration)")
     if set(map(type, cols[1])) != {str}:
         raise _bad(path, f"an activity name is {next(n for n in cols[1] if type(n) is not str)!r}, not a string")
+    _names(path, cols[1])
     for i in range(_INT_FIELDS_FROM, 16):
         _ints(path, Activity._fields[i], cols[i], optional=True)
 
@@ -84,6 +89,15 @@ def counters(batch: Sequence[Counter], path: Path) -> None:
         raise _bad(path, f"a counter aggregates {min(cols[4])} samples (at least 1 expected)")
     if set(map(type, cols[0])) | set(map(type, cols[1])) != {str}:
         raise _bad(path, "a counter or kernel name is not a string")
+    _names(path, cols[0])
+    _names(path, cols[1])
+
+
+def _names(path: Path, names: Sequence[str]) -> None:
+    longest = max(map(len, names))
+    if longest > MAX_NAME_CHARS:
+        name = next(n for n in names if len(n) == longest)
+        raise _bad(path, f"a name is {longest} characters long ({name[:60]!r}...), over profdb's limit of {MAX_NAME_CHARS}")
 
 
 def _finite(v: Any) -> bool:
@@ -100,6 +114,7 @@ def aggregate(g: Aggregate, path: Path) -> None:
         raise _bad(path, f"the sum of squares of {g.name!r} is {g.sum_sq_ns!r}, not a finite number")
     if type(g.name) is not str:
         raise _bad(path, f"an aggregate name is {g.name!r}, not a string")
+    _names(path, [g.name])
 
 
 def rank_hint(hint: RankHint, path: Path, origin: str, skip: set[str] | frozenset[str] = frozenset()) -> None:

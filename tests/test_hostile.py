@@ -9,11 +9,11 @@ import gzip
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
-
 from conftest import Invoke, file_bytes, sql
 from profdb.store import validate
 
@@ -285,3 +285,18 @@ def test_endless_view_is_stopped_by_the_step_budget(
     )
     con.close()
     _fails(run_cli, db_path, seeded, "--run", "x", f, match=f"{f}: reading it was stopped after")
+
+
+def test_deeply_nested_json_gz(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
+    """A few hundred gzip bytes of nested arrays (millions of levels) inside traceEvents."""
+    n = 2_000_000
+    blob = gzip.compress(b'{"distributedInfo": {"rank": 0}, "traceEvents": [' + b"[" * n + b"]" * n + b"]}", 9)
+    assert len(blob) < 10_000
+    f = tmp_path / "rank0.json.gz"
+    f.write_bytes(blob)
+    _fails(run_cli, db_path, seeded, "--run", "x", f, match=f"{f}: arrays or objects are nested more than 64 levels")
+
+
+def test_long_name(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
+    f = kineto(tmp_path, lambda t: first_x(t).update(name="a" * (validate.MAX_NAME_CHARS + 1)))
+    _fails(run_cli, db_path, seeded, "--run", "x", f, match=f"{f}: a name is 65537 characters long")

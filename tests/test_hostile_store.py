@@ -7,10 +7,10 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from alembic import command
-
 from conftest import Invoke, sql
 from profdb.store.db import alembic_config, make_engine, resolve_url, sqlite_path
+
+from alembic import command
 
 
 @pytest.mark.parametrize("name", ["a?mode=ro.db", "b#frag.db", "c%41.db"])

@@ -23,6 +23,7 @@ import ijson
 from ..errors import InputError
 from ..records import Activity, Record, RankHint, SourceInfo
 from .base import display_name, head, open_binary, tail
+from .json_guard import guarded
 
 NAME = "kineto"
 DESCRIPTION = (
@@ -163,7 +164,7 @@ def read(path: Path, info: SourceInfo) -> Iterator[Record]:
     cats = _CATS
     keep = _KEEP_ARGS
     try:
-        with open_binary(path) as f:
+        with open_binary(path) as raw, guarded(raw, path) as f:
             for ev in ijson.items(f, "traceEvents.item", use_float=True):
                 if type(ev) is not dict:
                     raise InputError(f"{path}: an entry of traceEvents is {str(ev)[:80]!r}, not an event object; {_DAMAGED}")
