@@ -245,6 +245,7 @@ def check_claims(claims: Iterable[RankClaim], flags: IdentityFlags) -> RankPlan:
     plan = RankPlan()
     seen: dict[tuple[int, str, str], Path] = {}
     world_from: Path | None = None
+    path_of: dict[int, Path] = {}
     for c in claims:
         ident = c.identity
         key = (ident.global_rank, c.format, c.content_kind)
@@ -265,6 +266,7 @@ def check_claims(claims: Iterable[RankClaim], flags: IdentityFlags) -> RankPlan:
         merged = plan.ranks.get(ident.global_rank)
         if merged is None:
             plan.ranks[ident.global_rank] = Identity(**{**ident.__dict__})
+            path_of[ident.global_rank] = c.path
             continue
         for f in ("local_rank", "hostname"):
             new, old = getattr(ident, f), getattr(merged, f)
@@ -282,7 +284,7 @@ def check_claims(claims: Iterable[RankClaim], flags: IdentityFlags) -> RankPlan:
         for r, ident in plan.ranks.items():
             if r >= plan.world_size:
                 raise RankIdentityError(
-                    f"rank {r} is outside the world size {plan.world_size} ({ident.origin}); "
+                    f"{path_of[r]}: rank {r} is outside the world size {plan.world_size} ({ident.origin}); "
                     "fix the rank source or ingest these files as separate runs"
                 )
     return plan

@@ -300,3 +300,8 @@ def test_deeply_nested_json_gz(tmp_path: Path, db_path: Path, run_cli: Invoke, s
 def test_long_name(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
     f = kineto(tmp_path, lambda t: first_x(t).update(name="a" * (validate.MAX_NAME_CHARS + 1)))
     _fails(run_cli, db_path, seeded, "--run", "x", f, match=f"{f}: a name is 65537 characters long")
+
+
+def test_rank_outside_the_world_names_the_file(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
+    f = kineto(tmp_path, lambda t: t["distributedInfo"].update(rank=7), name="trace.json")
+    _fails(run_cli, db_path, seeded, "--run", "x", f, match=f"{f}: rank 7 is outside the world size 4")
