@@ -110,13 +110,26 @@ def check_sqlite_file(path: Path) -> None:
             f"{path} is not a profdb database (not an SQLite file); choose another --db path "
             "or move that file away"
         )
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    uri = f"file:{quote(str(path.resolve()))}?mode=ro"
     try:
-        tables = {r[0] for r in con.execute("select name from sqlite_master where type='table'")}
+        con = sqlite3.connect(uri, uri=True)
+        try:
+            tables = {r[0] for r in con.execute("select name from sqlite_master where type='table'")}
+        finally:
+            con.close()
+    except sqlite3.OperationalError as e:
+        if not os.access(path, os.R_OK):
+            raise StoreError(f"{path}: permission denied; ask its owner for read access, or copy it") from e
+        try:  # a WAL store in a folder this user cannot write: its -shm file cannot be made
+            con = sqlite3.connect(uri + "&immutable=1", uri=True)
+            try:
+                tables = {r[0] for r in con.execute("select name from sqlite_master where type='table'")}
+            finally:
+                con.close()
+        except sqlite3.DatabaseError as e2:
+            raise StoreError(f"{path} is not a readable SQLite database ({e2}); choose another --db path") from e2
     except sqlite3.DatabaseError as e:
         raise StoreError(f"{path} is not a readable SQLite database ({e}); choose another --db path") from e
-    finally:
-        con.close()
     if tables and "alembic_version" not in tables:
         foreign = sorted(tables - OWN_TABLES)[:5]
         raise StoreError(
@@ -128,7 +141,19 @@ def check_sqlite_file(path: Path) -> None:
 def _sqlite_locked_handler(path: Path | None) -> Any:
     def on_error(ctx: Any) -> None:
         e = ctx.original_exception
-        if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
+        text = str(e)
+        where = path or "database"
+        if isinstance(e, sqlite3.OperationalError) and "database or disk is full" in text:
+            raise StoreError(
+                f"the store {where} (or the temporary folder, $TMPDIR) ran out of space; nothing was written "
+                "(the transaction was rolled back): free space, or point TMPDIR or --db at a larger disk"
+            ) from e
+        if isinstance(e, sqlite3.OperationalError) and ("readonly database" in text or "read-only" in text):
+            raise StoreError(
+                f"the store {where} cannot be written (read-only file, folder or mount); nothing was written: "
+                "read it with query/sql/report, or copy it somewhere writable to ingest into it"
+            ) from e
+        if isinstance(e, sqlite3.OperationalError) and "locked" in text:
             raise StoreError(
                 f"the store {path or 'database'} is locked by another profdb; retry, or ingest into separate files "
                 f"and merge them (`profdb merge A.db B.db --db ALL.db`) (waited {SQLITE_BUSY_S} s for the lock)"
@@ -189,8 +214,12 @@ def _connect_error(url: str, e: BaseException) -> StoreError:
     return StoreError(f"cannot open the store {shown}: {cause}; {hint}")
 
 
-def open_db(db: str | None = None, *, upgrade: bool = True) -> Engine:
-    """Open (and create or upgrade) a profdb store. ``db``: path or URL; None = $PROFDB_DB or ./profdb.db."""
+def open_db(db: str | None = None, *, upgrade: bool = True, readonly: bool = False) -> Engine:
+    """Open (and create or upgrade) a profdb store. ``db``: path or URL; None = $PROFDB_DB or ./profdb.db.
+
+    ``readonly``: for commands that only read (see ``open_readonly``)."""
+    if readonly:
+        return open_readonly(db)
     url = resolve_url(db)
     path = sqlite_path(url)
     if path is not None:
@@ -206,6 +235,83 @@ def open_db(db: str | None = None, *, upgrade: bool = True) -> Engine:
             engine.dispose()
             raise _connect_error(url, e) from e
     return engine
+
+
+def open_readonly(db: str | None = None) -> Engine:
+    """A store opened for reading only, by construction: every transaction is read-only whatever
+    SQL runs in it (``profdb sql`` needs no rollback to stay harmless), and no lock is taken, so a
+    reader answers at once while an ingest is writing.
+
+    SQLite: connections with ``mode=ro`` and ``PRAGMA query_only``, transactions begun DEFERRED
+    (a WAL reader never waits for the writer); a store on a read-only mount or in a folder this user
+    cannot write (no ``-shm`` file can be made) is opened ``immutable``. PostgreSQL:
+    ``default_transaction_read_only``, so even ``commit; delete ...`` inside one statement string
+    starts a read-only transaction. A store whose schema is behind is upgraded first when it can
+    be written (as any command would), else refused with what to do."""
+    url = resolve_url(db)
+    path = sqlite_path(url)
+    if path is None:
+        u = make_url(url)
+        if u.get_backend_name() == "postgresql":
+            given = u.query.get("options")
+            options = " ".join([given] if isinstance(given, str) else []) + " -c default_transaction_read_only=on"
+            url = u.update_query_dict({"options": options.strip()}).render_as_string(hide_password=False)
+            engine = make_engine(url)
+            _require_head(engine, url)
+            return engine
+        return open_db(db)
+    if not path.exists():
+        raise StoreError(f"{path}: no profdb store here; ingest profiles first (`profdb ingest ... --db {path}`) or pass --db")
+    check_sqlite_file(path)
+    ro = _readonly_sqlite_engine(path)
+    if current_revision(ro) != scripted_head():
+        ro.dispose()
+        if os.access(path, os.W_OK) and os.access(path.parent, os.W_OK):
+            open_db(str(path)).dispose()  # upgrade (with its backup) as a writing command would
+        else:
+            raise StoreError(
+                f"{path}: the store's schema is older than this profdb's and the store cannot be written here to "
+                "upgrade it; copy it to a writable folder, or use the profdb version that wrote it"
+            )
+        ro = _readonly_sqlite_engine(path)
+    return ro
+
+
+def _readonly_sqlite_engine(path: Path) -> Engine:
+    uri = "file:" + quote(str(path.resolve())) + "?mode=ro"
+
+    def connect() -> sqlite3.Connection:
+        try:
+            con = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            con.execute("select count(*) from sqlite_master").fetchone()
+        except sqlite3.OperationalError:
+            # a WAL store whose folder cannot be written (read-only mount, another user's folder):
+            # nothing can be writing it, so it is read as an immutable file
+            con = sqlite3.connect(uri + "&immutable=1", uri=True, check_same_thread=False)
+        con.isolation_level = None
+        con.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_S * 1000}")
+        con.execute("PRAGMA query_only=ON")
+        con.execute("PRAGMA temp_store=MEMORY")
+        return con
+
+    engine = create_engine("sqlite://", creator=connect)
+    event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN DEFERRED"))
+    event.listen(engine, "handle_error", _sqlite_locked_handler(path))
+    return engine
+
+
+def _require_head(engine: Engine, url: str) -> None:
+    try:
+        rev = current_revision(engine)
+    except Exception as e:
+        engine.dispose()
+        raise _connect_error(url, e) from e
+    if rev != scripted_head():
+        engine.dispose()
+        raise StoreError(
+            f"{display_url(url)}: the store's schema is {rev or 'empty'}, not this profdb's {scripted_head()}; "
+            "run a writing command (e.g. `profdb ingest`) once to create or upgrade it"
+        )
 
 
 def alembic_config(connection: Any = None) -> Any:

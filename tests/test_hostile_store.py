@@ -50,3 +50,68 @@ def test_backup_before_upgrade_holds_rows_in_the_wal(tmp_path: Path, data: Path,
         assert sql(backup, "select version_num from alembic_version") == [("0001",)]
     finally:
         other.close()
+
+
+def _ingest(store_url: str, data: Path) -> None:
+    from profdb.store.ingest import ingest_paths
+
+    ingest_paths([data / "kineto" / "torchrun4_cpu"], store_url, run="ddp4")
+
+
+def test_readonly_store_is_readonly_by_construction(store_url: str, data: Path) -> None:
+    """`commit` inside a statement string does not escape: every transaction is read-only."""
+    from sqlalchemy import text
+
+    from profdb.store.db import open_db
+
+    _ingest(store_url, data)
+    engine = open_db(store_url, readonly=True)
+    try:
+        with engine.connect() as conn:
+            before = conn.execute(text("select count(*) from activity")).scalar()
+        assert before
+        for statement in ("delete from activity", "commit; delete from activity" if engine.dialect.name == "postgresql" else "drop table activity"):
+            with pytest.raises(Exception, match="read-only|readonly|query_only"), engine.connect() as conn:
+                if engine.dialect.name == "postgresql":
+                    conn.exec_driver_sql("select 1; " + statement)
+                else:
+                    conn.exec_driver_sql(statement)
+                conn.commit()
+        with engine.connect() as conn:
+            assert conn.execute(text("select count(*) from activity")).scalar() == before
+    finally:
+        engine.dispose()
+
+
+def test_reader_answers_while_an_ingest_holds_the_write_lock(store_url: str, data: Path) -> None:
+    """A writer in the middle of its transaction (as an ingest is) does not block a read-only open."""
+    from sqlalchemy import text
+
+    from profdb.store.db import open_db
+
+    _ingest(store_url, data)
+    writer = open_db(store_url)
+    try:
+        with writer.connect() as w:
+            w.begin()
+            w.execute(text("update run set world_size = world_size where name = 'ddp4'"))  # holds the lock
+            w.execute(text("insert into run (name, created_at) values ('in-flight', CURRENT_TIMESTAMP)"))
+            reader = open_db(store_url, readonly=True)
+            try:
+                with reader.connect() as r:
+                    # sees the last commit only, at once (a wait would be SQLITE_BUSY_S seconds and then fail)
+                    assert r.execute(text("select name from run order by name")).scalars().all() == ["ddp4"]
+            finally:
+                reader.dispose()
+            w.rollback()
+    finally:
+        writer.dispose()
+
+
+def test_readonly_open_of_a_missing_store(tmp_path: Path) -> None:
+    from profdb.store.db import open_db
+    from profdb.store.errors import StoreError
+
+    with pytest.raises(StoreError, match="no profdb store here"):
+        open_db(str(tmp_path / "none.db"), readonly=True)
+    assert not (tmp_path / "none.db").exists()
