@@ -305,3 +305,30 @@ def test_long_name(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes
 def test_rank_outside_the_world_names_the_file(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
     f = kineto(tmp_path, lambda t: t["distributedInfo"].update(rank=7), name="trace.json")
     _fails(run_cli, db_path, seeded, "--run", "x", f, match=f"{f}: rank 7 is outside the world size 4")
+
+
+@pytest.mark.parametrize("env, match", [
+    ({"RANK": "-1", "WORLD_SIZE": "2"}, "global_rank = -1, outside 0.."),
+    ({"RANK": "0", "WORLD_SIZE": "1000000000"}, "world_size = 1000000000, outside 1.."),
+])
+def test_rocpd_environment_with_bad_rank(
+    tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes, env: dict[str, str], match: str
+) -> None:
+    from fixtures_rocpd import sample_process, write_rocpd
+
+    f = write_rocpd(tmp_path / "7_results.db", [sample_process(7, env, n=3)])
+    _fails(run_cli, db_path, seeded, "--run", "x", f, match=match)
+    assert f"{f}: " in run_cli("ingest", "--db", db_path, "--run", "x", f, ok=False).stderr
+
+
+def test_nan_counter_is_refused_on_both_engines(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
+    """SQLite stored NaN as NULL (IntegrityError), PostgreSQL as NaN (then no export to SQLite): refused."""
+    import csv
+    import io
+
+    rows = list(csv.reader(io.StringIO((ROCM25 / "counter_collection.csv").read_text())))
+    rows[1][rows[0].index("Counter_Value")] = "nan"
+    out = io.StringIO()
+    csv.writer(out, quoting=csv.QUOTE_NONNUMERIC).writerows(rows)
+    f = _rank_file(tmp_path, "counter_collection.csv", out.getvalue().encode())
+    _fails(run_cli, db_path, seeded, "--run", "x", f, match="has the value nan, not a finite number")
