@@ -115,3 +115,26 @@ def test_readonly_open_of_a_missing_store(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="no profdb store here"):
         open_db(str(tmp_path / "none.db"), readonly=True)
     assert not (tmp_path / "none.db").exists()
+
+
+def test_full_disk_is_a_message_and_changes_nothing(
+    tmp_path: Path, data: Path, run_cli: Invoke, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite's own 'database or disk is full' (here from max_page_count, as on a full disk)."""
+    from profdb.store import db as dbmod
+
+    store = tmp_path / "s.db"
+    run_cli("ingest", "--db", store, data / "kineto" / "torchrun4_cpu" / "rank0_iter5_7.json.gz")
+    before = store.read_bytes()
+    pages = sql(store, "pragma page_count")[0][0]
+    on_connect = dbmod._sqlite_on_connect
+
+    def small_disk(conn: object, record: object) -> None:
+        on_connect(conn, record)
+        conn.execute(f"PRAGMA max_page_count={pages + 2}")  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(dbmod, "_sqlite_on_connect", small_disk)
+    r = run_cli("ingest", "--db", store, "--run", "big", data / "kineto" / "hta_trace_filter_2ranks", ok=False)
+    assert r.exit_code == 1, r.output + r.stderr
+    assert "ran out of space; nothing was written" in r.stderr and "Traceback" not in r.stderr
+    assert store.read_bytes() == before
