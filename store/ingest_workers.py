@@ -25,7 +25,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol, cast
 
-from . import classify, readers, validate
+from . import classify, lifetime, readers, validate
 from .records import Activity, Aggregate, Counter, SourceInfo
 
 BATCH = 20000
@@ -225,6 +225,7 @@ def parse_here(
 
 
 def _worker(tasks: list[Task], counter: Any, conn: Connection) -> None:
+    lifetime.die_with_parent()
     names = _Names(conn)
     cats: dict[tuple[str, str], str] = {}
     task: Task | None = None
