@@ -332,3 +332,13 @@ def test_nan_counter_is_refused_on_both_engines(tmp_path: Path, db_path: Path, r
     csv.writer(out, quoting=csv.QUOTE_NONNUMERIC).writerows(rows)
     f = _rank_file(tmp_path, "counter_collection.csv", out.getvalue().encode())
     _fails(run_cli, db_path, seeded, "--run", "x", f, match="has the value nan, not a finite number")
+
+
+def test_deeply_nested_metrix_json(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
+    n = 1_000_000
+    f = tmp_path / "rank0" / "metrix_results.json"
+    f.parent.mkdir()
+    f.write_bytes(b'{"_rank": {"global_rank": 0}, "k": ' + b"[" * n + b"]" * n + b"}")
+    r = run_cli("ingest", "--db", db_path, "--run", "x", "--format", "metrix", f, ok=False)
+    assert r.exit_code == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"{f}: arrays or objects are nested more than 64 levels" in r.stderr and file_bytes(db_path) == seeded
