@@ -66,7 +66,9 @@ def read_manifest(path: Path) -> RankManifest:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as e:
-        raise InputError(f"{path}: not a readable profdb rank manifest ({e}); delete it or rerun `profdb record`") from e
+        raise InputError(
+            f"{path}: not a readable profdb rank manifest ({e}); delete it or rerun `profdb record`"
+        ) from e
     if not isinstance(data, dict) or data.get("profdb_manifest") != MANIFEST_VERSION:
         raise InputError(
             f"{path}: not a profdb rank manifest (expected \"profdb_manifest\": {MANIFEST_VERSION}); "
@@ -83,7 +85,8 @@ def read_manifest(path: Path) -> RankManifest:
             ok = type(v) is list and all(type(a) is str for a in v)
         if not ok:
             raise InputError(
-                f"{path}: rank manifest field {k!r} is {v!r}, not {'a list of strings' if k == 'command' else want.__name__}; "
+                f"{path}: rank manifest field {k!r} is {v!r}, "
+                f"not {'a list of strings' if k == 'command' else want.__name__}; "
                 "fix or delete the manifest, or rerun `profdb record`"
             )
     return RankManifest(**fields)
@@ -91,7 +94,13 @@ def read_manifest(path: Path) -> RankManifest:
 
 #: manifest fields that are not strings (every other field is a string or null)
 _FIELD_TYPES: dict[str, type] = {
-    "global_rank": int, "local_rank": int, "world_size": int, "node_rank": int, "pid": int, "exit_code": int, "command": list,
+    "global_rank": int,
+    "local_rank": int,
+    "world_size": int,
+    "node_rank": int,
+    "pid": int,
+    "exit_code": int,
+    "command": list,
 }
 
 #: how many folders above an input file a manifest may be: a profiler writes at most a few levels

@@ -12,10 +12,10 @@ The limits below are part of profdb's documented guarantees (README, "Guarantees
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from functools import partial
 from itertools import chain
 from operator import is_not, itemgetter
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,9 @@ MAX_NAME_CHARS = 1 << 16
 _not_none = partial(is_not, None)
 _INT_FIELDS_FROM = 5
 _START, _DURATION, _NAME = itemgetter(2), itemgetter(3), itemgetter(1)
-_OPTIONAL_INTS = itemgetter(*range(_INT_FIELDS_FROM, 16))  # Activity fields device .. block_z (indexes 5..15) are optional integers
+_OPTIONAL_INTS = itemgetter(
+    *range(_INT_FIELDS_FROM, 16)
+)  # Activity fields device .. block_z (indexes 5..15) are optional integers
 _FIX = "the file is damaged or was edited: re-copy it from the profiler's output, or leave it out of the ingest"
 
 
@@ -71,7 +73,10 @@ def activities(batch: Sequence[Activity], path: Path) -> None:
     _ints(path, "duration (ns)", durations, optional=False)
     if min(durations) < 0:
         a = next(a for a in batch if a.duration_ns < 0)
-        raise _bad(path, f"{a.kind} {a.name!r} at {a.start_ns} ns ends {-a.duration_ns} ns before it starts (negative duration)")
+        raise _bad(
+            path,
+            f"{a.kind} {a.name!r} at {a.start_ns} ns ends {-a.duration_ns} ns before it starts (negative duration)",
+        )
     names = list(map(_NAME, batch))
     if set(map(type, names)) != {str}:
         raise _bad(path, f"an activity name is {next(n for n in names if type(n) is not str)!r}, not a string")
@@ -110,7 +115,9 @@ def _names(path: Path, names: Sequence[str]) -> None:
     longest = max(map(len, names))
     if longest > MAX_NAME_CHARS:
         name = next(n for n in names if len(n) == longest)
-        raise _bad(path, f"a name is {longest} characters long ({name[:60]!r}...), over profdb's limit of {MAX_NAME_CHARS}")
+        raise _bad(
+            path, f"a name is {longest} characters long ({name[:60]!r}...), over profdb's limit of {MAX_NAME_CHARS}"
+        )
 
 
 def _finite(v: Any) -> bool:
@@ -121,8 +128,11 @@ def aggregate(g: Aggregate, path: Path) -> None:
     """Checks one Aggregate (Metrix statistics): integer, non-negative, consistent."""
     _ints(path, "aggregate calls/total/min/max", (g.calls, g.total_ns, g.min_ns, g.max_ns), optional=False)
     if min(g.calls, g.total_ns, g.min_ns, g.max_ns) < 0 or g.min_ns > g.max_ns:
-        raise _bad(path, f"the statistics of {g.name!r} are impossible (calls {g.calls}, total {g.total_ns} ns, "
-                         f"min {g.min_ns} ns, max {g.max_ns} ns)")
+        raise _bad(
+            path,
+            f"the statistics of {g.name!r} are impossible (calls {g.calls}, total {g.total_ns} ns, "
+            f"min {g.min_ns} ns, max {g.max_ns} ns)",
+        )
     if g.sum_sq_ns is not None and not _finite(g.sum_sq_ns):
         raise _bad(path, f"the sum of squares of {g.name!r} is {g.sum_sq_ns!r}, not a finite number")
     if type(g.name) is not str:
@@ -152,7 +162,9 @@ def rank_hint(hint: RankHint, path: Path, origin: str, skip: set[str] | frozense
                 "fix that source, or override it with --rank / --rank-from-path"
             )
     if hint.hostname is not None and "hostname" not in skip and type(hint.hostname) is not str:
-        raise RankIdentityError(f"{path}: {origin} gives hostname = {hint.hostname!r}, not a string; fix that source or pass --hostname")
+        raise RankIdentityError(
+            f"{path}: {origin} gives hostname = {hint.hostname!r}, not a string; fix that source or pass --hostname"
+        )
 
 
 def regular_file(path: Path) -> bool:
@@ -183,5 +195,7 @@ def inspect_file(reader: Any, path: Path) -> SourceInfo:
             "the file is damaged or of an unsupported variant: re-copy it or pass --format"
         ) from e
     except OSError as e:
-        raise InputError(f"{path}: cannot read it ({e.strerror or e}); check the file's permissions and that it is complete") from e
+        raise InputError(
+            f"{path}: cannot read it ({e.strerror or e}); check the file's permissions and that it is complete"
+        ) from e
     return info
