@@ -165,7 +165,7 @@ def check_sqlite_file(path: Path) -> None:
         )
 
 
-def _sqlite_locked_handler(path: Path | None) -> Any:
+def _sqlite_locked_handler(path: Path | None, readonly: bool = False) -> Any:
     def on_error(ctx: Any) -> None:
         e = ctx.original_exception
         text = str(e)
@@ -174,6 +174,11 @@ def _sqlite_locked_handler(path: Path | None) -> Any:
             raise StoreError(
                 f"the store {where} (or the temporary folder, $TMPDIR) ran out of space; nothing was written "
                 "(the transaction was rolled back): free space, or point TMPDIR or --db at a larger disk"
+            ) from e
+        if readonly and isinstance(e, sqlite3.OperationalError) and re.search("readonly|read-only|query_only", text):
+            raise StoreError(
+                f"the store {where} is opened read-only by this command ({text}); nothing was written: "
+                "to change it, pass --write (profdb sql --write)"
             ) from e
         if isinstance(e, sqlite3.OperationalError) and ("readonly database" in text or "read-only" in text):
             raise StoreError(
@@ -251,6 +256,7 @@ def open_db(db: str | None = None, *, upgrade: bool = True, readonly: bool = Fal
     path = sqlite_path(url)
     if path is not None:
         check_sqlite_file(path)
+        _check_writable(path)
     engine = make_engine(url)
     if upgrade:
         try:
@@ -262,6 +268,20 @@ def open_db(db: str | None = None, *, upgrade: bool = True, readonly: bool = Fal
             engine.dispose()
             raise _connect_error(url, e) from e
     return engine
+
+
+def _check_writable(path: Path) -> None:
+    """A writing command on a store it cannot write (read-only mount, another user's file or folder;
+    a WAL store needs its folder for the -wal and -shm files): say so before SQLite's 'unable to
+    open database file'."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.exists() and not (os.access(path, os.W_OK) and os.access(folder, os.W_OK)):
+        raise StoreError(
+            f"the store {path} cannot be written (read-only file, folder or mount); nothing was written: "
+            "read it with query/sql/report, or copy it somewhere writable to ingest into it"
+        )
+    if not path.exists() and folder.is_dir() and not os.access(folder, os.W_OK):
+        raise StoreError(f"{folder}: cannot create a store in this folder (read-only); pass --db in a writable folder")
 
 
 def open_readonly(db: str | None = None) -> Engine:
@@ -325,7 +345,7 @@ def _readonly_sqlite_engine(path: Path) -> Engine:
 
     engine = create_engine("sqlite://", creator=connect)
     event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN DEFERRED"))
-    event.listen(engine, "handle_error", _sqlite_locked_handler(path))
+    event.listen(engine, "handle_error", _sqlite_locked_handler(path, readonly=True))
     return engine
 
 

@@ -66,7 +66,7 @@ def transfer_runs(
     src_url, dst_url = resolve_url(src), resolve_url(dst)
     _check_distinct(src_url, dst_url)
     _check_source_exists(src_url)
-    src_engine = open_db(src_url)
+    src_engine = open_db(src_url, readonly=True)
     try:
         names = _run_names(src_engine, runs, src_url, required=True)
         return _transfer(src_engine, src_url, dst_url, names, allow_duplicate_ranks, progress)
@@ -91,7 +91,7 @@ def merge_stores(
     for u in src_urls:
         _check_distinct(u, dst_url)
         _check_source_exists(u)
-    engines = [open_db(u) for u in src_urls]
+    engines = [open_db(u, readonly=True) for u in src_urls]
     try:
         found: set[str] = set()
         plan = []
