@@ -262,6 +262,12 @@ def _parse_in_workers(
                 else:
                     results[msg.task] = msg.parsed
         except ingest_workers.WorkerError as e:
+            if isinstance(e.error, ingest_workers.WorkerDied):
+                where = f" while parsing {sources[e.index][0].path}" if 0 <= e.index < len(sources) else ""
+                raise InputError(
+                    f"{e.error}{where}; nothing was written (the ingest was rolled back): check memory limits "
+                    "(dmesg, the job's log), or ingest that file alone with PROFDB_INGEST_WORKERS=0 to see its error"
+                ) from None
             if 0 <= e.index < len(sources):
                 err = _read_error(sources[e.index][0], e.error)
                 if err is e.error and not isinstance(err, ProfdbError):

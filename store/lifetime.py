@@ -8,6 +8,7 @@ called first thing in each worker, asks Linux to kill the worker when its parent
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import multiprocessing
 import os
@@ -15,10 +16,40 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 
 _PR_SET_PDEATHSIG = 1
 #: seconds between checks of the parent, where prctl is not available
 POLL_S = 1.0
+
+
+def leave_signals_to_parent() -> None:
+    """A worker ignores Ctrl-C (the terminal sends SIGINT to the whole process group: the writer
+    alone decides, rolls back and stops its workers) and dies at once on SIGTERM, whatever handler
+    it inherited from the writer (``profdb``'s raises an exception to unwind the command)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # blocked by the writer while forking
+
+
+#: the signals that stop profdb (cli/main.py); blocked while workers are forked (``starting_workers``)
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+@contextlib.contextmanager
+def starting_workers() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM while worker processes are forked: a signal handled in the middle of
+    ``fork`` (in its at-fork hooks, where Python ignores exceptions) would be lost; held, it is
+    handled once the workers exist, and the caller stops them while unwinding."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def die_with_parent() -> None:
