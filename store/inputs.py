@@ -18,7 +18,7 @@ from .identity import RANK_DIR, IdentityFlags, RankClaim, RankPlan, check_claims
 from .manifest import MANIFEST_NAME, RankManifest
 from .readers.base import Reader, has_rank_sections
 from .records import SourceInfo
-from .validate import inspect_file, regular_file
+from .validate import check_readable, inspect_file, regular_file, unreadable_folder
 
 
 @dataclass
@@ -55,6 +55,7 @@ def expand(paths: Sequence[str | Path], fmt: str | None = None) -> tuple[list[tu
                 folder_files = _walk(q)
                 hits = 0
                 for f in folder_files:
+                    check_readable(f)
                     r = forced if (forced and forced.detect(f)) else (None if forced else readers.detect(f))
                     if r is None:
                         unknown.append(f)
@@ -68,6 +69,7 @@ def expand(paths: Sequence[str | Path], fmt: str | None = None) -> tuple[list[tu
                         f"supported formats: {', '.join(n for n, _ in readers.formats())} (see `profdb formats`)"
                     )
             elif q.is_file():
+                check_readable(q)
                 r = forced or readers.detect(q)
                 if r is None:
                     raise InputError(
@@ -91,7 +93,7 @@ def expand(paths: Sequence[str | Path], fmt: str | None = None) -> tuple[list[tu
 
 def _walk(folder: Path) -> list[Path]:
     out = []
-    for root, dirs, files in os.walk(folder):
+    for root, dirs, files in os.walk(folder, onerror=unreadable_folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(files):
             if name.startswith(".") or name == MANIFEST_NAME or not regular_file(Path(root) / name):

@@ -178,6 +178,27 @@ def regular_file(path: Path) -> bool:
         return False
 
 
+def check_readable(path: Path) -> None:
+    """An input file profdb cannot open (permissions, a vanished file) is an error naming it, before
+    detection would call it 'not a profiler output' or a folder's walk would skip it quietly."""
+    try:
+        with open(path, "rb") as f:
+            f.read(1)
+    except OSError as e:
+        raise InputError(
+            f"{path}: cannot read it ({e.strerror or e}); check its permissions (ls -l), "
+            "or leave it out of the inputs"
+        ) from e
+
+
+def unreadable_folder(e: OSError) -> None:
+    """os.walk's onerror: a folder below an input that cannot be listed is an error, not skipped."""
+    raise InputError(
+        f"{e.filename}: cannot list this folder ({e.strerror or e}); check its permissions, "
+        "or name the readable folders one by one"
+    ) from e
+
+
 #: what a reader's unexpected failure on a hostile file looks like (anything else is a bug or the system's)
 READ_FAILURES = (ValueError, KeyError, TypeError, IndexError, AttributeError, ArithmeticError, RecursionError)
 

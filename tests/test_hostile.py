@@ -342,3 +342,57 @@ def test_deeply_nested_metrix_json(tmp_path: Path, db_path: Path, run_cli: Invok
     r = run_cli("ingest", "--db", db_path, "--run", "x", "--format", "metrix", f, ok=False)
     assert r.exit_code == 1 and "Traceback" not in r.stderr, r.stderr
     assert f"{f}: arrays or objects are nested more than 64 levels" in r.stderr and file_bytes(db_path) == seeded
+
+
+def test_nan_counter_is_refused_on_postgresql(tmp_path: Path, pg_url: str, run_cli: Invoke) -> None:
+    """PostgreSQL would store NaN (and then fail to export it to SQLite): refused at ingest, nothing stored."""
+    import csv
+    import io
+
+    run_cli("ingest", "--db", pg_url, "--run", "x", KINETO)
+    rows = list(csv.reader(io.StringIO((ROCM25 / "counter_collection.csv").read_text())))
+    rows[1][rows[0].index("Counter_Value")] = "nan"
+    out = io.StringIO()
+    csv.writer(out, quoting=csv.QUOTE_NONNUMERIC).writerows(rows)
+    f = _rank_file(tmp_path, "counter_collection.csv", out.getvalue().encode())
+    count = "select count(*) as n from counter"
+    assert run_cli("sql", count, "--db", pg_url, "--format", "csv").stdout == "n\n0\n"
+    r = run_cli("ingest", "--db", pg_url, "--run", "x", f, ok=False)
+    assert r.exit_code == 1 and f"{f}: " in r.stderr and "has the value nan, not a finite number" in r.stderr
+    assert run_cli("sql", count, "--db", pg_url, "--format", "csv").stdout == "n\n0\n"
+
+
+def _without_root_rights(argv: list[str]) -> list[str]:
+    """root reads every file: run ``argv`` without the capabilities that let it (as a user would)."""
+    if os.geteuid() != 0:
+        return argv
+    caps = "-dac_override,-dac_read_search"
+    if not shutil.which("setpriv"):
+        pytest.skip("running as root without setpriv: no file root cannot read")
+    return ["setpriv", "--bounding-set", caps, "--inh-caps", caps, "--", *argv]
+
+
+def test_unreadable_inputs_are_named(tmp_path: Path, db_path: Path, seeded: bytes) -> None:
+    """An unreadable file (given, or in a folder) and an unreadable folder: an error naming it, not
+    'not a profiler output' or a quiet skip."""
+    import subprocess
+    import sys
+
+    folder = tmp_path / "in"
+    (folder / "sub").mkdir(parents=True)
+    shutil.copy(KINETO, folder / "rank0.json.gz")
+    shutil.copy(KINETO.with_name("rank2_iter5_7.json.gz"), folder / "sub" / "rank2.json.gz")
+    profdb = [sys.executable, "-m", "profdb.cli.main", "ingest", "--db", str(db_path), "--run", "x"]
+    cases = [
+        (folder / "rank0.json.gz", folder / "rank0.json.gz", "cannot read it (Permission denied); check its permissions"),
+        (folder / "rank0.json.gz", folder, "rank0.json.gz: cannot read it (Permission denied)"),
+        (folder / "sub", folder, "sub: cannot list this folder (Permission denied); check its permissions"),
+    ]
+    for locked, given, message in cases:
+        locked.chmod(0)
+        try:
+            r = subprocess.run(_without_root_rights([*profdb, str(given)]), capture_output=True, text=True)
+        finally:
+            locked.chmod(0o755 if locked.is_dir() else 0o644)
+        assert r.returncode == 1 and message in r.stderr and "Traceback" not in r.stderr, (given, r.stderr)
+        assert file_bytes(db_path) == seeded
