@@ -319,7 +319,7 @@ IMBALANCE_HEADERS = [
     "kind",
     "category",
     "calls",
-    "mean_ns",
+    "mean_per_rank_ns",
     "max_ns",
     "min_ns",
     "imbalance",
@@ -592,7 +592,7 @@ HOTSPOT_HEADERS = [
     "total_ns",
     "share_pct",
     "calls",
-    "mean_ns",
+    "mean_per_call_ns",
     "ranks",
     "rank_min_ns",
     "rank_max_ns",
@@ -642,7 +642,7 @@ def hotspots(
             f"top: {rows[0][0]} ({rows[0][4]:.1f}%)"
         )
     notes.append(
-        f"share_pct: of all {'/'.join(kinds)} time in the run; mean_ns: per call; "
+        f"share_pct: of all {'/'.join(kinds)} time in the run; "
         "rank_*: T_r over ranks (0 where absent)"
     )
     return Result(list(HOTSPOT_HEADERS), rows, headline, notes)
@@ -655,7 +655,7 @@ def hotspots(
 STEP_HEADERS = [
     "step",
     "ranks",
-    "mean_ns",
+    "mean_per_rank_ns",
     "max_ns",
     "min_ns",
     "imbalance",
