@@ -3,7 +3,8 @@
 table: aligned columns for people; ``*_ns`` columns shown in readable units (us/ms/s) under a header
 without the suffix; on a terminal it fits the terminal's width (names shortened readably, see
 ``store/names.py``, columns left out when it is very narrow), in a file or a pipe or with ``--wide``
-it carries every column and the full names. csv / json / jsonl: raw values (integer ns) for programs, streamed row by row.
+it carries every column and the full names. csv / json / jsonl: raw values (integer ns, full names) for
+programs, streamed row by row.
 Data goes to stdout; notes go to stderr, so ``profdb ... --format csv > x.csv`` stays clean."""
 
 from __future__ import annotations

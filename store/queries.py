@@ -63,6 +63,19 @@ class Result:
     #: further lines for the reader (stderr): choices made, missing data
     notes: list[str] = field(default_factory=list)
 
+    def records(self) -> list[dict[str, Any]]:
+        """The rows as dicts keyed by header (what ``--format json`` prints)."""
+        return [dict(zip(self.headers, row)) for row in self.rows]
+
+    def to_pandas(self) -> Any:
+        """The rows as a pandas DataFrame, columns named and valued as in ``--format csv`` (needs the
+        optional extra: ``pip install 'profdb[pandas]'``)."""
+        try:
+            import pandas
+        except ImportError as e:
+            raise ImportError("Result.to_pandas() needs pandas: pip install 'profdb[pandas]'") from e
+        return pandas.DataFrame.from_records(self.rows, columns=self.headers)
+
 
 # ---------------------------------------------------------------------------------------------
 # kinds, name filter
