@@ -28,6 +28,7 @@ COMMANDS = {
     "merge": "transfer:merge_command",
     "env": "record:env_command",
     "record": "record:record_command",
+    "browse": "browse:browse_command",
 }
 
 
