@@ -21,7 +21,7 @@ def browse_command(db: str | None, host: str, port: int) -> None:
     file first). Needs Datasette: pip install 'profdb[browse]'.
 
     \b
-      profdb browse --db example.db        # then open http://127.0.0.1:8001/
+      profdb browse                        # the store ./profdb.db; then open http://127.0.0.1:8001/
     """
     path = sqlite_path(resolve_url(db))
     if path is None:

@@ -69,8 +69,8 @@ def record_command(
 ) -> None:
     """Run CMD for this rank with its outputs in OUTPUT/rank%04d/ and a rank manifest.
 
-    Put the launcher outside and the profiler inside (torchrun: --no-python, as profdb is a program,
-    and `--` before it, as torchrun's parser would take its --run):
+    Put the launcher outside and the profiler inside. Under torchrun, pass --no-python (this is a
+    program, not a Python script) and `--` (torchrun's parser would take --run for its own):
 
     \b
       torchrun --nproc_per_node=8 --no-python -- profdb record -o out -- \
