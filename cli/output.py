@@ -57,8 +57,9 @@ DROP_ORDER = (
     "kind",
     "max",
     "rank_max",
-    "fastest_vs_mean",
     "communication_vs_mean",
+    "top_name_excess",
+    "ranks",
 )
 AUTO = "auto"
 #: on a terminal, other text columns (a run's command, its metadata) are cut at this width

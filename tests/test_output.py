@@ -16,6 +16,7 @@ import pytest
 
 from profdb.cli.output import render, table_lines
 from profdb.store.names import shorten_all
+from profdb.store.units import fmt_ns
 from test_names import real_names
 
 PROFDB = Path(sys.executable).parent / "profdb"
@@ -58,6 +59,28 @@ def test_no_width_or_machine_formats_carry_full_names(data: Path) -> None:
     buf = io.StringIO()
     render(headers, rows, "table", out=buf)
     assert max(map(len, buf.getvalue().splitlines())) > max(map(len, names))
+
+
+def test_one_duration_rule() -> None:
+    """3 significant digits in the largest unit that keeps the number >= 1, for sentences, tables and the
+    report alike; rounding up to 1000 moves to the next unit."""
+    cases = {0: "0 ns", 999: "999 ns", 1000: "1.00 us", 1234: "1.23 us", 999_499: "999 us", 999_500: "1.00 ms",
+             1_234_567: "1.23 ms", 12_345_678: "12.3 ms", 123_456_789: "123 ms", 999_600_000: "1.00 s",
+             3_200_000_000_000: "3200 s", -1500: "-1.50 us", None: "", "n/a": "n/a"}
+    assert {v: fmt_ns(v) for v in cases} == cases
+    lines = table_lines(["name", "total_ns"], [("a", 1_234_567)], None)
+    assert lines[2].split()[-2:] == ["1.23", "ms"] and "1.23 ms" == fmt_ns(1_234_567)
+
+
+def test_group_table_fits_80(data: Path) -> None:
+    """The --by host table (no name column but top_name) fits 80 columns too."""
+    headers = ["hostname", "ranks", "compute_ns", "compute_vs_mean", "communication_ns", "communication_vs_mean",
+               "slowest_rank", "top_name", "top_name_excess_ns"]
+    names = real_names(data)["deepseek"][:4]
+    rows = [(f"node{i:02d}", 8, 19_900_000, 1.328, 15_200_000, 0.756, 5, n, 3_990_000) for i, n in enumerate(names)]
+    lines = table_lines(headers, rows, 80)
+    assert max(map(len, lines)) <= 80 and lines[0].split()[:3] == ["hostname", "compute", "compute_vs_mean"]
+    assert "top_name" in lines[0]
 
 
 def on_terminal(args: list[str], columns: int, cwd: Path) -> tuple[str, str, int]:
