@@ -126,9 +126,8 @@ def ingest_command(
         click.echo("rows: " + ", ".join(f"{k} {v:,}" for k, v in sorted(report.rows_by_kind.items())))
     hosts = sorted({h for _, h, _ in report.ranks if h})
     world = f" of world size {report.world_size}" if report.world_size else ""
-    click.echo(
-        f"ranks: {len(report.ranks)}{world}" + (f" on {len(hosts)} hosts ({', '.join(hosts[:8])})" if hosts else "")
-    )
+    on = f" on {len(hosts)} host{'s' if len(hosts) > 1 else ''} ({', '.join(hosts[:8])})" if hosts else ""
+    click.echo(f"ranks: {len(report.ranks)}{world}{on}")
     if report.missing_ranks:
         click.echo(f"missing ranks: {len(report.missing_ranks)} ({identity.rank_ranges(report.missing_ranks)})")
     if report.ended_badly:

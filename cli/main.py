@@ -38,6 +38,7 @@ COMMANDS = {
     "merge": "transfer:merge_command",
     "env": "record:env_command",
     "record": "record:record_command",
+    "browse": "browse:browse_command",
 }
 
 

@@ -15,6 +15,8 @@ from sqlalchemy import Connection
 from profdb.store import classify
 from profdb.store.db import open_db, resolve_url, sqlite_path
 
+from .output import WIDE_KEY
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 FORMATS = ("table", "csv", "json", "jsonl")
@@ -24,14 +26,27 @@ KIND_HELP = "Activity kind(s), comma-separated"
 RUN_HELP = "Run name (or id); default: the most recent run."
 
 
+def _set_wide(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.find_root().meta[WIDE_KEY] = True
+
+
 def output_options(f: F) -> F:
+    """``--format`` and ``--wide`` (tables only; read by output.render, not passed to the command)."""
+    f = click.option(
+        "--wide",
+        is_flag=True,
+        expose_value=False,
+        callback=_set_wide,
+        help="Tables: every column and full names, however wide (the default on a terminal fits its width).",
+    )(f)
     return click.option(
         "--format",
         "fmt",
         type=click.Choice(FORMATS),
         default="table",
         show_default=True,
-        help="Output format: aligned table with readable units, or raw values as csv / json / jsonl.",
+        help="Output format: aligned table with readable units, or raw values (full names) as csv / json / jsonl.",
     )(f)
 
 

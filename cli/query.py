@@ -140,7 +140,10 @@ def query_cmd(run: str | None, db: str | None, fmt: str, **params: Any) -> None:
 @output_options
 def sql_cmd(statement: str, write: bool, max_rows: int, db: str | None, fmt: str) -> None:
     """Run any SQL against the store; the views (imbalance_v, hotspot_v, rank_total_v, step_v...)
-    need no joins. Example: profdb sql "select * from imbalance_v order by recoverable_ns desc limit 5"
+    need no joins.
+
+    \b
+      profdb sql "select * from imbalance_v order by recoverable_ns desc limit 5"
     """
     conn = connect(db, write=write)  # read-only by construction (db.open_readonly), not rolled back
     result = queries.run_sql(conn, statement, max_rows=max_rows)

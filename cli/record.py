@@ -69,9 +69,13 @@ def record_command(
 ) -> None:
     """Run CMD for this rank with its outputs in OUTPUT/rank%04d/ and a rank manifest.
 
-    Put the launcher outside and the profiler inside:
+    Put the launcher outside and the profiler inside. Under torchrun, pass --no-python (this is a
+    program, not a Python script) and `--` (torchrun's parser would take --run for its own):
 
-      torchrun --nproc_per_node=8 profdb record -o out -- rocprofv3 --kernel-trace -d {rank_dir} -- python train.py
+    \b
+      torchrun --nproc_per_node=8 --no-python -- profdb record -o out -- \
+          rocprofv3 --kernel-trace -d {rank_dir} -- python train.py
+      mpirun -np 16 profdb record -o out -- rocprofv3 --kernel-trace -d {rank_dir} -- ./app
 
     Placeholders in CMD: {rank_dir} {rank} {local_rank} {world_size} {node_rank} {hostname}.
     The command sees PROFDB_RANK_DIR (and PROFDB_RANK, ...) and ROCPROF_OUTPUT_PATH set to the

@@ -41,7 +41,7 @@ def report_command(run: str | None, out: Path, kind: str | None, top: int, db: s
 
 
 @click.command("plot")
-@click.option("--imbalance", "imbalance", is_flag=True, required=True, help="The rank x name imbalance heatmap.")
+@click.option("--imbalance", "imbalance", is_flag=True, help="The rank x name imbalance heatmap.")
 @run_option()
 @output_file("heatmap.png", "Image to write: .png, .svg or .pdf.")
 @kind_option()
@@ -50,6 +50,8 @@ def report_command(run: str | None, out: Path, kind: str | None, top: int, db: s
 def plot_command(imbalance: bool, run: str | None, out: Path, kind: str | None, top: int, db: str | None) -> None:
     """Draw a chart alone: --imbalance, each name's time per rank / its mean over ranks (a straggler
     is a hot column). Needs matplotlib: pip install 'profdb[report]'."""
+    if not imbalance:  # a flag: "Missing option" would read as if it took a value
+        raise click.UsageError("choose the chart to draw: --imbalance (the rank x name heatmap)")
     hm = report.plot_heatmap(connect(db), out, run, kind, top)
     straggler = f"; straggler: rank {hm.straggler}" if hm.straggler is not None else ""
     click.echo(f"wrote {out} (run {hm.run}, {len(hm.names)} names x {len(hm.ranks)} ranks{straggler})")

@@ -96,10 +96,14 @@ def load_target(db: str | None, keep_on_error: Callable[[], bool] = lambda: Fals
 
 
 def migrations_dir() -> str:
-    spec = importlib.util.find_spec("profdb.migrations")
-    if spec is None or not spec.submodule_search_locations:
-        raise StoreError("profdb's migrations are not installed; reinstall profdb (pip install .)")
-    return str(list(spec.submodule_search_locations)[0])
+    """The migrations folder, found next to this package: ``profdb/migrations`` of an installed wheel,
+    or ``alembic/`` of the checkout in an editable install (there setuptools' import hook cannot serve
+    ``profdb.migrations``, a folder without ``__init__.py``, below the regular package ``profdb``, api/)."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "migrations", here.parent / "alembic"):
+        if (candidate / "env.py").is_file() and (candidate / "versions").is_dir():
+            return str(candidate)
+    raise StoreError("profdb's migrations are not installed; reinstall profdb (pip install .)")
 
 
 def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:

@@ -65,6 +65,19 @@ class Result:
     #: further lines for the reader (stderr): choices made, missing data
     notes: list[str] = field(default_factory=list)
 
+    def records(self) -> list[dict[str, Any]]:
+        """The rows as dicts keyed by header (what ``--format json`` prints)."""
+        return [dict(zip(self.headers, row)) for row in self.rows]
+
+    def to_pandas(self) -> Any:
+        """The rows as a pandas DataFrame, columns named and valued as in ``--format csv`` (needs the
+        optional extra: ``pip install 'profdb[pandas]'``)."""
+        try:
+            import pandas
+        except ImportError as e:
+            raise ImportError("Result.to_pandas() needs pandas: pip install 'profdb[pandas]'") from e
+        return pandas.DataFrame.from_records(self.rows, columns=self.headers)
+
 
 # ---------------------------------------------------------------------------------------------
 # kinds, name filter
@@ -333,7 +346,7 @@ IMBALANCE_HEADERS = [
     "kind",
     "category",
     "calls",
-    "mean_ns",
+    "mean_per_rank_ns",
     "max_ns",
     "min_ns",
     "imbalance",
@@ -606,7 +619,7 @@ HOTSPOT_HEADERS = [
     "total_ns",
     "share_pct",
     "calls",
-    "mean_ns",
+    "mean_per_call_ns",
     "ranks",
     "rank_min_ns",
     "rank_max_ns",
@@ -656,7 +669,7 @@ def hotspots(
             f"top: {rows[0][0]} ({rows[0][4]:.1f}%)"
         )
     notes.append(
-        f"share_pct: of all {'/'.join(kinds)} time in the run; mean_ns: per call; "
+        f"share_pct: of all {'/'.join(kinds)} time in the run; "
         "rank_*: T_r over ranks (0 where absent)"
     )
     return Result(list(HOTSPOT_HEADERS), rows, headline, notes)
@@ -669,7 +682,7 @@ def hotspots(
 STEP_HEADERS = [
     "step",
     "ranks",
-    "mean_ns",
+    "mean_per_rank_ns",
     "max_ns",
     "min_ns",
     "imbalance",

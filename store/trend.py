@@ -29,7 +29,7 @@ class TrendRow(NamedTuple):
     ranks: int
     calls: int
     total_ns: int
-    mean_ns: int | None
+    mean_per_rank_ns: int | None
     max_ns: int
     imbalance: float | None
     straggler_rank: int | None
@@ -138,13 +138,13 @@ def trend(
     if pattern and not any(calls.values()):
         notes.append(f"no {'/'.join(kinds)} names match {name_like!r} in these runs")
     headline = None
-    valid = [row for row in rows if row.mean_ns]
+    valid = [row for row in rows if row.mean_per_rank_ns]
     if len(valid) >= 2:
         a, b = valid[0], valid[-1]
-        assert a.mean_ns and b.mean_ns
+        assert a.mean_per_rank_ns and b.mean_per_rank_ns
         headline = (
-            f"{what}: {fmt_ns(a.mean_ns)} per rank in {a.run!r} -> {fmt_ns(b.mean_ns)} in {b.run!r} "
-            f"({(b.mean_ns / a.mean_ns - 1) * 100:+.1f}% over {len(valid)} runs)"
+            f"{what}: {fmt_ns(a.mean_per_rank_ns)} per rank in {a.run!r} -> {fmt_ns(b.mean_per_rank_ns)} in {b.run!r} "
+            f"({(b.mean_per_rank_ns / a.mean_per_rank_ns - 1) * 100:+.1f}% over {len(valid)} runs)"
         )
         worst = max(valid[1:], key=lambda row: row.vs_prev or 0.0)
         if worst.vs_prev and worst.vs_prev > 1:

@@ -203,7 +203,7 @@ def test_trend_shows_the_series(store: Path) -> None:
         store,
         "select sum(total_ns) from summary_v where run = 'allslow' and name like 'void gemm%'",
     )[0][0]
-    assert allslow["total_ns"] == total and allslow["mean_ns"] == round(total / 8)
+    assert allslow["total_ns"] == total and allslow["mean_per_rank_ns"] == round(total / 8)
     r = invoke("trend", "--db", store, "--last", "3")
     assert r.exit_code == 0 and len(r.stdout.strip().splitlines()) == 2 + 3
     assert "largest step up: 'allslow'" in r.stderr

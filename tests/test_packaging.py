@@ -42,6 +42,18 @@ def test_wheel_installs_into_fresh_venv(tmp_path: Path, data: Path) -> None:
         cwd=tmp_path, env=env, capture_output=True, text=True, check=True,
     )
     assert str(env_dir) in where.stdout
+    # the Python API: import profdb; profdb.connect(...) answers a question (pandas is optional: not installed)
+    api = subprocess.run(
+        [str(py), "-c", "import profdb; r = profdb.connect('x.db').imbalance(); print(r.headers[0], len(r.rows))"],
+        cwd=tmp_path, env=env, capture_output=True, text=True,
+    )
+    assert api.returncode == 0, api.stderr
+    assert api.stdout.startswith("name ") and int(api.stdout.split()[1]) > 0
+    no_pandas = subprocess.run(
+        [str(py), "-c", "import profdb; profdb.connect('x.db').runs().to_pandas()"],
+        cwd=tmp_path, env=env, capture_output=True, text=True,
+    )
+    assert no_pandas.returncode != 0 and "pip install 'profdb[pandas]'" in no_pandas.stderr
     # nothing generic lands in site-packages
     site = next(env_dir.glob("lib/python*/site-packages"))
     assert not (site / "store").exists() and not (site / "cli").exists()
@@ -49,8 +61,11 @@ def test_wheel_installs_into_fresh_venv(tmp_path: Path, data: Path) -> None:
 
 
 def test_editable_install_points_at_this_checkout() -> None:
+    import profdb
     import profdb.cli.main
     import profdb.store
+
+    assert Path(profdb.__file__ or "").resolve() == ROOT / "api" / "__init__.py"
 
     assert Path(profdb.store.__file__).resolve().parent == ROOT / "store"
     assert Path(profdb.cli.main.__file__).resolve().parent == ROOT / "cli"

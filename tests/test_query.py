@@ -70,7 +70,7 @@ def test_torchrun4_imbalance_names_rank2(torchrun4: Path, run_cli: Invoke) -> No
         )
         assert max(per_rank, key=lambda g: per_rank[g]) == 2
         assert int(row["max_ns"]) == per_rank[2]
-        assert int(row["mean_ns"]) == sum(per_rank.values()) // 4
+        assert int(row["mean_per_rank_ns"]) == sum(per_rank.values()) // 4
     # communication: reported apart, after the compute rows, inverted (the suspect waits least)
     comm = [x for x in rows if x["category"] == "communication"]
     assert [x["name"] for x in comm] == ["gloo:all_reduce"]
@@ -137,7 +137,7 @@ def test_generated_run_names_rank_kernel_and_host(tmp_path: Path, db_path: Path,
     # the metrics, recomputed from what the generator wrote (zeros nowhere: every rank runs GEMM)
     t = [gen.totals[(g, GEMM)][1] for g in range(8)]
     mean = sum(t) // 8
-    assert (top["mean_ns"], top["max_ns"], top["min_ns"]) == (mean, max(t), min(t))
+    assert (top["mean_per_rank_ns"], top["max_ns"], top["min_ns"]) == (mean, max(t), min(t))
     assert top["imbalance"] == pytest.approx(max(t) / (sum(t) / 8))
     assert top["recoverable_ns"] == max(t) - mean
     m = sum(t) / 8
@@ -190,7 +190,7 @@ def test_generated_steps_hotspots_and_memory(tmp_path: Path, db_path: Path, run_
     for s in steps:
         d = [gen.step_ns[(g, s["step"])] for g in range(8)]
         sp = spread(d)
-        assert (s["ranks"], s["mean_ns"], s["max_ns"], s["min_ns"]) == (8, sp.mean, sp.max, sp.min)
+        assert (s["ranks"], s["mean_per_rank_ns"], s["max_ns"], s["min_ns"]) == (8, sp.mean, sp.max, sp.min)
         assert s["slowest_rank"] == sp.argmax and s["fastest_rank"] == sp.argmin
     assert r.stderr.startswith("steps are balanced across ranks")  # synchronous steps: everyone waits
 
@@ -208,7 +208,7 @@ def test_generated_steps_hotspots_and_memory(tmp_path: Path, db_path: Path, run_
     calls = sum(gen.totals[(g, ATTN)][0] for g in range(8))
     total = sum(gen.totals[(g, ATTN)][1] for g in range(8))
     all_kernels = sum(v[1] for (g, n), v in gen.totals.items() if n != "Memcpy HtoD (Pageable -> Device)")
-    assert (hot["name"], hot["calls"], hot["total_ns"], hot["mean_ns"], hot["ranks"]) == (ATTN, calls, total, total // calls, 8)
+    assert (hot["name"], hot["calls"], hot["total_ns"], hot["mean_per_call_ns"], hot["ranks"]) == (ATTN, calls, total, total // calls, 8)
     assert hot["share_pct"] == pytest.approx(100 * total / all_kernels)
 
 
@@ -253,13 +253,13 @@ def test_absent_ranks_count_as_zero_and_are_listed(hand: Path, run_cli: Invoke) 
     r = run_cli("query", "--imbalance", "--db", hand, "--top", "0", "--format", "json")
     rows = {x["name"]: x for x in json.loads(r.stdout)}
     x = rows["only_on_01"]
-    assert (x["mean_ns"], x["max_ns"], x["min_ns"], x["recoverable_ns"]) == (30, 70, 0, 40)
+    assert (x["mean_per_rank_ns"], x["max_ns"], x["min_ns"], x["recoverable_ns"]) == (30, 70, 0, 40)
     assert x["imbalance"] == pytest.approx(70 / 30)
     assert x["missing_ranks"] == "2,3"
     assert (x["fastest_rank"], x["fastest_host"], x["fastest_local_rank"]) == (2, "h1", 0)  # ties: lowest rank
     assert (x["slowest_rank"], x["slowest_host"], x["slowest_local_rank"]) == (1, "h0", 1)
     g = rows["gemm"]
-    assert (g["calls"], g["mean_ns"], g["max_ns"], g["min_ns"], g["slowest_rank"]) == (5, 225, 300, 200, 1)
+    assert (g["calls"], g["mean_per_rank_ns"], g["max_ns"], g["min_ns"], g["slowest_rank"]) == (5, 225, 300, 200, 1)
     assert g["fastest_rank"] == 0  # 200 ns on ranks 0 (in 2 calls), 2 and 3: ties go to the lowest rank
     assert g["cv"] == pytest.approx(math.sqrt(((200 - 225) ** 2 * 3 + 75**2) / 4) / 225)
     comm = rows["ncclDevKernel_AllReduce_Sum_f32_RING_LL"]
