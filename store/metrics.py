@@ -68,3 +68,21 @@ def spread(values: Sequence[int]) -> Spread:
 def ratio(value: int | float, mean: int | float) -> float | None:
     """value / mean, or None when the mean is 0 (used for "x the mean" columns)."""
     return value / mean if mean else None
+
+
+def p_at_least(k: int, probs: Sequence[float]) -> float:
+    """P(K >= k) where K counts successes of independent trials with success probabilities ``probs``
+    (Poisson-binomial; the binomial when all are equal). Exact, by dynamic programming over trials.
+
+    Used for "is one rank last at a collective more often than chance": trial i is instance i, its
+    probability 1/(participants of i) under "last arrivals spread evenly"."""
+    if k <= 0:
+        return 1.0
+    dist = [1.0]  # dist[j] = P(j successes so far)
+    for p in probs:
+        nxt = [0.0] * (len(dist) + 1)
+        for j, q in enumerate(dist):
+            nxt[j] += q * (1 - p)
+            nxt[j + 1] += q * p
+        dist = nxt
+    return min(1.0, max(0.0, sum(dist[k:])))

@@ -1,0 +1,588 @@
+"""Collectives on the timeline: who arrived last, who waited, on which clock.
+
+Pure functions over typed records (no database): phase 2 feeds them from the store, tests from the
+readers. Three stages, each usable alone:
+
+1. ``summarize_rank(rank, activities, time_base_ns)`` -> ``RankTimeline``: one pass over one rank's
+   activity. Finds its collective calls (see FAMILIES), numbers the k-th call of each (process group,
+   collective) ``seq``, and measures per call the work done since the previous call ended
+   (``busy_before_ns`` in ``window_ns``); also the rank's busy time (interval union, per device or
+   thread, never a sum over streams), exposed communication and its ``ProfilerStep#N`` ranges.
+   Everything here is in the rank's own clock, so it can be computed at ingest, rank by rank.
+2. ``match_instances`` + ``estimate_offsets``: the k-th call of one collective in one group is matched
+   across ranks (an *instance*). Ranks on one host share a clock; each other host gets one offset,
+   estimated from the instants at which blocking collectives complete (every participant leaves
+   within microseconds), with a residual that bounds its error.
+3. ``attribute``: per instance the arrival skew, the last rank (ties are ties) and each rank's wait;
+   per rank and per step the times entered last, the wait caused to the others and the wait suffered.
+
+Definitions (ns; a_{i,r} = arrival of rank r at instance i on the common clock, i.e. its call's start
+minus its host's offset; L_i = the last rank, when unique):
+
+- skew_i = max_r a_{i,r} - min_r a_{i,r}
+- wait_{i,r} = a_{i,L_i} - a_{i,r} (time rank r waited in instance i for the last rank)
+- wait caused by rank c = sum over the instances where c is last of sum_r wait_{i,r}
+- wait suffered by rank r = sum_i wait_{i,r}
+- busy = union of the rank's non-communication work (device kernels/copies if it has any, else CPU ops)
+- idle = span - busy (span: first to last activity of the rank)
+- exposed communication = union(communication) minus the part overlapped by busy
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from .classify import category as _category
+from .intervals import Coverage, union_length
+from .records import Activity
+
+#: Call families, best first: where a collective's arrival is observed. A device kernel starts when
+#: the device reaches the collective; a CPU-side annotation or c10d op when the host does.
+FAMILIES = ("kernel", "annotation", "api", "cpu_op")
+
+_KERNEL = re.compile(r"^(?:nccl|rccl)(?:Dev)?(?:Kernel)?_?([A-Za-z]+)", re.IGNORECASE)
+_ANNOTATION = re.compile(r"^(?:nccl|gloo|ucc|mpi):(.+)$", re.IGNORECASE)
+_API = re.compile(r"^(?:nccl|rccl)([A-Z][A-Za-z]+)$")
+_C10D = re.compile(r"^c10d::(.+?)_?$")
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+#: API calls that are not collectives (communicator setup, groups, queries)
+_NOT_COLLECTIVE = {"commcount", "commuserrank", "commcudevice", "comminitrank", "comminitall", "commdestroy",
+                   "commabort", "commfinalize", "commsplit", "groupstart", "groupend", "getuniqueid",
+                   "getversion", "geterrorstring", "getlasterror", "commgetasyncerror", "meminit", "memalloc",
+                   "memfree", "redopcreatepremulsum", "redopdestroy", "commregister", "commderegister"}
+_DTYPE_BYTES = {"float": 4, "float32": 4, "int": 4, "int32": 4, "double": 8, "float64": 8, "long": 8, "int64": 8,
+                "half": 2, "float16": 2, "bfloat16": 2, "byte": 1, "char": 1, "int8": 1, "uint8": 1, "bool": 1}
+
+
+
+class RankIdentity(NamedTuple):
+    """Where a rank ran: the host whose clock it uses, and its slot on that host."""
+
+    host: str
+    local_rank: int | None = None
+
+
+class CollectiveCall(NamedTuple):
+    """One rank's call of one collective. Times in ns on the rank's own clock (time base added)."""
+
+    rank: int
+    family: str
+    group: str
+    name: str
+    #: the k-th call (0-based) of (family, group, name) on this rank
+    seq: int
+    start_ns: int
+    end_ns: int
+    #: message size in bytes where the profiler says (elements x dtype size), else None
+    bytes: int | None
+    #: work (see ``RankTimeline.work_domain``) done in the window before this call: from the end of
+    #: the rank's previous call of the same family (or its first activity) to this call's start
+    busy_before_ns: int
+    window_ns: int
+
+
+class Step(NamedTuple):
+    number: int
+    start_ns: int
+    end_ns: int
+
+
+@dataclass(frozen=True)
+class RankTimeline:
+    """What the cross-rank analysis needs of one rank, computed in one pass over its activity."""
+
+    rank: int
+    calls: Mapping[str, tuple[CollectiveCall, ...]]
+    steps: tuple[Step, ...]
+    first_ns: int
+    last_ns: int
+    #: "device" when the rank has device work (kernels, copies), else "cpu" (CPU ops), "" for none
+    work_domain: str
+    busy_ns: int
+    comm_ns: int
+    exposed_comm_ns: int
+
+    @property
+    def span_ns(self) -> int:
+        return max(self.last_ns - self.first_ns, 0)
+
+    @property
+    def idle_ns(self) -> int:
+        return max(self.span_ns - self.busy_ns, 0)
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def _args(text: str | None) -> dict[str, object]:
+    if not text:
+        return {}
+    try:
+        v = json.loads(text)
+    except ValueError:
+        return {}
+    return v if isinstance(v, dict) else {}
+
+
+def _bytes(args: Mapping[str, object]) -> int | None:
+    n = args.get("In msg nelems")
+    dtype = args.get("dtype")
+    if isinstance(n, int) and isinstance(dtype, str) and dtype.lower() in _DTYPE_BYTES:
+        return n * _DTYPE_BYTES[dtype.lower()]
+    b = args.get("bytes")
+    return b if isinstance(b, int) else None
+
+
+def collective_of(a: Activity) -> tuple[str, str, str, int | None] | None:
+    """(family, process group, collective, bytes) if ``a`` is a collective call, else None.
+
+    Device kernels ``nccl*``/``rccl*`` (name from the "Collective name" arg where present, else from
+    the kernel name: ``ncclKernel_AllReduce_RING_LL_Sum_float`` -> ``allreduce``); annotations
+    ``nccl:*``/``gloo:*``; RCCL/NCCL API calls (rocprofv3 ``ncclAllReduce``); c10d ops
+    (``c10d::allreduce_``). ``record_param_comms`` is not a call of its own (it sits inside the c10d op)."""
+    kind = a.kind
+    if kind == "kernel":
+        m = _KERNEL.match(a.name)
+        if not m:
+            return None
+        args = _args(a.args)
+        coll = args.get("Collective name")
+        group = args.get("Process Group Name")
+        return ("kernel", str(group) if group is not None else "", _norm(str(coll) if coll else m.group(1)), _bytes(args))
+    if kind == "annotation":
+        m = _ANNOTATION.match(a.name)
+        if not m:
+            return None
+        args = _args(a.args)
+        group = args.get("Process Group Name")
+        return ("annotation", str(group) if group is not None else "", _norm(m.group(1)), _bytes(args))
+    if kind == "api":
+        m = _API.match(a.name)
+        if not m or _norm(m.group(1)) in _NOT_COLLECTIVE:
+            return None
+        return ("api", "", _norm(m.group(1)), None)
+    if kind == "cpu_op":
+        m = _C10D.match(a.name)
+        if not m:
+            return None
+        return ("cpu_op", "", _norm(m.group(1)), None)
+    return None
+
+
+def summarize_rank(rank: int, activities: Iterable[Activity], time_base_ns: int = 0) -> RankTimeline:
+    """One pass over one rank's activity (any order): its collective calls, steps and busy time."""
+    raw: dict[str, list[tuple[int, int, str, str, int | None]]] = {f: [] for f in FAMILIES}
+    device_work: list[tuple[int, int]] = []
+    cpu_work: list[tuple[int, int]] = []
+    device_comm: list[tuple[int, int]] = []
+    host_comm: list[tuple[int, int]] = []
+    steps: dict[int, tuple[int, int]] = {}
+    first = last = None
+    for a in activities:
+        start = a.start_ns + time_base_ns
+        end = start + max(a.duration_ns, 0)
+        first = start if first is None or start < first else first
+        last = end if last is None or end > last else last
+        kind = a.kind
+        if kind == "annotation":
+            m = _STEP.match(a.name)
+            if m:
+                steps[int(m.group(1))] = (start, end)
+        found = collective_of(a)
+        if found is not None:
+            family, group, coll, nbytes = found
+            raw[family].append((start, end, group, coll, nbytes))
+        cat = a.category or _category(kind, a.name)
+        if kind in ("kernel", "memcpy", "memset"):
+            (device_comm if cat == "communication" else device_work).append((start, end))
+        elif kind == "cpu_op":
+            (host_comm if cat == "communication" else cpu_work).append((start, end))
+        elif kind in ("annotation", "api") and found is not None:
+            host_comm.append((start, end))
+    if device_work or device_comm:
+        domain, work, comm = "device", Coverage(device_work), device_comm
+    elif cpu_work or host_comm:
+        domain, work, comm = "cpu", Coverage(cpu_work), host_comm
+    else:
+        domain, work, comm = "", Coverage(()), []
+    comm_union = union_length(comm)
+    exposed = union_length([*comm, *zip(work.starts, work.ends)]) - work.total if comm else 0
+    first_ns = first if first is not None else 0
+    calls: dict[str, tuple[CollectiveCall, ...]] = {}
+    for family, items in raw.items():
+        if not items:
+            continue
+        items.sort(key=lambda x: (x[0], x[1]))
+        seqs: dict[tuple[str, str], int] = {}
+        prev_end = first_ns
+        out = []
+        for start, end, group, coll, nbytes in items:
+            k = seqs.get((group, coll), 0)
+            seqs[(group, coll)] = k + 1
+            lo = min(prev_end, start)
+            out.append(CollectiveCall(rank, family, group, coll, k, start, end, nbytes, work.within(lo, start), start - lo))
+            prev_end = max(prev_end, end)
+        calls[family] = tuple(out)
+    return RankTimeline(
+        rank=rank,
+        calls=calls,
+        steps=tuple(Step(n, s, e) for n, (s, e) in sorted(steps.items())),
+        first_ns=first_ns,
+        last_ns=last if last is not None else 0,
+        work_domain=domain,
+        busy_ns=work.total,
+        comm_ns=comm_union,
+        exposed_comm_ns=exposed,
+    )
+
+
+@dataclass(frozen=True)
+class Instance:
+    """The k-th call of one collective in one group, matched across the ranks that made it."""
+
+    group: str
+    name: str
+    seq: int
+    #: one call per participating rank, in rank order
+    calls: tuple[CollectiveCall, ...]
+
+    @property
+    def bytes(self) -> int | None:
+        sizes = [c.bytes for c in self.calls if c.bytes is not None]
+        return max(sizes) if sizes else None
+
+
+@dataclass(frozen=True)
+class Matching:
+    family: str
+    instances: tuple[Instance, ...]
+    #: ranks whose calls were used
+    ranks: tuple[int, ...]
+    notes: tuple[str, ...] = ()
+
+
+def choose_family(timelines: Sequence[RankTimeline]) -> tuple[str, tuple[int, ...]]:
+    """The best call family (FAMILIES order) that every rank has; else the one most ranks have
+    ("" when fewer than two ranks have any calls)."""
+    best = ("", ())  # type: tuple[str, tuple[int, ...]]
+    for family in FAMILIES:
+        ranks = tuple(t.rank for t in timelines if t.calls.get(family))
+        if len(ranks) == len(timelines) and len(ranks) >= 2:
+            return family, ranks
+        if len(ranks) >= 2 and len(ranks) > len(best[1]):
+            best = (family, ranks)
+    return best
+
+
+def match_instances(timelines: Sequence[RankTimeline], family: str | None = None) -> Matching:
+    """Match the k-th call of each (group, collective) across ranks. Ranks with fewer calls of a
+    collective than others (a truncated profile, different profiling windows) take part in the
+    instances they have; what could not be matched is said in ``notes``."""
+    notes: list[str] = []
+    if family is None:
+        family, ranks = choose_family(timelines)
+    else:
+        ranks = tuple(t.rank for t in timelines if t.calls.get(family))
+    if not family:
+        with_calls = [t.rank for t in timelines if any(t.calls.values())]
+        if len(timelines) < 2:
+            notes.append("a single rank: no cross-rank comparison is possible")
+        elif not with_calls:
+            notes.append("no collective calls on any rank (no NCCL/RCCL/gloo kernels, annotations, API calls or c10d ops)")
+        else:
+            notes.append(f"collective calls on rank {with_calls[0]} only: nothing to match them with")
+        return Matching("", (), (), tuple(notes))
+    missing = [t.rank for t in timelines if t.rank not in ranks]
+    if missing:
+        notes.append(f"no {family} collective calls on rank(s) {_ranges(missing)}: left out of the collective timeline")
+    by_key: dict[tuple[str, str], dict[int, list[CollectiveCall]]] = {}
+    for t in timelines:
+        for c in t.calls.get(family, ()):
+            by_key.setdefault((c.group, c.name), {}).setdefault(t.rank, []).append(c)
+    instances: list[Instance] = []
+    for (group, name), per_rank in sorted(by_key.items()):
+        label = f"{name}" + (f" (group {group})" if group else "")
+        if len(per_rank) < 2:
+            (only,) = per_rank
+            notes.append(f"{label}: called on rank {only} only ({len(per_rank[only])} calls), not matched")
+            continue
+        counts = {r: len(v) for r, v in per_rank.items()}
+        if len(set(counts.values())) > 1:
+            lo, hi = min(counts.values()), max(counts.values())
+            notes.append(
+                f"{label}: ranks made {lo}-{hi} calls (" + ", ".join(f"rank {r}: {n}" for r, n in sorted(counts.items()))
+                + f"); matched in call order, the first {lo} on all of them, later calls on the ranks that have them"
+            )
+        for k in range(max(counts.values())):
+            calls = tuple(v[k] for _, v in sorted(per_rank.items()) if k < len(v))
+            if len(calls) >= 2:
+                instances.append(Instance(group, name, k, calls))
+    instances.sort(key=lambda i: min(c.start_ns for c in i.calls))
+    return Matching(family, tuple(instances), ranks, tuple(notes))
+
+
+def _ranges(ranks: Sequence[int]) -> str:
+    return ", ".join(str(r) for r in sorted(ranks))
+
+
+class ClockOffset(NamedTuple):
+    """A host's clock minus the reference host's clock, and how well it is known."""
+
+    host: str
+    offset_ns: int
+    #: the largest deviation of one instance's estimate from ``offset_ns`` (after rejecting outliers):
+    #: a bound on the offset's error, 0 for the reference host
+    error_ns: int
+    #: blocking collectives the estimate rests on (0 for the reference host)
+    samples: int
+
+
+@dataclass(frozen=True)
+class Clocks:
+    reference: str
+    offsets: Mapping[str, ClockOffset]
+    notes: tuple[str, ...] = ()
+
+    def offset(self, host: str) -> int | None:
+        o = self.offsets.get(host)
+        return o.offset_ns if o is not None else None
+
+
+#: ranks of one host leaving a collective further apart than this did not leave it together: the
+#: instance is not used to estimate clocks (gloo ring steps and NCCL kernels end within ~50 us)
+BLOCKING_TOLERANCE_NS = 100_000
+
+
+def estimate_offsets(instances: Sequence[Instance], hosts: Mapping[int, str]) -> Clocks:
+    """One clock offset per host, from the instants at which collectives complete.
+
+    Each instance in which host h and an already-aligned host take part gives one estimate:
+    (median end on h) - (median aligned end on the aligned hosts). An instance is used only where the
+    ranks of each host end within BLOCKING_TOLERANCE_NS of each other (they share a clock, so a
+    wider spread means the call did not block until every participant arrived). The offset is the
+    median estimate; estimates further than 5 median absolute deviations (and 10 us) from it are
+    rejected; the error bound is the largest remaining deviation. Hosts are aligned outward from the
+    host of the lowest rank, so hosts that share no collective with it can go through another host."""
+    all_hosts = sorted({hosts[r] for i in instances for r in (c.rank for c in i.calls) if r in hosts})
+    ranked = sorted(hosts.items())
+    if not ranked:
+        return Clocks("", {}, ("no rank identities: clocks not aligned",))
+    reference = ranked[0][1]
+    known: dict[str, ClockOffset] = {reference: ClockOffset(reference, 0, 0, 0)}
+    notes: list[str] = []
+    ends: list[dict[str, int]] = []  # per instance: host -> median end, for hosts whose ranks left together
+    for inst in instances:
+        per_host: dict[str, list[int]] = {}
+        for c in inst.calls:
+            if c.rank in hosts:
+                per_host.setdefault(hosts[c.rank], []).append(c.end_ns)
+        row = {h: int(statistics.median(v)) for h, v in per_host.items() if max(v) - min(v) <= BLOCKING_TOLERANCE_NS}
+        if len(row) >= 2:
+            ends.append(row)
+    progress = True
+    while progress:
+        progress = False
+        for h in all_hosts:
+            if h in known:
+                continue
+            est = []
+            for row in ends:
+                if h in row:
+                    ref = [row[k] - known[k].offset_ns for k in row if k in known]
+                    if ref:
+                        est.append(row[h] - int(statistics.median(ref)))
+            if not est:
+                continue
+            med = int(statistics.median(est))
+            mad = statistics.median(abs(e - med) for e in est)
+            keep = [e for e in est if abs(e - med) <= max(5 * mad, 10_000)]
+            offset = int(statistics.median(keep))
+            known[h] = ClockOffset(h, offset, max(abs(e - offset) for e in keep), len(keep))
+            progress = True
+    for h in all_hosts:
+        if h not in known:
+            notes.append(
+                f"host {h}: no blocking collective in common with the other hosts, so its clock offset cannot be "
+                "estimated; its ranks are left out of cross-rank time comparisons"
+            )
+    return Clocks(reference, known, tuple(notes))
+
+
+#: two arrivals closer than this (or than twice the clock error of their hosts) are a tie
+TIE_NS = 1_000
+
+
+@dataclass(frozen=True)
+class InstanceResult:
+    """One matched instance on the common clock."""
+
+    group: str
+    name: str
+    seq: int
+    #: (rank, arrival ns on the common clock), earliest first
+    arrivals: tuple[tuple[int, int], ...]
+    skew_ns: int
+    #: the rank every other participant waited for; None when the latest arrivals tie
+    last_rank: int | None
+    #: ranks tied for last (empty when ``last_rank`` is set)
+    tied: tuple[int, ...]
+    #: rank -> time it waited for the latest arrival
+    waits: Mapping[int, int]
+    bytes: int | None
+
+    @property
+    def wait_total_ns(self) -> int:
+        return sum(self.waits.values())
+
+
+@dataclass(frozen=True)
+class RankResult:
+    rank: int
+    host: str
+    local_rank: int | None
+    instances: int
+    #: instances it entered last (alone)
+    last: int
+    #: instances it tied for last
+    tied_last: int
+    wait_caused_ns: int
+    wait_suffered_ns: int
+    busy_ns: int
+    idle_ns: int
+    span_ns: int
+    comm_ns: int
+    exposed_comm_ns: int
+    work_domain: str
+
+
+@dataclass(frozen=True)
+class StepResult:
+    step: int
+    #: the rank the others waited on in this step (largest wait caused), None when none or tied
+    waited_on: int | None
+    wait_caused_ns: int
+    #: the rank with the longest ProfilerStep range: usually a *victim* (it waited), shown for contrast
+    longest_rank: int
+    longest_ns: int
+    durations: Mapping[int, int]
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Everything the collective timeline says about a run."""
+
+    family: str
+    instances: tuple[InstanceResult, ...]
+    ranks: Mapping[int, RankResult]
+    steps: tuple[StepResult, ...]
+    clocks: Clocks
+    #: per rank per used instance: (busy_before_ns, window_ns) in instance order, for the cause
+    windows: Mapping[int, Mapping[int, tuple[int, int]]]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def has_timeline(self) -> bool:
+        return bool(self.instances)
+
+
+def analyze(timelines: Sequence[RankTimeline], identities: Mapping[int, RankIdentity]) -> Analysis:
+    """Match, align and attribute (module doc). Ranks missing from ``identities`` share the clock
+    of the host named ``""``. Never raises for the shape of the data: what could not be answered
+    is in ``notes``."""
+    hosts = {t.rank: identities[t.rank].host if t.rank in identities else "" for t in timelines}
+    matching = match_instances(timelines)
+    clocks = estimate_offsets(matching.instances, hosts)
+    notes = list(matching.notes) + list(clocks.notes)
+    results: list[InstanceResult] = []
+    windows: dict[int, dict[int, tuple[int, int]]] = {}
+    caused = {t.rank: 0 for t in timelines}
+    suffered = {t.rank: 0 for t in timelines}
+    last = {t.rank: 0 for t in timelines}
+    tied = {t.rank: 0 for t in timelines}
+    seen = {t.rank: 0 for t in timelines}
+    dropped = 0
+    for inst in matching.instances:
+        aligned: list[tuple[int, int, int]] = []  # (arrival, rank, clock error)
+        for c in inst.calls:
+            off = clocks.offsets.get(hosts[c.rank])
+            if off is not None:
+                aligned.append((c.start_ns - off.offset_ns, c.rank, off.error_ns))
+        if len(aligned) < 2:
+            dropped += 1
+            continue
+        aligned.sort()
+        latest = aligned[-1][0]
+        tie_ns = max(TIE_NS, 2 * max(e for _, _, e in aligned))
+        tops = tuple(sorted(r for a, r, _ in aligned if latest - a <= tie_ns))
+        waits = {r: latest - a for a, r, _ in aligned}
+        last_rank = tops[0] if len(tops) == 1 else None
+        idx = len(results)
+        results.append(
+            InstanceResult(inst.group, inst.name, inst.seq, tuple((r, a) for a, r, _ in aligned), latest - aligned[0][0],
+                           last_rank, tops if last_rank is None else (), waits, inst.bytes)
+        )
+        for c in inst.calls:
+            if c.rank in waits:
+                windows.setdefault(c.rank, {})[idx] = (c.busy_before_ns, c.window_ns)
+        for r, w in waits.items():
+            suffered[r] += w
+            seen[r] += 1
+        if last_rank is not None:
+            last[last_rank] += 1
+            caused[last_rank] += sum(waits.values())
+        else:
+            for r in tops:
+                tied[r] += 1
+    if dropped:
+        notes.append(f"{dropped} instance(s) had fewer than two ranks on a known clock and were left out")
+    ranks = {
+        t.rank: RankResult(
+            t.rank, hosts[t.rank], identities[t.rank].local_rank if t.rank in identities else None, seen[t.rank],
+            last[t.rank], tied[t.rank], caused[t.rank], suffered[t.rank], t.busy_ns, t.idle_ns, t.span_ns,
+            t.comm_ns, t.exposed_comm_ns, t.work_domain,
+        )
+        for t in timelines
+    }
+    steps = _steps(timelines, results, hosts, clocks)
+    return Analysis(matching.family, tuple(results), ranks, steps, clocks, windows, tuple(notes))
+
+
+def _steps(timelines: Sequence[RankTimeline], results: Sequence[InstanceResult], hosts: Mapping[int, str],
+           clocks: Clocks) -> tuple[StepResult, ...]:
+    """Per ProfilerStep#N present on at least two ranks: who the others waited on (instances are put
+    in the step of their last rank's arrival), and, for contrast, whose step was longest."""
+    by_step: dict[int, dict[int, Step]] = {}
+    for t in timelines:
+        for s in t.steps:
+            by_step.setdefault(s.number, {})[t.rank] = s
+    out = []
+    for n, per_rank in sorted(by_step.items()):
+        if len(per_rank) < 2:
+            continue
+        caused: dict[int, int] = {}
+        for res in results:
+            if res.last_rank is None or res.last_rank not in per_rank:
+                continue
+            off = clocks.offset(hosts[res.last_rank]) or 0
+            arrival = dict(res.arrivals)[res.last_rank] + off  # back on the rank's own clock
+            s = per_rank[res.last_rank]
+            if s.start_ns <= arrival < s.end_ns:
+                caused[res.last_rank] = caused.get(res.last_rank, 0) + res.wait_total_ns
+        waited_on: int | None = None
+        amount = 0
+        if caused:
+            top = max(caused.values())
+            leaders = [r for r, w in caused.items() if w == top]
+            amount = top
+            waited_on = leaders[0] if len(leaders) == 1 else None
+        durations = {r: s.end_ns - s.start_ns for r, s in sorted(per_rank.items())}
+        longest = max(durations.values())
+        longest_rank = min(r for r, d in durations.items() if d == longest)
+        out.append(StepResult(n, waited_on, amount, longest_rank, longest, durations))
+    return tuple(out)
