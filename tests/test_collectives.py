@@ -302,7 +302,7 @@ def test_a_rank_always_last_by_a_few_microseconds_is_not_worth_naming() -> None:
     a = _two_ranks_taking_turns([1] * 20, 20_000)
     v = straggler_verdict(a, {})
     assert a.ranks[1].last == 20 and v.rank is None, v.line
-    assert "under the 5% that would be worth chasing" in v.line
+    assert "a straggler worth chasing: at least 10% late" in v.line
 
 
 def test_a_rank_always_last_by_milliseconds_is_named_host_side() -> None:
