@@ -156,8 +156,9 @@ def collective_of(a: Activity) -> tuple[str, str, str, int | None] | None:
         group = args.get("Process Group Name")
         return ("kernel", str(group) if group is not None else "", _norm(str(coll) if coll else m.group(1)), _bytes(args))
     if kind == "annotation":
-        m = _ANNOTATION.match(a.name)
-        if not m:
+        # PyTorch's "nccl:all_reduce" / "gloo:all_reduce"; NCCL's own NVTX ranges (nsys) "ncclAllReduce"
+        m = _ANNOTATION.match(a.name) or _API.match(a.name)
+        if not m or _norm(m.group(1)) in _NOT_COLLECTIVE:
             return None
         args = _args(a.args)
         group = args.get("Process Group Name")

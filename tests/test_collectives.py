@@ -5,6 +5,7 @@ independently of the readers and of the code under test."""
 
 from __future__ import annotations
 
+import csv
 import gzip
 import json
 import tarfile
@@ -309,3 +310,40 @@ def test_a_rank_always_last_by_milliseconds_is_named_host_side() -> None:
     v = straggler_verdict(_two_ranks_taking_turns([1] * 20, 3_000_000), {1: RankIdentity("n1", 1)})
     assert v.rank == 1 and v.cause == "host", v.line
     assert v.line.startswith("likely straggler: rank 1 (host n1, local_rank 1): entered last at 20 of 20 collectives")
+
+
+# --- what marks a collective, per format -------------------------------------------------------------
+
+
+def test_kineto_collective_args_give_group_name_and_bytes(data: Path) -> None:
+    path = data / "kineto/nccl_data.json.gz"
+    raw = [e for e in _raw(path)["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel"
+           and e["name"].startswith("ncclKernel")]
+    (t,), _ = _load([path])
+    calls = t.calls["kernel"]
+    assert len(calls) == len(raw) == 21
+    assert {(c.group, c.name) for c in calls} == {("0", "allreduce"), ("0", "broadcast")}
+    by_start = sorted(raw, key=lambda e: e["ts"])
+    size = {"Float": 4, "Long": 8}
+    assert [c.bytes for c in calls] == [e["args"]["In msg nelems"] * size[e["args"]["dtype"]] for e in by_start]
+    assert [c.seq for c in calls if c.name == "broadcast"] == list(range(6))
+    # the annotations and c10d ops are families of their own, one call each per collective
+    assert len(t.calls["annotation"]) == len(t.calls["cpu_op"]) == 21
+
+
+def test_rocprofv3_rccl_api_calls_are_collectives_and_setup_calls_are_not(data: Path) -> None:
+    path = data / "rocprofv3_csv/rocm-systems_2025-08/rccl_trace.csv"
+    with open(path) as f:
+        raw = [row for row in csv.DictReader(f) if row["Function"] == "ncclAllReduce"]
+    info = rocprof_csv.inspect(path)
+    t = summarize_rank(0, [a for a in rocprof_csv.read(path, info) if isinstance(a, Activity)], info.time_base_ns)
+    assert set(t.calls) == {"api"}
+    assert [(c.name, c.start_ns, c.end_ns) for c in t.calls["api"]] == sorted(
+        ("allreduce", int(r["Start_Timestamp"]), int(r["End_Timestamp"])) for r in raw)
+
+
+def test_nccl_nvtx_ranges_are_annotation_calls() -> None:
+    acts = [Activity("annotation", "ncclAllReduce", 100, 50), Activity("annotation", "ncclGroupStart", 90, 1),
+            Activity("annotation", "my_range", 0, 500)]
+    t = summarize_rank(0, acts)
+    assert [(c.family, c.name, c.start_ns) for c in t.calls["annotation"]] == [("annotation", "allreduce", 100)]
