@@ -30,6 +30,7 @@ minus its host's offset; L_i = the last rank, when unique):
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import statistics
@@ -139,41 +140,46 @@ def _bytes(args: Mapping[str, object]) -> int | None:
     return b if isinstance(b, int) else None
 
 
+@functools.lru_cache(maxsize=65536)
+def call_name(kind: str, name: str) -> tuple[str, str] | None:
+    """(family, collective) if an activity of ``kind`` named ``name`` is a collective call, else None
+    (the name part of ``collective_of``; cached: millions of rows repeat a few thousand names)."""
+    if kind == "kernel":
+        m = _KERNEL.match(name)
+        return ("kernel", _norm(m.group(1))) if m else None
+    if kind == "annotation":
+        # PyTorch's "nccl:all_reduce" / "gloo:all_reduce"; NCCL's own NVTX ranges (nsys) "ncclAllReduce"
+        m = _ANNOTATION.match(name) or _API.match(name)
+    elif kind == "api":
+        m = _API.match(name)
+    elif kind == "cpu_op":
+        m = _C10D.match(name)
+    else:
+        return None
+    if not m or _norm(m.group(1)) in _NOT_COLLECTIVE:
+        return None
+    return (kind, _norm(m.group(1)))
+
+
 def collective_of(a: Activity) -> tuple[str, str, str, int | None] | None:
     """(family, process group, collective, bytes) if ``a`` is a collective call, else None.
 
     Device kernels ``nccl*``/``rccl*`` (name from the "Collective name" arg where present, else from
     the kernel name: ``ncclKernel_AllReduce_RING_LL_Sum_float`` -> ``allreduce``); annotations
-    ``nccl:*``/``gloo:*``; RCCL/NCCL API calls (rocprofv3 ``ncclAllReduce``); c10d ops
-    (``c10d::allreduce_``). ``record_param_comms`` is not a call of its own (it sits inside the c10d op)."""
-    kind = a.kind
-    if kind == "kernel":
-        m = _KERNEL.match(a.name)
-        if not m:
-            return None
-        args = _args(a.args)
-        coll = args.get("Collective name")
-        group = args.get("Process Group Name")
-        return ("kernel", str(group) if group is not None else "", _norm(str(coll) if coll else m.group(1)), _bytes(args))
-    if kind == "annotation":
-        # PyTorch's "nccl:all_reduce" / "gloo:all_reduce"; NCCL's own NVTX ranges (nsys) "ncclAllReduce"
-        m = _ANNOTATION.match(a.name) or _API.match(a.name)
-        if not m or _norm(m.group(1)) in _NOT_COLLECTIVE:
-            return None
-        args = _args(a.args)
-        group = args.get("Process Group Name")
-        return ("annotation", str(group) if group is not None else "", _norm(m.group(1)), _bytes(args))
-    if kind == "api":
-        m = _API.match(a.name)
-        if not m or _norm(m.group(1)) in _NOT_COLLECTIVE:
-            return None
-        return ("api", "", _norm(m.group(1)), None)
-    if kind == "cpu_op":
-        m = _C10D.match(a.name)
-        if not m:
-            return None
-        return ("cpu_op", "", _norm(m.group(1)), None)
-    return None
+    ``nccl:*``/``gloo:*`` and NCCL's NVTX ranges ``ncclAllReduce``; RCCL/NCCL API calls (rocprofv3
+    ``ncclAllReduce``); c10d ops (``c10d::allreduce_``). ``record_param_comms`` is not a call of its
+    own (it sits inside the c10d op); setup calls (``ncclCommInitAll``, ``ncclGroupStart``) are not
+    collectives."""
+    found = call_name(a.kind, a.name)
+    if found is None:
+        return None
+    family, coll = found
+    if family in ("api", "cpu_op") or not a.args:
+        return (family, "", coll, None)
+    args = _args(a.args)
+    named = args.get("Collective name") if family == "kernel" else None
+    group = args.get("Process Group Name")
+    return (family, str(group) if group is not None else "", _norm(str(named)) if named else coll, _bytes(args))
 
 
 def summarize_rank(rank: int, activities: Iterable[Activity], time_base_ns: int = 0) -> RankTimeline:
@@ -185,27 +191,41 @@ def summarize_rank(rank: int, activities: Iterable[Activity], time_base_ns: int 
     host_comm: list[tuple[int, int]] = []
     steps: dict[int, tuple[int, int]] = {}
     first = last = None
+    # per (kind, name, category): where its intervals go, whether it can be a call, its step number
+    seen: dict[tuple[str, str, str | None], tuple[list[tuple[int, int]] | None, bool, int | None]] = {}
     for a in activities:
         start = a.start_ns + time_base_ns
         end = start + max(a.duration_ns, 0)
-        first = start if first is None or start < first else first
-        last = end if last is None or end > last else last
-        kind = a.kind
-        if kind == "annotation":
-            m = _STEP.match(a.name)
-            if m:
-                steps[int(m.group(1))] = (start, end)
-        found = collective_of(a)
-        if found is not None:
-            family, group, coll, nbytes = found
-            raw[family].append((start, end, group, coll, nbytes))
-        cat = a.category or _category(kind, a.name)
-        if kind in ("kernel", "memcpy", "memset"):
-            (device_comm if cat == "communication" else device_work).append((start, end))
-        elif kind == "cpu_op":
-            (host_comm if cat == "communication" else cpu_work).append((start, end))
-        elif kind in ("annotation", "api") and found is not None:
-            host_comm.append((start, end))
+        if first is None or start < first:
+            first = start
+        if last is None or end > last:
+            last = end
+        key = (a.kind, a.name, a.category)
+        how = seen.get(key)
+        if how is None:
+            kind = a.kind
+            is_call = call_name(kind, a.name) is not None
+            is_comm = (a.category or _category(kind, a.name)) == "communication"
+            bucket: list[tuple[int, int]] | None = None
+            if kind in ("kernel", "memcpy", "memset"):
+                bucket = device_comm if is_comm else device_work
+            elif kind == "cpu_op":
+                bucket = host_comm if is_comm else cpu_work
+            elif kind in ("annotation", "api") and is_call:
+                bucket = host_comm
+            m = _STEP.match(a.name) if kind == "annotation" else None
+            how = seen[key] = (bucket, is_call, int(m.group(1)) if m else None)
+        bucket, is_call, step = how
+        if bucket is not None:
+            bucket.append((start, end))
+        if is_call:
+            found = collective_of(a)
+            if found is not None:
+                family, group, coll, nbytes = found
+                raw[family].append((start, end, group, coll, nbytes))
+        if step is not None:
+            steps[step] = (start, end)
+    comm: list[tuple[int, int]]
     if device_work or device_comm:
         domain, work, comm = "device", Coverage(device_work), device_comm
     elif cpu_work or host_comm:
