@@ -88,9 +88,17 @@ class CollectiveCall(NamedTuple):
 
 
 class Step(NamedTuple):
+    """One ``ProfilerStep#N`` range of a rank, with the rank's busy time and exposed communication in it."""
+
     number: int
     start_ns: int
     end_ns: int
+    busy_ns: int = 0
+    exposed_comm_ns: int = 0
+
+    @property
+    def idle_ns(self) -> int:
+        return max(self.end_ns - self.start_ns - self.busy_ns, 0)
 
 
 @dataclass(frozen=True)
@@ -233,7 +241,8 @@ def summarize_rank(rank: int, activities: Iterable[Activity], time_base_ns: int 
     else:
         domain, work, comm = "", Coverage(()), []
     comm_union = union_length(comm)
-    exposed = union_length([*comm, *zip(work.starts, work.ends)]) - work.total if comm else 0
+    both = Coverage([*comm, *zip(work.starts, work.ends)]) if comm else work
+    exposed = both.total - work.total
     first_ns = first if first is not None else 0
     calls: dict[str, tuple[CollectiveCall, ...]] = {}
     for family, items in raw.items():
@@ -253,7 +262,8 @@ def summarize_rank(rank: int, activities: Iterable[Activity], time_base_ns: int 
     return RankTimeline(
         rank=rank,
         calls=calls,
-        steps=tuple(Step(n, s, e) for n, (s, e) in sorted(steps.items())),
+        steps=tuple(Step(n, s, e, work.within(s, e), both.within(s, e) - work.within(s, e))
+                    for n, (s, e) in sorted(steps.items())),
         first_ns=first_ns,
         last_ns=last if last is not None else 0,
         work_domain=domain,
@@ -491,7 +501,19 @@ class StepResult:
     #: the rank with the longest ProfilerStep range: usually a *victim* (it waited), shown for contrast
     longest_rank: int
     longest_ns: int
-    durations: Mapping[int, int]
+    ranks: Mapping[int, StepRank]
+
+
+class StepRank(NamedTuple):
+    """One rank in one step. An instance counts in the step (of each rank) holding that rank's arrival."""
+
+    duration_ns: int
+    last: int
+    wait_caused_ns: int
+    wait_suffered_ns: int
+    busy_ns: int
+    idle_ns: int
+    exposed_comm_ns: int
 
 
 @dataclass(frozen=True)
@@ -576,34 +598,46 @@ def analyze(timelines: Sequence[RankTimeline], identities: Mapping[int, RankIden
 
 def _steps(timelines: Sequence[RankTimeline], results: Sequence[InstanceResult], hosts: Mapping[int, str],
            clocks: Clocks) -> tuple[StepResult, ...]:
-    """Per ProfilerStep#N present on at least two ranks: who the others waited on (instances are put
-    in the step of their last rank's arrival), and, for contrast, whose step was longest."""
+    """Per ProfilerStep#N present on at least two ranks: who the others waited on, and, for
+    contrast, whose step was longest; per rank its figures in that step."""
     by_step: dict[int, dict[int, Step]] = {}
     for t in timelines:
         for s in t.steps:
             by_step.setdefault(s.number, {})[t.rank] = s
+
+    def step_of(rank: int, arrival: int) -> int | None:
+        t = arrival + (clocks.offset(hosts[rank]) or 0)  # back on the rank's own clock
+        for n, per_rank in by_step.items():
+            s = per_rank.get(rank)
+            if s is not None and s.start_ns <= t < s.end_ns:
+                return n
+        return None
+
+    last: dict[tuple[int, int], int] = {}
+    caused: dict[tuple[int, int], int] = {}
+    suffered: dict[tuple[int, int], int] = {}
+    for res in results:
+        for r, a in res.arrivals:
+            n = step_of(r, a)
+            if n is None:
+                continue
+            suffered[(n, r)] = suffered.get((n, r), 0) + res.waits[r]
+            if r == res.last_rank:
+                last[(n, r)] = last.get((n, r), 0) + 1
+                caused[(n, r)] = caused.get((n, r), 0) + res.wait_total_ns
     out = []
     for n, per_rank in sorted(by_step.items()):
         if len(per_rank) < 2:
             continue
-        caused: dict[int, int] = {}
-        for res in results:
-            if res.last_rank is None or res.last_rank not in per_rank:
-                continue
-            off = clocks.offset(hosts[res.last_rank]) or 0
-            arrival = dict(res.arrivals)[res.last_rank] + off  # back on the rank's own clock
-            s = per_rank[res.last_rank]
-            if s.start_ns <= arrival < s.end_ns:
-                caused[res.last_rank] = caused.get(res.last_rank, 0) + res.wait_total_ns
-        waited_on: int | None = None
-        amount = 0
-        if caused:
-            top = max(caused.values())
-            leaders = [r for r, w in caused.items() if w == top]
-            amount = top
-            waited_on = leaders[0] if len(leaders) == 1 else None
-        durations = {r: s.end_ns - s.start_ns for r, s in sorted(per_rank.items())}
-        longest = max(durations.values())
-        longest_rank = min(r for r, d in durations.items() if d == longest)
-        out.append(StepResult(n, waited_on, amount, longest_rank, longest, durations))
+        ranks = {
+            r: StepRank(s.end_ns - s.start_ns, last.get((n, r), 0), caused.get((n, r), 0), suffered.get((n, r), 0),
+                        s.busy_ns, s.idle_ns, s.exposed_comm_ns)
+            for r, s in sorted(per_rank.items())
+        }
+        top = max(x.wait_caused_ns for x in ranks.values())
+        leaders = [r for r, x in ranks.items() if x.wait_caused_ns == top]
+        waited_on = leaders[0] if top > 0 and len(leaders) == 1 else None
+        longest = max(x.duration_ns for x in ranks.values())
+        longest_rank = min(r for r, x in ranks.items() if x.duration_ns == longest)
+        out.append(StepResult(n, waited_on, top, longest_rank, longest, ranks))
     return tuple(out)

@@ -101,6 +101,9 @@ def test_dlrm_rank7_enters_most_collectives_last_and_the_longest_step_is_a_victi
     (step,) = a.steps
     assert (step.step, step.waited_on, step.longest_rank) == (10, 7, 1)
     assert step.wait_caused_ns == raw_caused[7]
+    assert step.ranks[7].last == 5 and step.ranks[7].duration_ns == min(x.duration_ns for x in step.ranks.values())
+    assert sum(x.wait_suffered_ns for x in step.ranks.values()) == sum(i.wait_total_ns for i in a.instances)
+    assert all(0 < x.busy_ns <= x.duration_ns and x.idle_ns == x.duration_ns - x.busy_ns for x in step.ranks.values())
     v = straggler_verdict(a, ids)
     assert v.rank == 7 and v.cause == "host" and v.basis == "timeline", v.line
     assert v.line.startswith("likely straggler: rank 7 (host ?, local_rank 7): entered last at 5 of 8 collectives")
@@ -143,6 +146,8 @@ def test_torchrun4_cpu_names_rank2_with_a_compute_cause(data: Path) -> None:
     assert a.family == "annotation" and len(a.instances) == 3
     assert [i.last_rank for i in a.instances] == raw_lasts == [2, 3, 2]
     assert {r: x.wait_caused_ns for r, x in a.ranks.items()} == raw_caused
+    # one DDP all_reduce per step: the rank waited on per step is that step's last arrival
+    assert [(s.step, s.waited_on) for s in a.steps] == [(4, 2), (5, 3), (6, 2)]
     v = straggler_verdict(a, ids)
     assert v.rank == 2 and v.cause == "compute", v.line
     assert v.line.startswith("likely straggler: rank 2 (host vm, local_rank 2): entered last at 2 of 3 collectives")
