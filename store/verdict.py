@@ -154,10 +154,11 @@ def decide(analysis: Analysis, identities: Mapping[int, RankIdentity]) -> Verdic
                 + (f", {time_share:.1%} of their profiled time)" if time_share is not None else ")"))
     late = base.lateness
     if (time_share is not None and time_share < MATERIAL) or (late is not None and late < LATE_SHARE):
-        typical = f"typically {late:.0%} of its time between collectives late" if late is not None else ""
-        return replace(base, line=f"no clear straggler: {label(c.rank, ident(c.rank))} {evidence}, but it is "
-                       f"{typical} (a straggler worth chasing: at least {LATE_SHARE:.0%} late and "
-                       f"{MATERIAL:.0%} of the others' time)")
+        typical = f"it is typically late by {late:.0%} of its time between collectives" if late is not None else (
+            "the wait is a small share of the others' time")
+        return replace(base, line=f"no clear straggler: {label(c.rank, ident(c.rank))} {evidence}, but {typical} "
+                       f"(a straggler worth chasing: at least {LATE_SHARE:.0%} late and {MATERIAL:.0%} of the "
+                       "others' time)")
     plurality = len(counts) >= 1 and c.last == counts[0] and (len(counts) == 1 or counts[1] < c.last)
     compute = ratio is not None and ratio >= COMPUTE_RATIO
     if not (p <= ALPHA or (plurality and compute)):

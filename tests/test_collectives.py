@@ -82,6 +82,8 @@ def dlrm(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 
 def test_dlrm_rank7_enters_most_collectives_last_and_the_longest_step_is_a_victim(dlrm: list[Path]) -> None:
+    # Cross-checked by hand (not a test dependency): HolisticTraceAnalysis 0.5.0's
+    # TraceAnalysis(trace_dir=...).get_potential_stragglers(num_candidates=1) on these files names rank 7 too.
     raw = {_raw(p)["distributedInfo"]["rank"]: _raw(p) for p in dlrm}
     kernels = {r: _raw_calls(d, "kernel", ("ncclKernel",)) for r, d in raw.items()}
     raw_lasts, raw_caused = _raw_lasts(kernels)
