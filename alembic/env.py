@@ -5,9 +5,9 @@ every store it opens."""
 
 from __future__ import annotations
 
-from alembic import context
 from sqlalchemy import create_engine
 
+from alembic import context
 from profdb.store.models import Base
 
 config = context.config

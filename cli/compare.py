@@ -11,8 +11,10 @@ from typing import Any
 import click
 
 from profdb.store import compare as cmp
+from profdb.store import runs, trend
 
-from .output import db_option, emit, note, open_store, output_options
+from .options import connect, db_option, kind_option, name_option, output_options, top_option
+from .output import emit, note
 
 # the store must exist (reading must not create an empty one); headline and notes to stderr, rows to stdout
 
@@ -29,17 +31,6 @@ def parse_percent(ctx: click.Context, param: click.Parameter, value: str | None)
     if pct < 0:
         raise click.BadParameter(f"{value!r} is negative; give a percentage such as 10%")
     return pct / 100
-
-
-kind_option = click.option(
-    "--kind",
-    default=None,
-    help="Activity kind(s), comma-separated (kernel, memcpy, memset, cpu_op, annotation, ...; gpu = "
-    "kernel,memcpy,memset). Default: kernel, or cpu_op for CPU-only runs.",
-)
-name_option = click.option(
-    "--name", "name_like", default=None, help="Only names LIKE this (case-insensitive; without %% a substring)."
-)
 
 
 @click.command("compare")
@@ -76,9 +67,9 @@ name_option = click.option(
     callback=parse_percent,
     help="Noise floor of the gate: names below this share of the run's time are not gated.",
 )
-@kind_option
+@kind_option()
 @name_option
-@click.option("--top", default=30, show_default=True, type=click.IntRange(min=0), help="Rows with --by kernel (0 = all).")
+@top_option(30, "Rows with --by kernel (0 = all).")
 @db_option
 @output_options
 @click.pass_context
@@ -110,23 +101,18 @@ def compare_command(
         raise click.UsageError("give BASE either as the first argument or as --baseline, not both")
     base_spec = runs[0] if len(runs) == 2 else baseline
     new = runs[-1] if runs else None
-    engine = open_store(db)
-    try:
-        with engine.connect() as conn:
-            result = cmp.compare(
-                conn,
-                new,
-                base_spec,
-                by=by,
-                threshold=threshold or 0.0,
-                kind=kind,
-                name_like=name_like,
-                top=top,
-                min_share=min_share or 0.0,
-                gate=fail_on,
-            )
-    finally:
-        engine.dispose()
+    result = cmp.compare(
+        connect(db),
+        new,
+        base_spec,
+        by=by,
+        threshold=threshold or 0.0,
+        kind=kind,
+        name_like=name_like,
+        top=top,
+        min_share=min_share or 0.0,
+        gate=fail_on,
+    )
     emit(result.result, fmt)
     if fail_on is None:
         return
@@ -141,11 +127,17 @@ def compare_command(
 @click.option("--last", default=20, show_default=True, type=click.IntRange(min=1), help="Number of runs.")
 @click.option("--until", default=None, metavar="RUN", help="Last run of the series (default: the newest).")
 @click.option("--where", multiple=True, metavar="KEY=VALUE", help="Only runs tagged so (repeatable; see profdb tag).")
-@kind_option
+@kind_option()
 @db_option
 @output_options
 def trend_command(
-    name_like: str | None, last: int, until: str | None, where: tuple[str, ...], kind: str | None, db: str | None, fmt: str
+    name_like: str | None,
+    last: int,
+    until: str | None,
+    where: tuple[str, ...],
+    kind: str | None,
+    db: str | None,
+    fmt: str,
 ) -> None:
     """Per run: a name's (or the whole run's) time per rank, imbalance and straggler rank.
 
@@ -153,12 +145,7 @@ def trend_command(
       profdb trend --name 'gemm%' --last 20
       profdb trend --where branch=main
     """
-    engine = open_store(db)
-    try:
-        with engine.connect() as conn:
-            result = cmp.trend(conn, name_like, last, kind, where=cmp.parse_filters(where), until=until)
-    finally:
-        engine.dispose()
+    result = trend.trend(connect(db), name_like, last, kind, where=runs.parse_filters(where), until=until)
     emit(result, fmt)
 
 
@@ -172,10 +159,7 @@ def tag_command(run: str, values: tuple[str, ...], remove: tuple[str, ...], db: 
     `compare --baseline tag:KEY=VALUE` and `trend --where KEY=VALUE`. Prints the run's metadata."""
     if not values and not remove:
         raise click.UsageError("give KEY=VALUE pairs to set, or --remove KEY")
-    engine = open_store(db)
-    try:
-        with engine.begin() as conn:
-            meta: dict[str, Any] = cmp.tag_run(conn, run, cmp.parse_filters(values), remove)
-    finally:
-        engine.dispose()
+    conn = connect(db)
+    meta: dict[str, Any] = runs.tag_run(conn, run, runs.parse_filters(values), remove)
+    conn.commit()
     click.echo(json.dumps(meta, sort_keys=True))

@@ -7,9 +7,10 @@ from typing import Any
 
 import click
 
-from profdb.store import identity, ingest, inventory, readers
+from profdb.store import identity, ingest, readers, runs
 
-from .output import db_option, note, open_store, output_options, render
+from .options import connect, db_option, output_options, run_option
+from .output import note, render
 
 
 class _Bar:
@@ -38,9 +39,15 @@ class _Bar:
 
 @click.command("ingest")
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--run", "run", default=None, help="Run name (default: from the rank manifests, else the inputs' folder).")
-@click.option("--format", "fmt", default=None, metavar="NAME", help="Read the inputs as this format (see `profdb formats`).")
-@click.option("--rank", type=click.IntRange(min=0), default=None, help="Global rank of all these inputs (one rank's files).")
+@click.option(
+    "--run", "run", default=None, help="Run name (default: from the rank manifests, else the inputs' folder)."
+)
+@click.option(
+    "--format", "fmt", default=None, metavar="NAME", help="Read the inputs as this format (see `profdb formats`)."
+)
+@click.option(
+    "--rank", type=click.IntRange(min=0), default=None, help="Global rank of all these inputs (one rank's files)."
+)
 @click.option("--local-rank", type=click.IntRange(min=0), default=None, help="Local rank of all these inputs.")
 @click.option("--hostname", default=None, help="Hostname of all these inputs.")
 @click.option(
@@ -78,7 +85,7 @@ def ingest_command(
         try:
             re.compile(rank_from_path)
         except re.error as e:
-            raise click.BadParameter(f"not a valid regular expression: {e}", param_hint="--rank-from-path")
+            raise click.BadParameter(f"not a valid regular expression: {e}", param_hint="--rank-from-path") from e
     flags = identity.IdentityFlags(rank, local_rank, hostname, rank_from_path, allow_duplicate_ranks)
     bar = _Bar()
     try:
@@ -89,7 +96,9 @@ def ingest_command(
     click.echo(f"run: {report.run}{how}")
     click.echo(f"store: {report.db}")
     n = len(report.ingested)
-    click.echo(f"files: {n} ingested" + (f", {len(report.duplicates)} already present (skipped)" if report.duplicates else ""))
+    click.echo(
+        f"files: {n} ingested" + (f", {len(report.duplicates)} already present (skipped)" if report.duplicates else "")
+    )
     if report.unknown_files:
         note(f"note: {len(report.unknown_files)} files in the folders are not profiler outputs profdb reads, skipped "
              f"(e.g. {report.unknown_files[0]})")
@@ -97,7 +106,9 @@ def ingest_command(
         click.echo("rows: " + ", ".join(f"{k} {v:,}" for k, v in sorted(report.rows_by_kind.items())))
     hosts = sorted({h for _, h, _ in report.ranks if h})
     world = f" of world size {report.world_size}" if report.world_size else ""
-    click.echo(f"ranks: {len(report.ranks)}{world}" + (f" on {len(hosts)} hosts ({', '.join(hosts[:8])})" if hosts else ""))
+    click.echo(
+        f"ranks: {len(report.ranks)}{world}" + (f" on {len(hosts)} hosts ({', '.join(hosts[:8])})" if hosts else "")
+    )
     if report.missing_ranks:
         miss = report.missing_ranks
         shown = ", ".join(map(str, miss[:16])) + (", ..." if len(miss) > 16 else "")
@@ -109,25 +120,17 @@ def ingest_command(
 @output_options
 def runs_command(db: str | None, fmt: str) -> None:
     """Runs in the store: world size, ranks found and missing, sources, rows."""
-    engine = open_store(db)
-    try:
-        headers, rows = inventory.list_runs(engine)
-    finally:
-        engine.dispose()
+    headers, rows = runs.list_runs(connect(db))
     render(headers, rows, fmt)
 
 
 @click.command("ranks")
-@click.option("--run", default=None, help="Run name (default: the most recent run).")
+@run_option("Run name (default: the most recent run).")
 @db_option
 @output_options
 def ranks_command(run: str | None, db: str | None, fmt: str) -> None:
     """Ranks of a run: hostname, local rank, pid, device, rows, source files; missing ranks flagged."""
-    engine = open_store(db)
-    try:
-        headers, rows, notes = inventory.list_ranks(engine, run)
-    finally:
-        engine.dispose()
+    headers, rows, notes = runs.list_ranks(connect(db), run)
     for n in notes:
         note(n)
     render(headers, rows, fmt)

@@ -1,4 +1,4 @@
-"""Rendering rows for every command that prints them: one shared option, four formats.
+"""Rendering rows for every command that prints them: four formats (the option: options.py).
 
 table: aligned columns for people; ``*_ns`` columns shown in readable units (us/ms/s) under a header
 without the suffix. csv / json / jsonl: raw values (integer ns) for programs, streamed row by row.
@@ -9,52 +9,12 @@ from __future__ import annotations
 import csv
 import json
 import sys
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import click
-from sqlalchemy import Engine
 
-from profdb.store.db import open_db, resolve_url, sqlite_path
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-FORMATS = ("table", "csv", "json", "jsonl")
-
-
-def output_options(f: F) -> F:
-    return click.option(
-        "--format",
-        "fmt",
-        type=click.Choice(FORMATS),
-        default="table",
-        show_default=True,
-        help="Output format: aligned table with readable units, or raw values as csv / json / jsonl.",
-    )(f)
-
-
-def db_option(f: F) -> F:
-    return click.option(
-        "--db",
-        envvar="PROFDB_DB",
-        default=None,
-        metavar="PATH|URL",
-        help="Store: an SQLite file (default ./profdb.db, or $PROFDB_DB) or a URL such as postgresql+psycopg://host/db.",
-    )(f)
-
-
-def human_ns(v: Any) -> str:
-    if v is None:
-        return ""
-    if not isinstance(v, (int, float)):
-        return str(v)
-    a = abs(v)
-    if a >= 1e9:
-        return f"{v / 1e9:.3f} s"
-    if a >= 1e6:
-        return f"{v / 1e6:.3f} ms"
-    if a >= 1e3:
-        return f"{v / 1e3:.3f} us"
-    return f"{v:.0f} ns"
+from profdb.store.units import fmt_ns
 
 
 def _cell(v: Any) -> str:
@@ -95,7 +55,7 @@ def render(headers: Sequence[str], rows: Iterable[Sequence[Any]], fmt: str = "ta
     headers, rows = _fold_rank_places(list(headers), rows)
     ns_cols = [h.endswith("_ns") for h in headers]
     shown = [h[:-3] if is_ns else h for h, is_ns in zip(headers, ns_cols)]
-    cells = [[human_ns(v) if is_ns else _cell(v) for v, is_ns in zip(r, ns_cols)] for r in rows]
+    cells = [[fmt_ns(v, mode="table") if is_ns else _cell(v) for v, is_ns in zip(r, ns_cols)] for r in rows]
     widths = [len(h) for h in shown]
     for row in cells:
         for i, c in enumerate(row):
@@ -154,16 +114,6 @@ def _is_num(s: str) -> bool:
 
 def note(msg: str) -> None:
     click.echo(msg, err=True)
-
-
-def open_store(db: str | None) -> Engine:
-    """Open an existing store; asking questions must not create an empty one."""
-    path = sqlite_path(resolve_url(db))
-    if path is not None and not path.exists():
-        raise click.ClickException(
-            f"no profdb store at {path}; ingest profiles first (profdb ingest PATH...) or pass --db / set PROFDB_DB"
-        )
-    return open_db(db)
 
 
 def emit(result: Any, fmt: str) -> None:

@@ -4,30 +4,95 @@ once, render: the headline (likely straggler and why) and notes go to stderr, ro
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
 import click
 
 from profdb.store import queries
 from profdb.store.errors import QueryError
 
-from .output import db_option, emit, open_store, output_options
+from .options import connect, db_option, kind_option, name_option, output_options, run_option, top_option
+from .output import emit
 
-QUESTIONS = ("imbalance", "hotspots", "steps", "ranks")
+
+@dataclass(frozen=True)
+class Question:
+    """One question of ``profdb query``: the flag ``--NAME``, its help, the library function
+    (called as ``ask(conn, run, **{option: value})``) and the options that apply to it."""
+
+    name: str
+    help: str
+    ask: Callable[..., queries.Result]
+    options: tuple[str, ...] = ()
+
+
+#: the questions, in --help order; a new question is one entry here
+QUESTIONS: tuple[Question, ...] = (
+    Question("imbalance", "Names imbalanced across ranks; the likely straggler.", queries.imbalance,
+             ("kind", "top", "name_like", "by")),
+    Question("hotspots", "Where the time goes, across all ranks.", queries.hotspots, ("kind", "top", "name_like")),
+    Question("steps", "Per step (ProfilerStep#N): slowest rank, how often.", queries.steps),
+    Question("ranks", "Per rank: compute / communication / memory time.", queries.rank_split, ("kind",)),
+)
+
+
+@dataclass(frozen=True)
+class Option:
+    """An option of ``profdb query`` that only some questions take. Given (not its default) with a
+    question that does not take it, it is a usage error: a shared option "does not apply to --Q"; an
+    option of a few questions "goes with --A or --B". --top (a row limit) is accepted by all."""
+
+    param: str
+    flag: str
+    default: Any
+    shared: bool
+
+
+#: checked in this order
+OPTIONS = (
+    Option("by", "--by", "rank", shared=False),
+    Option("name_like", "--name", None, shared=True),
+    Option("kind", "--kind", None, shared=True),
+)
+
+
+def _one_of(names: list[str]) -> str:
+    flags = [f"--{n}" for n in names]
+    return flags[0] if len(flags) == 1 else ", ".join(flags[:-1]) + " or " + flags[-1]
+
+
+def _question(params: dict[str, Any]) -> Question:
+    """The question asked, checked against the options given (usage errors, exit 2)."""
+    chosen = [q for q in QUESTIONS if params.pop(f"q_{q.name}")]
+    if len(chosen) != 1:
+        raise click.UsageError(f"choose one question: {_one_of([q.name for q in QUESTIONS])}")
+    question = chosen[0]
+    for opt in OPTIONS:
+        if opt.param in question.options or params[opt.param] == opt.default:
+            continue
+        if opt.shared:
+            raise click.UsageError(f"{opt.flag} does not apply to --{question.name}")
+        raise click.UsageError(f"{opt.flag} goes with {_one_of([q.name for q in QUESTIONS if opt.param in q.options])}")
+    return question
+
+
+def _question_flags(f: Callable[..., Any]) -> Callable[..., Any]:
+    for q in reversed(QUESTIONS):
+        f = click.option(f"--{q.name}", f"q_{q.name}", is_flag=True, help=q.help)(f)
+    return f
 
 
 @click.command("query")
-@click.option("--imbalance", "q_imbalance", is_flag=True, help="Names imbalanced across ranks; the likely straggler.")
-@click.option("--hotspots", "q_hotspots", is_flag=True, help="Where the time goes, across all ranks.")
-@click.option("--steps", "q_steps", is_flag=True, help="Per step (ProfilerStep#N): slowest rank, how often.")
-@click.option("--ranks", "q_ranks", is_flag=True, help="Per rank: compute / communication / memory time.")
-@click.option("--run", default=None, help="Run name (or id); default: the most recent run.")
-@click.option(
-    "--kind",
-    default=None,
-    help="Activity kind(s), comma-separated: kernel, memcpy, memset, cpu_op, annotation, gpu_annotation, api, "
-    "python, or gpu (= kernel,memcpy,memset). Default: kernel (gpu for --ranks); cpu_op for CPU-only runs.",
+@_question_flags
+@run_option()
+@kind_option(
+    "Activity kind(s), comma-separated: kernel, memcpy, memset, cpu_op, annotation, gpu_annotation, api, "
+    "python, or gpu (= kernel,memcpy,memset). Default: kernel (gpu for --ranks); cpu_op for CPU-only runs."
 )
-@click.option("--top", default=20, show_default=True, type=click.IntRange(min=0), help="Rows per section (0 = all).")
-@click.option("--name", "name_like", default=None, help="Only names LIKE this (case-insensitive; without % it matches a substring).")
+@top_option(20, "Rows per section (0 = all).")
+@name_option
 @click.option(
     "--by",
     type=click.Choice(queries.GROUP_BY),
@@ -37,19 +102,7 @@ QUESTIONS = ("imbalance", "hotspots", "steps", "ranks")
 )
 @db_option
 @output_options
-def query_cmd(
-    q_imbalance: bool,
-    q_hotspots: bool,
-    q_steps: bool,
-    q_ranks: bool,
-    run: str | None,
-    kind: str | None,
-    top: int,
-    name_like: str | None,
-    by: str,
-    db: str | None,
-    fmt: str,
-) -> None:
+def query_cmd(run: str | None, db: str | None, fmt: str, **params: Any) -> None:
     """Ask the cross-rank questions of one run.
 
     \b
@@ -59,33 +112,12 @@ def query_cmd(
       profdb query --steps                     # per-step time: which rank is slowest, how often
       profdb query --ranks                     # per-rank compute / communication / memory
     """
-    chosen = [q for q, on in zip(QUESTIONS, (q_imbalance, q_hotspots, q_steps, q_ranks)) if on]
-    if len(chosen) != 1:
-        raise click.UsageError("choose one question: --imbalance, --hotspots, --steps or --ranks")
-    question = chosen[0]
-    if by != "rank" and question != "imbalance":
-        raise click.UsageError("--by goes with --imbalance")
-    if question in ("steps", "ranks") and name_like is not None:
-        raise click.UsageError(f"--name does not apply to --{question}")
-    if question == "steps" and kind is not None:
-        raise click.UsageError("--kind does not apply to --steps")
+    question = _question(params)
     try:
-        queries.parse_kinds(kind)
+        queries.parse_kinds(params["kind"])
     except QueryError as e:
         raise click.BadParameter(str(e), param_hint="--kind") from e
-    engine = open_store(db)
-    try:
-        with engine.connect() as conn:
-            if question == "imbalance":
-                result = queries.imbalance(conn, run, kind, top, name_like, by)
-            elif question == "hotspots":
-                result = queries.hotspots(conn, run, kind, top, name_like)
-            elif question == "steps":
-                result = queries.steps(conn, run)
-            else:
-                result = queries.rank_split(conn, run, kind)
-    finally:
-        engine.dispose()
+    result = question.ask(connect(db), run, **{o: params[o] for o in question.options})
     emit(result, fmt)
 
 
@@ -98,15 +130,11 @@ def sql_cmd(statement: str, write: bool, db: str | None, fmt: str) -> None:
     """Run any SQL against the store; the views (imbalance_v, hotspot_v, rank_total_v, step_v...)
     need no joins. Example: profdb sql "select * from imbalance_v order by recoverable_ns desc limit 5"
     """
-    engine = open_store(db)
-    try:
-        with engine.connect() as conn:
-            result = queries.run_sql(conn, statement)
-            if write:
-                conn.commit()
-            else:
-                conn.rollback()
-    finally:
-        engine.dispose()
+    conn = connect(db)
+    result = queries.run_sql(conn, statement)
+    if write:
+        conn.commit()
+    else:
+        conn.rollback()
     emit(result, fmt)
 

@@ -64,7 +64,9 @@ def _ranks(ctx: click.Context, param: click.Parameter, value: str | None) -> fro
 )
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
-def record_command(ctx: click.Context, output: str, ranks: frozenset[int] | None, run_name: str | None, cmd: tuple[str, ...]) -> None:
+def record_command(
+    ctx: click.Context, output: str, ranks: frozenset[int] | None, run_name: str | None, cmd: tuple[str, ...]
+) -> None:
     """Run CMD for this rank with its outputs in OUTPUT/rank%04d/ and a rank manifest.
 
     Put the launcher outside and the profiler inside:

@@ -3,63 +3,53 @@ Parse, call the library (profdb.store.report) once, say what was written."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 
 from profdb.store import report
 
-from .compare import kind_option
-from .output import db_option, note, open_store
+from .options import F, connect, db_option, kind_option, run_option, top_option
+from .output import note
 
-run_option = click.option("--run", default=None, help="Run name (or id); default: the most recent run.")
-top_option = click.option(
-    "--top", default=report.DEFAULT_TOP, show_default=True, type=click.IntRange(min=1), help="Names in the heatmap."
-)
+heatmap_top = top_option(report.DEFAULT_TOP, "Names in the heatmap.", min=1)
+
+
+def output_file(default: str, help: str) -> Callable[[F], F]:
+    return click.option(
+        "-o", "--output", "out", default=default, show_default=True, type=click.Path(dir_okay=False, path_type=Path),
+        help=help,
+    )
 
 
 @click.command("report")
-@run_option
-@click.option(
-    "-o", "--output", "out", default="report.html", show_default=True, type=click.Path(dir_okay=False, path_type=Path),
-    help="The HTML file to write.",
-)
-@kind_option
-@top_option
+@run_option()
+@output_file("report.html", "The HTML file to write.")
+@kind_option()
+@heatmap_top
 @db_option
 def report_command(run: str | None, out: Path, kind: str | None, top: int, db: str | None) -> None:
     """Write one run's report as one HTML file that opens offline: straggler verdict, rank x name
     heatmap, per-rank time, host and local-rank roll-ups, steps, hotspots, provenance.
 
     Needs matplotlib: pip install 'profdb[report]'."""
-    engine = open_store(db)
-    try:
-        with engine.connect() as conn:
-            data = report.write_report(conn, out, run, kind, top, store=engine.url.render_as_string(hide_password=True))
-    finally:
-        engine.dispose()
+    conn = connect(db)
+    data = report.write_report(conn, out, run, kind, top, store=conn.engine.url.render_as_string(hide_password=True))
     note(data.verdict)
     click.echo(f"wrote {out} (run {data.run}, {len(data.ranks)} ranks, {out.stat().st_size:,} bytes)")
 
 
 @click.command("plot")
 @click.option("--imbalance", "imbalance", is_flag=True, required=True, help="The rank x name imbalance heatmap.")
-@run_option
-@click.option(
-    "-o", "--output", "out", default="heatmap.png", show_default=True, type=click.Path(dir_okay=False, path_type=Path),
-    help="Image to write: .png, .svg or .pdf.",
-)
-@kind_option
-@top_option
+@run_option()
+@output_file("heatmap.png", "Image to write: .png, .svg or .pdf.")
+@kind_option()
+@heatmap_top
 @db_option
 def plot_command(imbalance: bool, run: str | None, out: Path, kind: str | None, top: int, db: str | None) -> None:
     """Draw a chart alone: --imbalance, each name's time per rank / its mean over ranks (a straggler
     is a hot column). Needs matplotlib: pip install 'profdb[report]'."""
-    engine = open_store(db)
-    try:
-        with engine.connect() as conn:
-            hm = report.plot_heatmap(conn, out, run, kind, top)
-    finally:
-        engine.dispose()
+    hm = report.plot_heatmap(connect(db), out, run, kind, top)
     straggler = f"; straggler: rank {hm.straggler}" if hm.straggler is not None else ""
     click.echo(f"wrote {out} (run {hm.run}, {len(hm.names)} names x {len(hm.ranks)} ranks{straggler})")

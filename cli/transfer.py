@@ -10,7 +10,8 @@ import click
 
 from profdb.store import transfer
 
-from .output import db_option, note, output_options, render
+from .options import db_option, output_options
+from .output import note, render
 
 HEADERS = ["source", "run", "status", "files", "skipped_files", "ranks", "activity_rows", "counter_rows"]
 

@@ -1,9 +1,6 @@
 #!/usr/bin/env bash
-# Set up a virtualenv with profdb (editable) and its test dependencies, then run the tests.
+# Set up a virtualenv with profdb (editable) and its test dependencies (scripts/venv.sh), then run the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV="${PROFDB_VENV:-.venv}"
-[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[test]'
-[ -f .ci/test-extras.txt ] && "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r .ci/test-extras.txt
-exec "$VENV/bin/python" -m pytest "$@"
+bash scripts/venv.sh
+exec "${PROFDB_VENV:-.venv}/bin/python" -m pytest "$@"

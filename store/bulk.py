@@ -6,14 +6,22 @@ few rules that let several loads write one store at once (run creation, name int
   transaction (it commits or rolls back with everything else). Measured on 200k activity rows:
   COPY ~60k rows/s against ~35k for executemany; text and binary COPY are within noise of each other
   (the foreign-key checks on the server dominate), so the text format, which needs no type list, is used.
-- Any other PostgreSQL driver: executemany, as for SQLite."""
+- Any other PostgreSQL driver: executemany, as for SQLite.
+
+Here too: ``Writer`` (ingest's rows, names, summaries and steps within one transaction),
+``load_transaction`` and ``defer_indexes`` (the SQLite bulk-load settings), and the run's locks
+(``run_scope``/``hold_run``)."""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Any, Callable, Iterable, Iterator, Sequence
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from typing import Any
 
 from sqlalchemy import Connection, Engine
+
+from .ingest_workers import Parsed, Totals
 
 
 def placeholder(conn: Connection) -> str:
@@ -79,7 +87,9 @@ def names_connection(conn: Connection) -> Connection | None:
     return conn.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
 
 
-def intern_names(conn: Connection, values: Sequence[str], names_conn: Connection | None = None) -> list[tuple[int, str]]:
+def intern_names(
+    conn: Connection, values: Sequence[str], names_conn: Connection | None = None
+) -> list[tuple[int, str]]:
     """Intern ``values`` (insert the new ones) and return their (id, value) pairs."""
     if not values:
         return []
@@ -87,7 +97,8 @@ def intern_names(conn: Connection, values: Sequence[str], names_conn: Connection
         nc = names_conn or conn
         new = sorted(set(values))  # one statement, sorted: concurrent interning locks in the same order
         nc.exec_driver_sql(
-            "INSERT INTO name (value) SELECT v FROM unnest(%s::text[]) AS t(v) ORDER BY v ON CONFLICT (value) DO NOTHING",
+            "INSERT INTO name (value) SELECT v FROM unnest(%s::text[]) AS t(v) ORDER BY v "
+            "ON CONFLICT (value) DO NOTHING",
             (new,),
         )
         return [(int(i), v) for i, v in nc.exec_driver_sql("SELECT id, value FROM name WHERE value = ANY(%s)", (new,))]
@@ -179,3 +190,140 @@ def hold_run(
     for g in sorted(set(ranks)):
         conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%s::int4, %s::int4)", (run_id, g))
     return run_id
+
+
+# --------------------------------------------------------------------------- ingest's writer and bulk-load settings
+
+#: bulk loads of at least this many input bytes may rebuild the fact tables' indexes (defer_indexes)
+DEFER_INDEXES_MIN_BYTES = 16 << 20
+
+
+class Writer:
+    """Streams records into one open transaction; keeps names, summaries and steps in memory."""
+
+    ACTIVITY_COLS = (
+        "rank_id", "source_id", "kind", "category", "name_id", "start_ns", "duration_ns", "device", "stream",
+        "correlation", "pid", "tid", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "args",
+    )
+    COUNTER_COLS = (
+        "rank_id", "source_id", "kernel_name_id", "counter_name_id", "dispatch_id", "value", "samples",
+        "min_value", "max_value",
+    )
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.dialect = conn.dialect.name
+        self.names: dict[str, int] = {}
+        # (rank_id, name_id, kind) -> [category, calls, total, min, max, sumsq]
+        self.summary: dict[tuple[int, int, str], Totals] = {}
+        self.steps: dict[tuple[int, int], tuple[int, int, int]] = {}
+        self.mark = placeholder(conn)
+        self._counter1_sql: str | None = None
+        self._names_conn: Connection | None = None  # PostgreSQL: see names_connection
+        self._close_names: Callable[[], Any] = lambda: None
+
+    def name_ids(self, values: Iterable[str]) -> None:
+        """Intern every new name in one round trip per batch (``intern_names``)."""
+        new = [v for v in set(values) if v not in self.names]
+        if not new:
+            return
+        if self.conn.dialect.name == "postgresql" and self._names_conn is None:
+            self._names_conn = nc = names_connection(self.conn)
+            assert nc is not None
+            self._close_names = weakref.finalize(self, nc.close)
+        self.names.update((v, i) for i, v in intern_names(self.conn, new, self._names_conn))
+
+    def answer_names(self, values: list[str]) -> list[int]:
+        """Ids of ``values`` (interned now if new), for a parsing worker."""
+        self.name_ids(values)
+        return [self.names[v] for v in values]
+
+    def insert(self, table: str, rows: list[tuple[Any, ...]]) -> None:
+        """Rows a worker built, in ACTIVITY_COLS or COUNTER_COLS order; "counter1" rows are per-dispatch
+        counters (the first six COUNTER_COLS; samples 1, no min/max), bound with fewer parameters."""
+        if table == "counter1" and self.dialect != "sqlite":  # PostgreSQL loads through COPY: all columns
+            insert_rows(self.conn, "counter", self.COUNTER_COLS, [r + (1, None, None) for r in rows])
+            return
+        if table == "counter1":
+            if self._counter1_sql is None:
+                m = self.mark
+                self._counter1_sql = (
+                    f"INSERT INTO counter ({', '.join(self.COUNTER_COLS)}) VALUES ({', '.join([m] * 6)}, 1, NULL, NULL)"
+                )
+            if rows:
+                self.conn.exec_driver_sql(self._counter1_sql, rows)
+            return
+        cols = self.ACTIVITY_COLS if table == "activity" else self.COUNTER_COLS
+        insert_rows(self.conn, table, cols, rows)
+
+    def merge(self, rank_id: int, source_id: int, parsed: Parsed) -> None:
+        """A file's summary rows and steps, as a worker (``ingest_workers``) sends them when done."""
+        for r in parsed.summary:
+            key = (rank_id, r.name_id, r.kind)
+            s = self.summary.get(key)
+            if s is None:
+                self.summary[key] = Totals(r.category, r.calls, r.total_ns, r.min_ns, r.max_ns, r.sum_sq_ns)
+            else:
+                s.add(r.calls, r.total_ns, r.min_ns, r.max_ns, r.sum_sq_ns)
+        for st in parsed.steps:
+            self.steps[(rank_id, st.step)] = (source_id, st.start_ns, st.duration_ns)
+
+    def finish(self) -> None:
+        """Merge the in-memory summaries and steps into the store (adding to earlier ingests)."""
+        self._close_names()
+        add_summaries(
+            self.conn,
+            [
+                (rank_id, name_id, kind, t.category, t.calls, t.total_ns, t.min_ns, t.max_ns, t.sum_sq_ns)
+                for (rank_id, name_id, kind), t in self.summary.items()
+            ],
+        )
+        add_steps(self.conn, [(k[0], k[1], *v) for k, v in self.steps.items()])
+
+
+@contextmanager
+def load_transaction(engine: Engine, bulk_load: bool) -> Iterator[Connection]:
+    """A load's one transaction. For a bulk load into SQLite, foreign key checks are off while it
+    runs (each inserted row would otherwise look up its rank, source and names: half the cost of
+    inserting a counter row) and back on afterwards, commit or not. The ingest itself creates every
+    row those keys point to, under BEGIN IMMEDIATE, so no other writer can remove them meanwhile.
+    Temporary storage goes to files meanwhile: rebuilding an index sorts beyond the page cache's worth
+    of memory in temporary files, which with temp_store=MEMORY are memory too, so the peak would grow
+    with the table (measured on 10M rows: 550 MB, 150 MB with files).
+    (SQLite refuses or ignores both pragmas inside a transaction: they are set before BEGIN.)"""
+    with engine.connect() as conn:
+        raw = conn.connection.driver_connection if bulk_load and engine.dialect.name == "sqlite" else None
+        if raw is not None:
+            raw.execute("PRAGMA foreign_keys=OFF")
+            raw.execute("PRAGMA temp_store=FILE")
+        try:
+            with conn.begin():
+                yield conn
+        finally:
+            if raw is not None:
+                with suppress(Exception):  # a broken connection is discarded anyway: keep the first error
+                    raw.execute("PRAGMA foreign_keys=ON")
+                    raw.execute("PRAGMA temp_store=MEMORY")
+
+
+def defer_indexes(conn: Connection, incoming_bytes: int) -> list[str]:
+    """For a bulk load into an SQLite store that holds little next to the input: drop the secondary
+    indexes of the fact tables (activity, counter) now and return their CREATE statements, to run
+    before commit. Building an index once over the rows costs less than updating it row by row
+    (measured: inserts twice as fast) when the table already holds fewer rows than about twice
+    the rows coming in. DDL is transactional in SQLite: a failed ingest gets the indexes back."""
+    if conn.dialect.name != "sqlite" or incoming_bytes < DEFER_INDEXES_MIN_BYTES:
+        return []
+    existing = sum(
+        int(conn.exec_driver_sql(f"SELECT COALESCE(MAX(id), 0) FROM {t}").scalar() or 0)
+        for t in ("activity", "counter")
+    )
+    if existing > 2 * (incoming_bytes // 200):  # ~200 input bytes per row in rocprofv3 CSV and Kineto JSON
+        return []
+    indexes = conn.exec_driver_sql(
+        "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name IN ('activity', 'counter') "
+        "AND sql IS NOT NULL ORDER BY name"
+    ).all()
+    for name, _sql in indexes:
+        conn.exec_driver_sql(f'DROP INDEX "{name}"')
+    return [str(sql) for _name, sql in indexes]

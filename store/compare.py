@@ -1,4 +1,4 @@
-"""Across runs: compare a run with a baseline, the regression gate, a name's trend, run tags.
+"""Across runs: compare a run with a baseline and the regression gate (a name's trend: trend.py).
 
 Engineers profile the same job again and again (nightly, per commit, per config). These functions
 answer "what got slower, on which ranks, since when" from the ``summary``, ``rank`` and ``run``
@@ -34,20 +34,21 @@ is not gated (their time is waiting, so a straggler elsewhere shows there first)
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import Connection
 
 from . import queries
 from .errors import QueryError
 from .metrics import spread
 from .models import Name, Rank, Run, Summary
-from .queries import COMM, RankRef, Result, RunScope, fmt_ns, like_pattern
+from .queries import COMM, Result, like_pattern
+from .runs import RankRef, RunInfo, RunScope, all_runs, find_run, matches, parse_filters, resolve_run
+from .units import fmt_ns
 
 _run = Run.__table__
 _rank = Rank.__table__
@@ -59,81 +60,6 @@ BY = ("kernel", "rank", "host", "local-rank")
 
 # ---------------------------------------------------------------------------------------------
 # runs, tags, baselines
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    id: int
-    name: str
-    created_at: datetime
-    world_size: int | None
-    metadata: dict[str, Any]
-
-
-def _metadata(text: str | None, run: str) -> dict[str, Any]:
-    if not text:
-        return {}
-    try:
-        value = json.loads(text)
-    except ValueError as e:
-        raise QueryError(f"run {run!r} has metadata that is not JSON ({e}); fix run.metadata_json with profdb sql") from e
-    if not isinstance(value, dict):
-        raise QueryError(f"run {run!r} has metadata that is not a JSON object; fix run.metadata_json with profdb sql")
-    return value
-
-
-def all_runs(conn: Connection) -> list[RunInfo]:
-    """Every run, oldest first (by created_at, then id)."""
-    rows = conn.execute(
-        select(_run.c.id, _run.c.name, _run.c.created_at, _run.c.world_size, _run.c.metadata_json).order_by(
-            _run.c.created_at, _run.c.id
-        )
-    ).all()
-    return [RunInfo(r.id, r.name, r.created_at, r.world_size, _metadata(r.metadata_json, r.name)) for r in rows]
-
-
-def find_run(conn: Connection, runs: Sequence[RunInfo], name: str | None) -> RunInfo:
-    """The run named ``name`` (or with that id), or the newest run when None."""
-    scope = queries.resolve_run(conn, name)
-    return next(r for r in runs if r.id == scope.id)
-
-
-def parse_filters(items: Iterable[str]) -> dict[str, str]:
-    """``["branch=main", "gpu=mi300"]`` -> ``{"branch": "main", "gpu": "mi300"}``."""
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise QueryError(f"{item!r} is not KEY=VALUE (e.g. branch=main)")
-        out[key.strip()] = value
-    return out
-
-
-def matches(run: RunInfo, where: dict[str, str]) -> bool:
-    """True when the run's metadata has every key with that value (compared as text)."""
-    for k, v in where.items():
-        if k not in run.metadata:
-            return False
-        have = run.metadata[k]
-        text = have if isinstance(have, str) else json.dumps(have)
-        if text != v:
-            return False
-    return True
-
-
-def tag_run(conn: Connection, run: str, values: dict[str, str], remove: Sequence[str] = ()) -> dict[str, Any]:
-    """Set (and remove) keys of a run's metadata (run.metadata_json); returns the new metadata."""
-    info = find_run(conn, all_runs(conn), run)
-    meta = dict(info.metadata)
-    for k in remove:
-        if k not in meta:
-            raise QueryError(f"run {info.name!r} has no tag {k!r}; its tags: {', '.join(sorted(meta)) or 'none'}")
-        del meta[k]
-    meta.update(values)
-    conn.execute(
-        update(Run).where(Run.id == info.id).values(metadata_json=json.dumps(meta, sort_keys=True) if meta else None)
-    )
-    return meta
 
 
 @dataclass(frozen=True)
@@ -226,12 +152,12 @@ class RunFigures:
     imbalance: float | None
 
 
-def _imbalance(values: Sequence[float]) -> float | None:
+def imbalance_of(values: Sequence[float]) -> float | None:
     return spread([round(v) for v in values]).imbalance if values else None
 
 
 def _one_run(conn: Connection, run: RunInfo, kinds: Sequence[str], pattern: str | None) -> RunFigures:
-    scope = queries.resolve_run(conn, run.name)
+    scope = resolve_run(conn, run.name)
     n = len(scope.ranks) or 1
     groups = queries.name_groups(conn, scope, kinds, pattern)
     grand = sum(g.total for g in groups)
@@ -251,8 +177,12 @@ def _one_run(conn: Connection, run: RunInfo, kinds: Sequence[str], pattern: str 
         for g in groups
     }
     totals = queries.rank_totals(conn, scope, kinds, pattern)
-    busy = {r.global_rank: float(sum(v for (_k, c), v in totals.get(r.id, {}).items() if c != COMM)) for r in scope.ranks}
-    comm = {r.global_rank: float(sum(v for (_k, c), v in totals.get(r.id, {}).items() if c == COMM)) for r in scope.ranks}
+    busy = {
+        r.global_rank: float(sum(v for (_k, c), v in totals.get(r.id, {}).items() if c != COMM)) for r in scope.ranks
+    }
+    comm = {
+        r.global_rank: float(sum(v for (_k, c), v in totals.get(r.id, {}).items() if c == COMM)) for r in scope.ranks
+    }
     b = list(busy.values())
     return RunFigures(
         f"run {run.name!r}",
@@ -264,13 +194,13 @@ def _one_run(conn: Connection, run: RunInfo, kinds: Sequence[str], pattern: str 
         comm,
         float(grand),
         sum(b) / n if b else 0.0,
-        _imbalance(b),
+        imbalance_of(b),
     )
 
 
-def _kinds(conn: Connection, run: RunInfo, kind: str | None) -> tuple[tuple[str, ...], list[str]]:
+def kinds_for(conn: Connection, run: RunInfo, kind: str | None) -> tuple[tuple[str, ...], list[str]]:
     """``kind`` as given, or kernels when ``run`` has any, else CPU operators (a CPU-only run)."""
-    return queries.select_kinds(conn, queries.resolve_run(conn, run.name), kind, ("kernel",))
+    return queries.select_kinds(conn, resolve_run(conn, run.name), kind, ("kernel",))
 
 
 def _median(values: list[float]) -> float:
@@ -286,7 +216,7 @@ def _median_of(figs: list[RunFigures], label: str) -> RunFigures:
     for key in keys:
         ref = [f.names[key] for f in figs if key in f.names][-1]
 
-        def med(attr: str) -> float:
+        def med(attr: str, key: tuple[str, int] = key) -> float:
             return _median([float(getattr(f.names[key], attr)) if key in f.names else 0.0 for f in figs])
 
         imb = [i for i in (f.names[key].imbalance for f in figs if key in f.names) if i is not None]
@@ -326,7 +256,10 @@ def _rank_vectors(
     for scope in figs.scopes:
         values = queries.rank_values(conn, scope, groups)
         per_run.append(
-            {key: {r.global_rank: float(v) for r, v in zip(scope.ranks, vals)} for key, (vals, _present) in values.items()}
+            {
+                key: {r.global_rank: float(v) for r, v in zip(scope.ranks, vals)}
+                for key, (vals, _present) in values.items()
+            }
         )
     out: dict[tuple[str, int], dict[int, float]] = {}
     for f in known:
@@ -370,7 +303,10 @@ class Regression:
         }[self.metric]
         where = f" on rank {self.rank}" if self.rank is not None else ""
         if self.metric == "new":
-            return f"{self.name} ({self.kind}): {what} {fmt_ns(self.new)} = {self.growth * 100:.1f}% of the baseline's busy time per rank"
+            return (
+                f"{self.name} ({self.kind}): {what} {fmt_ns(self.new)} = {self.growth * 100:.1f}% of the baseline's "
+                "busy time per rank"
+            )
         return (
             f"{self.name} ({self.kind}): {what} {fmt_ns(self.base)} -> {fmt_ns(self.new)}{where} "
             f"({self.growth * 100:+.1f}%)"
@@ -415,7 +351,7 @@ def _with_ranks(conn: Connection, new: RunFigures, regs: list[Regression]) -> li
     out = []
     for r in regs:
         if r.metric == "max" and r.key is not None:
-            r = replace(r, rank=_slowest(vectors.get(r.key, {}), comm=False))
+            r = replace(r, rank=slowest_rank(vectors.get(r.key, {}), comm=False))
         out.append(r)
     return out
 
@@ -441,7 +377,7 @@ class Comparison:
     new: str
 
 
-def _ratio(new: float, base: float) -> float | None:
+def ratio_of(new: float, base: float) -> float | None:
     return new / base if base else None
 
 
@@ -495,7 +431,7 @@ def _moved(base_v: dict[int, float], new_v: dict[int, float]) -> tuple[int | Non
     return best[1], best[0] * 100
 
 
-def _slowest(vec: dict[int, float], comm: bool) -> int | None:
+def slowest_rank(vec: dict[int, float], comm: bool) -> int | None:
     if not vec:
         return None
     # communication is waiting: the rank that waits least is the suspect
@@ -522,7 +458,7 @@ def _kernel_rows(
         bf, nf = base.names.get(k), new.names.get(k)
         ref = nf or bf
         assert ref is not None
-        s = _slowest(nv.get(k, {}), ref.category == COMM)
+        s = slowest_rank(nv.get(k, {}), ref.category == COMM)
         moved, pp = _moved(bv.get(k, {}), nv.get(k, {}))
         b_mean = bf.mean if bf else 0.0
         n_mean = nf.mean if nf else 0.0
@@ -537,10 +473,10 @@ def _kernel_rows(
                 round(b_mean),
                 round(n_mean),
                 round(n_mean - b_mean),
-                _ratio(n_mean, b_mean),
+                ratio_of(n_mean, b_mean),
                 round(b_max),
                 round(n_max),
-                _ratio(n_max, b_max),
+                ratio_of(n_max, b_max),
                 bf.imbalance if bf else None,
                 nf.imbalance if nf else None,
                 nf.share * 100 if nf else None,
@@ -605,7 +541,7 @@ def _group_rows(base: RunFigures, new: RunFigures, by: str) -> tuple[list[str], 
                 None if b_busy is None else round(b_busy),
                 None if n_busy is None else round(n_busy),
                 None if b_busy is None or n_busy is None else round(n_busy - b_busy),
-                _ratio(n_busy, b_busy) if b_busy is not None and n_busy is not None else None,
+                ratio_of(n_busy, b_busy) if b_busy is not None and n_busy is not None else None,
                 b_share,
                 n_share,
                 None if b_share is None or n_share is None else n_share - b_share,
@@ -643,7 +579,7 @@ def compare(
     runs = all_runs(conn)
     new_run = find_run(conn, runs, new)
     base = resolve_baseline(conn, runs, baseline, new_run)
-    kinds, notes = _kinds(conn, new_run, kind)
+    kinds, notes = kinds_for(conn, new_run, kind)
     pattern = like_pattern(name_like)
     nf = run_figures(conn, [new_run], f"run {new_run.name!r}", kinds, pattern)
     bf = run_figures(conn, base.runs, base.label, kinds, pattern)
@@ -668,7 +604,7 @@ def compare(
     counts: dict[str, int] = defaultdict(int)
     for key in set(bf.names) | set(nf.names):
         counts[_status(bf.names.get(key), nf.names.get(key), threshold)] += 1
-    ratio = _ratio(nf.busy_mean, bf.busy_mean)
+    ratio = ratio_of(nf.busy_mean, bf.busy_mean)
     headline = (
         f"{new_run.name!r} vs {base.label}: {'/'.join(kinds)} busy time per rank {fmt_ns(bf.busy_mean)} -> "
         f"{fmt_ns(nf.busy_mean)}" + (f" ({(ratio - 1) * 100:+.1f}%)" if ratio else "")
@@ -680,132 +616,3 @@ def compare(
     ) if any(counts[s] for s in ("slower", "faster", "new", "vanished")) else "; no name changed"
     headline += f" (threshold {threshold * 100:g}%)"
     return Comparison(Result(headers, rows, headline, notes), regs, base.label, new_run.name)
-
-
-# ---------------------------------------------------------------------------------------------
-# trend
-
-
-TREND_HEADERS = [
-    "run",
-    "created_at",
-    "ranks",
-    "calls",
-    "total_ns",
-    "mean_ns",
-    "max_ns",
-    "imbalance",
-    "straggler_rank",
-    "comm_ns",
-    "vs_prev",
-    "vs_first",
-]
-
-
-def trend(
-    conn: Connection,
-    name_like: str | None = None,
-    last: int = 20,
-    kind: str | None = None,
-    where: dict[str, str] | None = None,
-    until: str | None = None,
-) -> Result:
-    """Per run (oldest first, the ``last`` runs up to ``until``, with metadata ``where``): the time of
-    the names matching ``name_like`` (or the run's busy time), per rank, its slowest rank and imbalance."""
-    if last < 1:
-        raise QueryError("--last must be at least 1")
-    runs = [r for r in all_runs(conn) if matches(r, where or {})]
-    if until is not None:
-        stop = find_run(conn, all_runs(conn), until)
-        runs = [r for r in runs if (r.created_at, r.id) <= (stop.created_at, stop.id)]
-    if not runs:
-        filt = ", ".join(f"{k}={v}" for k, v in (where or {}).items())
-        raise QueryError("no runs" + (f" with {filt}" if filt else "") + " in the store (see `profdb runs`)")
-    runs = runs[-last:]
-    kinds, notes = _kinds(conn, runs[-1], kind)
-    pattern = like_pattern(name_like)
-    ids = [r.id for r in runs]
-    joined = _sum.join(_rank, _rank.c.id == _sum.c.rank_id)
-    cond: list[Any] = [_rank.c.run_id.in_(ids), _sum.c.kind.in_(list(kinds))]
-    if pattern is not None:
-        joined = joined.join(_name, _name.c.id == _sum.c.name_id)
-        cond.append(_name.c.value.ilike(pattern))
-    per: dict[int, dict[int, list[float]]] = defaultdict(dict)
-    calls: dict[int, int] = defaultdict(int)
-    comm_names: dict[int, bool] = {}
-    for run_id, g, cat, n_calls, total in conn.execute(
-        select(_rank.c.run_id, _rank.c.global_rank, _sum.c.category, func.sum(_sum.c.calls), func.sum(_sum.c.total_ns))
-        .select_from(joined)
-        .where(*cond)
-        .group_by(_rank.c.run_id, _rank.c.global_rank, _sum.c.category)
-    ):
-        acc = per[run_id].setdefault(g, [0.0, 0.0])
-        is_comm = cat == COMM
-        comm_names[run_id] = comm_names.get(run_id, True) and is_comm
-        acc[1 if is_comm else 0] += int(total)
-        calls[run_id] += int(n_calls)
-    nranks: dict[int, int] = {
-        int(rid): int(c)
-        for rid, c in conn.execute(
-            select(_rank.c.run_id, func.count()).where(_rank.c.run_id.in_(ids)).group_by(_rank.c.run_id)
-        )
-    }
-    rows: list[tuple[Any, ...]] = []
-    first: float | None = None
-    prev: float | None = None
-    for r in runs:
-        n = int(nranks.get(r.id, 0))
-        vec = per.get(r.id, {})
-        # a name filter that matches only communication names: their time is what we follow
-        only_comm = pattern is not None and comm_names.get(r.id, False)
-        col = 1 if only_comm else 0
-        values = {g: v[col] for g, v in vec.items()}
-        total = sum(values.values())
-        mean = total / n if n else None
-        full = [values.get(g, 0.0) for g in sorted(values)] + [0.0] * max(0, n - len(values))
-        if not total:
-            s = None
-        elif pattern is None:  # the run's likely straggler, as `profdb query --imbalance` names it
-            verdict = queries.straggler(conn, queries.resolve_run(conn, r.name), kinds)
-            s = verdict.rank.global_rank if verdict.rank is not None else None
-        else:
-            s = _slowest(values, only_comm)
-        comm = sum(v[1] for v in vec.values())
-        rows.append(
-            (
-                r.name,
-                r.created_at.isoformat(sep=" ", timespec="seconds"),
-                n,
-                calls.get(r.id, 0),
-                round(total),
-                None if mean is None else round(mean),
-                round(max(full)) if full else 0,
-                _imbalance(full) if n else None,
-                s,
-                round(comm / n) if n and (pattern is None or comm) else None,
-                _ratio(mean, prev) if mean is not None and prev else None,
-                _ratio(mean, first) if mean is not None and first else None,
-            )
-        )
-        if mean:
-            prev = mean
-            if first is None:
-                first = mean
-    what = f"names like {pattern!r}" if pattern else f"busy ({'/'.join(kinds)}, non-communication) time"
-    notes.append(
-        f"{what} per run; mean = per rank, max = slowest rank, vs_prev / vs_first = mean against the previous / first run"
-    )
-    if pattern and not any(calls.values()):
-        notes.append(f"no {'/'.join(kinds)} names match {name_like!r} in these runs")
-    headline = None
-    valid = [row for row in rows if row[5]]
-    if len(valid) >= 2:
-        a, b = valid[0], valid[-1]
-        headline = (
-            f"{what}: {fmt_ns(a[5])} per rank in {a[0]!r} -> {fmt_ns(b[5])} in {b[0]!r} "
-            f"({(b[5] / a[5] - 1) * 100:+.1f}% over {len(valid)} runs)"
-        )
-        worst = max(valid[1:], key=lambda row: row[10] or 0.0)
-        if worst[10] and worst[10] > 1:
-            headline += f"; largest step up: {worst[0]!r} ({(worst[10] - 1) * 100:+.1f}% vs the run before)"
-    return Result(list(TREND_HEADERS), rows, headline, notes)

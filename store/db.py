@@ -12,6 +12,8 @@ import os
 import re
 import shutil
 import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,31 @@ def sqlite_path(url: str) -> Path | None:
     if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
         return None
     return Path(u.database)
+
+
+@contextmanager
+def load_target(db: str | None, keep_on_error: Callable[[], bool] = lambda: False) -> Iterator[Engine]:
+    """The store a load (ingest, transfer) writes, opened (created if new) and disposed afterwards.
+    When the load fails and this call created the SQLite file, the file (and its -wal, -shm and
+    -journal) is removed again, unless ``keep_on_error()`` says some of the load was committed."""
+    url = resolve_url(db)
+    path = sqlite_path(url)
+    created = path is not None and not path.exists()
+    engine: Engine | None = None
+    try:
+        engine = open_db(url)
+        yield engine
+    except BaseException:
+        if engine is not None:
+            engine.dispose()
+            engine = None
+        if created and path is not None and not keep_on_error():
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                Path(str(path) + suffix).unlink(missing_ok=True)
+        raise
+    finally:
+        if engine is not None:
+            engine.dispose()
 
 
 def migrations_dir() -> str:
@@ -271,7 +298,8 @@ def upgrade_db(engine: Engine, path: Path | None = None, revision: str = "head")
         if not known_revision(current):
             where = path or display_url(str(engine.url))
             raise StoreError(
-                f"{where} was written by a newer profdb (schema revision {current}); upgrade profdb (pip install -U profdb)"
+                f"{where} was written by a newer profdb (schema revision {current}); "
+                "upgrade profdb (pip install -U profdb)"
             )
     if current is not None and path is not None and path.exists():
         backup = path.with_name(path.name + f".bak-{current}")

@@ -11,8 +11,8 @@ still rolls back in one place. Messages go over one duplex pipe per worker, so a
 the workers wait (memory stays bounded by a few batches per worker).
 
 Small ingests (or PROFDB_INGEST_WORKERS=0) run the same parsing in the writer's process
-(``parse_here``). Messages, worker -> writer: ("names", [new names]) answered by [ids]; ("rows", task, table, rows);
-("done", task, counts, summary, steps); ("error", task, exception, traceback text)."""
+(``parse_here``). Messages, worker -> writer (``Message``): ``NamesMsg`` (answered by the ids, a
+list), ``RowsMsg``, ``DoneMsg`` (the file's ``Parsed``), ``ErrorMsg``, ``ExitMsg``."""
 
 from __future__ import annotations
 
@@ -20,10 +20,11 @@ import multiprocessing as mp
 import os
 import re
 import traceback
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol, cast
+from typing import Any, NamedTuple, Protocol, cast
 
 from . import classify, readers
 from .records import Activity, Aggregate, Counter, SourceInfo
@@ -45,6 +46,85 @@ class Task:
     source_id: int
     #: one rank section of a multi-rank file (reader.read_rank), or None
     section: int | None = None
+
+
+class Totals:
+    """One (name, kind)'s running summary: calls, total, min, max and sum of squares of durations."""
+
+    __slots__ = ("category", "calls", "total_ns", "min_ns", "max_ns", "sum_sq_ns")
+
+    def __init__(self, category: str, calls: int, total_ns: int, min_ns: int, max_ns: int, sum_sq_ns: float) -> None:
+        self.category = category
+        self.calls = calls
+        self.total_ns = total_ns
+        self.min_ns = min_ns
+        self.max_ns = max_ns
+        self.sum_sq_ns = sum_sq_ns
+
+    def add(self, calls: int, total_ns: int, min_ns: int, max_ns: int, sum_sq_ns: float) -> None:
+        self.calls += calls
+        self.total_ns += total_ns
+        if min_ns < self.min_ns:
+            self.min_ns = min_ns
+        if max_ns > self.max_ns:
+            self.max_ns = max_ns
+        self.sum_sq_ns += sum_sq_ns
+
+
+class SummaryRow(NamedTuple):
+    """A file's summary of one (name, kind), as a worker sends it."""
+
+    name_id: int
+    kind: str
+    category: str
+    calls: int
+    total_ns: int
+    min_ns: int
+    max_ns: int
+    sum_sq_ns: float
+
+
+class StepTime(NamedTuple):
+    step: int
+    start_ns: int
+    duration_ns: int
+
+
+class Parsed(NamedTuple):
+    """What parsing one file leaves besides its rows: row counts by kind, summary and steps."""
+
+    counts: dict[str, int]
+    summary: list[SummaryRow]
+    steps: list[StepTime]
+
+
+class NamesMsg(NamedTuple):
+    names: list[str]
+
+
+class RowsMsg(NamedTuple):
+    task: int
+    #: "activity", "counter", or "counter1" (per-dispatch counters: the first six counter columns)
+    table: str
+    rows: list[tuple[Any, ...]]
+
+
+class DoneMsg(NamedTuple):
+    task: int
+    parsed: Parsed
+
+
+class ErrorMsg(NamedTuple):
+    task: int
+    error: BaseException
+    trace: str
+
+
+class ExitMsg(NamedTuple):
+    pass
+
+
+Message = NamesMsg | RowsMsg | DoneMsg | ErrorMsg | ExitMsg
 
 
 def worker_count(total_bytes: int, files: int) -> int:
@@ -82,7 +162,7 @@ class _Names:
     def resolve(self, names: set[str]) -> None:
         new = [n for n in names if n not in self.ids]
         if new:
-            self.conn.send(("names", new))
+            self.conn.send(NamesMsg(new))
             self.ids.update(zip(new, self.conn.recv()))
 
 
@@ -90,8 +170,8 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
     reader = readers.by_name(task.reader)
     rank_id, source_id = task.rank_id, task.source_id
     counts: dict[str, int] = {}
-    summary: dict[tuple[int, str], list[Any]] = {}
-    steps: list[tuple[int, int, int]] = []
+    summary: dict[tuple[int, str], Totals] = {}
+    steps: list[StepTime] = []
     acts: list[Activity] = []
     ctrs: list[Counter] = []
     ids = names.ids
@@ -113,21 +193,21 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
             rows.append((rank_id, source_id, kind, cat, nid, a[2], d) + a[5:])
             s = summary.get((nid, kind))
             if s is None:
-                summary[(nid, kind)] = [cat, 1, d, d, d, float(d) * d]
+                summary[(nid, kind)] = Totals(cat, 1, d, d, d, float(d) * d)
             else:
-                s[1] += 1
-                s[2] += d
-                if d < s[3]:
-                    s[3] = d
-                if d > s[4]:
-                    s[4] = d
-                s[5] += float(d) * d
+                s.calls += 1
+                s.total_ns += d
+                if d < s.min_ns:
+                    s.min_ns = d
+                if d > s.max_ns:
+                    s.max_ns = d
+                s.sum_sq_ns += float(d) * d
             counts[kind] = counts.get(kind, 0) + 1
             if kind == "annotation" and name.startswith("ProfilerStep#"):
                 m = _STEP.match(name)
                 if m:
-                    steps.append((int(m.group(1)), a[2], d))
-        conn.send(("rows", task.index, "activity", rows))
+                    steps.append(StepTime(int(m.group(1)), a[2], d))
+        conn.send(RowsMsg(task.index, "activity", rows))
 
     def flush_ctrs() -> None:
         names.resolve({c[0] for c in ctrs} | {c[1] for c in ctrs})
@@ -141,7 +221,7 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
             rows = [(rank_id, source_id, ids[c.kernel], ids[c.name], c.dispatch_id, c.value, c.samples, c.min_value,
                      c.max_value) for c in ctrs]
         counts["counter"] = counts.get("counter", 0) + len(rows)
-        conn.send(("rows", task.index, table, rows))
+        conn.send(RowsMsg(task.index, table, rows))
 
     if task.section is not None:
         records = reader.read_rank(task.path, task.info, task.section)  # type: ignore[attr-defined]
@@ -169,38 +249,40 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
             sumsq = g.sum_sq_ns if g.sum_sq_ns is not None else g.calls * mean * mean
             s = summary.get((nid, g.kind))
             if s is None:
-                summary[(nid, g.kind)] = [cat, g.calls, g.total_ns, g.min_ns, g.max_ns, sumsq]
+                summary[(nid, g.kind)] = Totals(cat, g.calls, g.total_ns, g.min_ns, g.max_ns, sumsq)
             else:
-                s[1] += g.calls
-                s[2] += g.total_ns
-                s[3] = min(s[3], g.min_ns)
-                s[4] = max(s[4], g.max_ns)
-                s[5] += sumsq
+                s.add(g.calls, g.total_ns, g.min_ns, g.max_ns, sumsq)
             counts["aggregate"] = counts.get("aggregate", 0) + 1
     if acts:
         flush_acts()
     if ctrs:
         flush_ctrs()
-    conn.send(("done", task.index, counts, [(k[0], k[1], *v) for k, v in summary.items()], steps))
+    rows = [
+        SummaryRow(nid, kind, t.category, t.calls, t.total_ns, t.min_ns, t.max_ns, t.sum_sq_ns)
+        for (nid, kind), t in summary.items()
+    ]
+    conn.send(DoneMsg(task.index, Parsed(counts, rows, steps)))
 
 
 class _Here:
     """The writer's end of the channel when parsing in the writer's own process: what ``_parse``
     sends is handled at once, so small ingests run the same code as the workers, without processes."""
 
-    def __init__(self, answer_names: Callable[[list[str]], list[int]], insert: Callable[[str, list[Any]], None]) -> None:
+    def __init__(
+        self, answer_names: Callable[[list[str]], list[int]], insert: Callable[[str, list[Any]], None]
+    ) -> None:
         self.answer_names = answer_names
         self.insert = insert
         self.reply: Any = None
-        self.done: tuple[dict[str, int], list[Any], list[tuple[int, int, int]]] | None = None
+        self.done: Parsed | None = None
 
-    def send(self, msg: Any) -> None:
-        if msg[0] == "names":
-            self.reply = self.answer_names(msg[1])
-        elif msg[0] == "rows":
-            self.insert(msg[2], msg[3])
-        elif msg[0] == "done":
-            self.done = (msg[2], msg[3], msg[4])
+    def send(self, msg: Message) -> None:
+        if isinstance(msg, NamesMsg):
+            self.reply = self.answer_names(msg.names)
+        elif isinstance(msg, RowsMsg):
+            self.insert(msg.table, msg.rows)
+        elif isinstance(msg, DoneMsg):
+            self.done = msg.parsed
 
     def recv(self) -> Any:
         reply, self.reply = self.reply, None
@@ -212,9 +294,9 @@ def parse_here(
     answer_names: Callable[[list[str]], list[int]],
     insert: Callable[[str, list[Any]], None],
     cats: dict[tuple[str, str], str],
-) -> tuple[dict[str, int], list[Any], list[tuple[int, int, int]]]:
+) -> Parsed:
     """Parse ``task`` in this process: rows go to ``insert`` as they are built; returns the file's
-    (counts, summary rows, steps), as a worker's "done" message carries them."""
+    counts, summary rows and steps, as a worker's DoneMsg carries them."""
     here = _Here(answer_names, insert)
     _parse(task, here, _Names(here), cats)
     assert here.done is not None
@@ -234,12 +316,12 @@ def _worker(tasks: list[Task], counter: Any, conn: Connection) -> None:
                 break
             task = tasks[i]
             _parse(task, conn, names, cats)
-        conn.send(("exit",))
+        conn.send(ExitMsg())
     except BaseException as e:  # reported to the writer, which rolls back and raises it
         try:
-            conn.send(("error", task.index if task else -1, e, traceback.format_exc()))
+            conn.send(ErrorMsg(task.index if task else -1, e, traceback.format_exc()))
         except Exception:  # the exception itself does not pickle
-            conn.send(("error", task.index if task else -1, RuntimeError(repr(e)), traceback.format_exc()))
+            conn.send(ErrorMsg(task.index if task else -1, RuntimeError(repr(e)), traceback.format_exc()))
     finally:
         conn.close()
 
@@ -276,7 +358,7 @@ class Parsers:
             self.procs.append(p)
             self.conns.append(mine)
 
-    def messages(self, answer_names: Any) -> Iterator[tuple[Any, ...]]:
+    def messages(self, answer_names: Callable[[list[str]], list[int]]) -> Iterator[RowsMsg | DoneMsg]:
         """Row batches and per-file results as workers send them; name requests are answered here
         with ``answer_names(list_of_names) -> list_of_ids``. Raises WorkerError on a worker's error."""
         live = {c: p for c, p in zip(self.conns, self.procs)}
@@ -284,18 +366,18 @@ class Parsers:
             for ready in wait(list(live)):
                 conn = cast(Connection, ready)
                 try:
-                    msg: Any = conn.recv()
+                    msg: Message = conn.recv()
                 except EOFError:
                     proc = live.pop(conn)
                     proc.join(5)
-                    raise WorkerError(-1, RuntimeError(f"an ingest worker died (exit code {proc.exitcode})"), "")
-                kind = msg[0]
-                if kind == "names":
-                    conn.send(answer_names(msg[1]))
-                elif kind == "exit":
+                    died = RuntimeError(f"an ingest worker died (exit code {proc.exitcode})")
+                    raise WorkerError(-1, died, "") from None
+                if isinstance(msg, NamesMsg):
+                    conn.send(answer_names(msg.names))
+                elif isinstance(msg, ExitMsg):
                     live.pop(conn)
-                elif kind == "error":
-                    raise WorkerError(msg[1], msg[2], msg[3])
+                elif isinstance(msg, ErrorMsg):
+                    raise WorkerError(msg.task, msg.error, msg.trace)
                 else:
                     yield msg
 
@@ -308,7 +390,7 @@ class Parsers:
         for p in self.procs:
             p.join(10)
 
-    def __enter__(self) -> "Parsers":
+    def __enter__(self) -> Parsers:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -66,7 +66,9 @@ def read_manifest(path: Path) -> RankManifest:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as e:
-        raise InputError(f"{path}: not a readable profdb rank manifest ({e}); delete it or rerun `profdb record`") from e
+        raise InputError(
+            f"{path}: not a readable profdb rank manifest ({e}); delete it or rerun `profdb record`"
+        ) from e
     if not isinstance(data, dict) or data.get("profdb_manifest") != MANIFEST_VERSION:
         raise InputError(
             f"{path}: not a profdb rank manifest (expected \"profdb_manifest\": {MANIFEST_VERSION}); "

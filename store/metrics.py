@@ -14,8 +14,8 @@ Pure functions on plain numbers: no database here."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 
 @dataclass(frozen=True)

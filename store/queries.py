@@ -19,11 +19,12 @@ waiting for the slowest peer, so the rank that waits *least* is the likely strag
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Iterable, Sequence
+from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, desc, func, select
+from sqlalchemy import Connection, func, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.sql import ColumnElement, text
 
@@ -31,6 +32,8 @@ from .errors import QueryError
 from .metrics import Spread, ratio, spread
 from .models import Name, Rank, Run, Step, Summary
 from .records import KINDS
+from .runs import RankRef, RunScope, scope_of, with_ranks
+from .units import fmt_ns
 
 COMM = "communication"
 #: ``--kind gpu``: everything that runs on the device
@@ -61,73 +64,8 @@ class Result:
     notes: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class RankRef:
-    id: int
-    global_rank: int
-    hostname: str | None
-    local_rank: int | None
-
-    def label(self) -> str:
-        where = ", ".join(
-            p
-            for p in (
-                f"host {self.hostname}" if self.hostname is not None else "",
-                f"local_rank {self.local_rank}" if self.local_rank is not None else "",
-            )
-            if p
-        )
-        return f"rank {self.global_rank}" + (f" ({where})" if where else "")
-
-
-@dataclass(frozen=True)
-class RunScope:
-    id: int
-    name: str
-    world_size: int | None
-    #: ranks that have data, ordered by global rank
-    ranks: tuple[RankRef, ...]
-
-    def missing_ranks(self) -> list[int]:
-        """Ranks 0..world_size-1 with no data at all (nothing ingested for them)."""
-        if not self.world_size:
-            return []
-        have = {r.global_rank for r in self.ranks}
-        return [g for g in range(self.world_size) if g not in have]
-
-
 # ---------------------------------------------------------------------------------------------
-# run, kinds, name filter
-
-
-def resolve_run(conn: Connection, run: str | None = None) -> RunScope:
-    """The run named ``run`` (or with that id), or the most recent run when None."""
-    q = select(_run.c.id, _run.c.name, _run.c.world_size)
-    if run is None:
-        row = conn.execute(q.order_by(desc(_run.c.created_at), desc(_run.c.id)).limit(1)).first()
-        if row is None:
-            raise QueryError("the store has no runs yet; ingest some profiles first (profdb ingest PATH...)")
-    else:
-        row = conn.execute(q.where(_run.c.name == run)).first()
-        if row is None and run.isdigit():
-            row = conn.execute(q.where(_run.c.id == int(run))).first()
-        if row is None:
-            names = conn.execute(
-                select(_run.c.name).order_by(desc(_run.c.created_at), desc(_run.c.id)).limit(8)
-            ).scalars().all()
-            known = ", ".join(names) if names else "none: ingest some profiles first"
-            raise QueryError(f"no run named {run!r} in the store; known runs (newest first): {known}")
-    ranks = conn.execute(
-        select(_rank.c.id, _rank.c.global_rank, _rank.c.hostname, _rank.c.local_rank)
-        .where(_rank.c.run_id == row.id)
-        .order_by(_rank.c.global_rank)
-    ).all()
-    return RunScope(
-        id=row.id,
-        name=row.name,
-        world_size=row.world_size,
-        ranks=tuple(RankRef(r.id, r.global_rank, r.hostname, r.local_rank) for r in ranks),
-    )
+# kinds, name filter
 
 
 def parse_kinds(kind: str | Sequence[str] | None) -> tuple[str, ...] | None:
@@ -289,15 +227,6 @@ def _pct(value: int, mean: int) -> str:
     if not mean:
         return "n/a"
     return f"{(value - mean) * 100 / mean:+.0f}%"
-
-
-def fmt_ns(ns: int | float) -> str:
-    """Readable time for sentences (tables get their own formatting in the CLI)."""
-    v = float(ns)
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if abs(v) >= scale:
-            return f"{v / scale:.3g} {unit}"
-    return f"{v:.0f} ns"
 
 
 _COMM_WHAT = {
@@ -497,7 +426,7 @@ def _imbalance_row(scope: RunScope, g: NameGroup, values: list[int], present: se
 
 def imbalance(
     conn: Connection,
-    run: str | None = None,
+    run: str | RunScope | None = None,
     kind: str | Sequence[str] | None = None,
     top: int = 20,
     name_like: str | None = None,
@@ -507,9 +436,7 @@ def imbalance(
     or the same rolled up by hostname (slow node) or local_rank (slow GPU slot)."""
     if by not in GROUP_BY:
         raise QueryError(f"unknown grouping {by!r}; choose from {', '.join(GROUP_BY)}")
-    scope = resolve_run(conn, run)
-    if not scope.ranks:
-        raise QueryError(f"run {scope.name!r} has no ranks; ingest its profiles first")
+    scope = with_ranks(scope_of(conn, run))
     facts = run_facts(conn, scope)
     kinds, notes = select_kinds(conn, scope, kind, ("kernel",), facts)
     notes += _scope_notes(scope)
@@ -532,6 +459,20 @@ def imbalance(
     if not rows:
         notes.append("no names match" + (f" {name_like!r}" if name_like else ""))
     return Result(list(IMBALANCE_HEADERS), rows, verdict.line, notes)
+
+
+class GroupRow(NamedTuple):
+    """A row of ``imbalance(by="host" | "local-rank")``; the first column is named after the group."""
+
+    group: Any
+    ranks: int
+    compute_ns: int
+    compute_vs_mean: float | None
+    communication_ns: int
+    communication_vs_mean: float | None
+    slowest_rank: int
+    top_name: str | None
+    top_name_excess_ns: int | None
 
 
 GROUP_HEADERS = {
@@ -582,14 +523,14 @@ def _imbalance_by_group(
         if cur is None or excess > cur[0] or (excess == cur[0] and name < cur[1]):
             best[g] = (excess, name)
 
-    rows = []
+    rows: list[GroupRow] = []
     for g, members in groups.items():
         sb = sum(busy[i] for i in members)
         sw = sum(wait[i] for i in members)
         slow_i = max(members, key=lambda i: (busy[i], -i))
         top_excess, top_name = best.get(g, (0, None))
         rows.append(
-            (
+            GroupRow(
                 g,
                 len(members),
                 sb // len(members),
@@ -601,48 +542,43 @@ def _imbalance_by_group(
                 top_excess if top_name is not None else None,
             )
         )
-    rows.sort(key=lambda r: (-r[2], str(r[0])))
-    headers = [
-        key_col,
-        "ranks",
-        "compute_ns",
-        "compute_vs_mean",
-        "communication_ns",
-        "communication_vs_mean",
-        "slowest_rank",
-        "top_name",
-        "top_name_excess_ns",
-    ]
+    rows.sort(key=lambda r: (-r.compute_ns, str(r.group)))
+    headers = [key_col, *GroupRow._fields[1:]]
     what = "host" if by == "host" else "GPU slot (local_rank)"
-    if all(r[0] is None for r in rows):
+    if all(r.group is None for r in rows):
         field_name = "hostname" if by == "host" else "local_rank"
         headline = (
             f"the ranks of run {scope.name!r} have no {field_name}: nothing to roll up (ingest with rank manifests "
             f"from profdb record, or --rank-from-path with (?P<{field_name}>...))"
         )
     elif len(rows) < 2:
-        headline = f"one {what} only ({rows[0][0] if rows else 'none'}): nothing to compare"
+        headline = f"one {what} only ({rows[0].group if rows else 'none'}): nothing to compare"
     else:
         slow = rows[0]
-        label = f"{slow[0]}" if by == "host" else f"local_rank {slow[0]}"
-        why = f"{fmt_ns(slow[2])} of {'/'.join(kinds)} per rank, {slow[3]:.2f}x the mean" if slow[3] else "no busy time"
-        least_wait = min(rows, key=lambda r: (r[4], str(r[0])))
+        label = f"{slow.group}" if by == "host" else f"local_rank {slow.group}"
+        why = (
+            f"{fmt_ns(slow.compute_ns)} of {'/'.join(kinds)} per rank, {slow.compute_vs_mean:.2f}x the mean"
+            if slow.compute_vs_mean
+            else "no busy time"
+        )
+        least_wait = min(rows, key=lambda r: (r.communication_ns, str(r.group)))
         if ck and overall_wait.total:
-            if least_wait[0] == slow[0]:
-                why += f"; its ranks wait least in collectives ({least_wait[5]:.2f}x the mean)"
+            lw = least_wait.communication_vs_mean or 0.0
+            if least_wait.group == slow.group:
+                why += f"; its ranks wait least in collectives ({lw:.2f}x the mean)"
             else:
-                why += f"; ranks waiting least in collectives: {least_wait[0]} ({least_wait[5]:.2f}x the mean)"
-        if slow[7] is not None and slow[8] is not None:
-            why += f"; most excess in {slow[7]} (+{fmt_ns(slow[8])} per rank)"
+                why += f"; ranks waiting least in collectives: {least_wait.group} ({lw:.2f}x the mean)"
+        if slow.top_name is not None and slow.top_name_excess_ns is not None:
+            why += f"; most excess in {slow.top_name} (+{fmt_ns(slow.top_name_excess_ns)} per rank)"
         headline = f"slowest {what}: {label}: {why}"
-        if by == "host" and any(r[0] is None for r in rows):
+        if by == "host" and any(r.group is None for r in rows):
             notes.append("some ranks have no hostname (row with an empty hostname)")
-        if by == "local-rank" and any(r[0] is None for r in rows):
+        if by == "local-rank" and any(r.group is None for r in rows):
             notes.append("some ranks have no local_rank (row with an empty local_rank)")
     notes.append(
         "compute_ns / communication_ns: mean per rank of the group; *_vs_mean: against the mean over all ranks"
     )
-    return Result(headers, rows, headline, notes)
+    return Result(headers, list(rows), headline, notes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -666,16 +602,14 @@ HOTSPOT_HEADERS = [
 
 def hotspots(
     conn: Connection,
-    run: str | None = None,
+    run: str | RunScope | None = None,
     kind: str | Sequence[str] | None = None,
     top: int = 20,
     name_like: str | None = None,
 ) -> Result:
     """Where the time goes: total across ranks, share of the kinds' total, calls, mean duration,
     and how the name's time is spread over the ranks."""
-    scope = resolve_run(conn, run)
-    if not scope.ranks:
-        raise QueryError(f"run {scope.name!r} has no ranks; ingest its profiles first")
+    scope = with_ranks(scope_of(conn, run))
     facts = run_facts(conn, scope)
     kinds, notes = select_kinds(conn, scope, kind, ("kernel",), facts)
     notes += _scope_notes(scope)
@@ -730,9 +664,9 @@ STEP_HEADERS = [
 ]
 
 
-def steps(conn: Connection, run: str | None = None) -> Result:
+def steps(conn: Connection, run: str | RunScope | None = None) -> Result:
     """Per step (ProfilerStep#N), how long each rank took: which rank is slowest, and how often."""
-    scope = resolve_run(conn, run)
+    scope = scope_of(conn, run)
     notes = _scope_notes(scope)
     by_id = {r.id: r for r in scope.ranks}
     data = conn.execute(
@@ -821,11 +755,9 @@ RANK_HEADERS = [
 ]
 
 
-def rank_split(conn: Connection, run: str | None = None, kind: str | Sequence[str] | None = None) -> Result:
+def rank_split(conn: Connection, run: str | RunScope | None = None, kind: str | Sequence[str] | None = None) -> Result:
     """Per rank: busy time split into compute / communication / memory, against the mean rank."""
-    scope = resolve_run(conn, run)
-    if not scope.ranks:
-        raise QueryError(f"run {scope.name!r} has no ranks; ingest its profiles first")
+    scope = with_ranks(scope_of(conn, run))
     facts = run_facts(conn, scope)
     kinds, notes = select_kinds(conn, scope, kind, GPU_KINDS, facts)
     notes += _scope_notes(scope)
@@ -875,7 +807,8 @@ def run_sql(conn: Connection, sql: str, params: dict[str, Any] | None = None) ->
         msg = str(e.orig).strip().splitlines()[0] if e.orig is not None else str(e)
         raise QueryError(
             f"SQL error: {msg}; the views are listed by "
-            "`profdb sql \"select name from sqlite_master where type='view'\"` (SQLite) and in the README's section 'Cross-rank questions'"
+            "`profdb sql \"select name from sqlite_master where type='view'\"` (SQLite) "
+            "and in the README's section 'Cross-rank questions'"
         ) from e
     except SQLAlchemyError as e:
         raise QueryError(f"SQL error: {e}") from e
@@ -894,8 +827,6 @@ def _plain(v: Any) -> Any:
 
 __all__ = [
     "Result",
-    "RankRef",
-    "RunScope",
     "Spread",
     "Verdict",
     "comm_kind",
@@ -903,7 +834,6 @@ __all__ = [
     "imbalance",
     "parse_kinds",
     "rank_split",
-    "resolve_run",
     "run_sql",
     "select_kinds",
     "steps",

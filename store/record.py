@@ -125,7 +125,9 @@ def substitute(args: Iterable[str], values: Mapping[str, str | None], launcher: 
                     if name == "rank_dir"
                     else f"the launcher ({launcher or 'unknown'}) does not say it"
                 )
-                raise RecordError(f"placeholder {token} in {arg!r} has no value: {why}; run `profdb env` to see what is known")
+                raise RecordError(
+                    f"placeholder {token} in {arg!r} has no value: {why}; run `profdb env` to see what is known"
+                )
             arg = arg.replace(token, value)
         out.append(arg)
     return out
@@ -156,7 +158,9 @@ def plan_rank(
 ) -> RankPlan:
     """Decide (without side effects) what this rank runs and where its outputs go."""
     if not cmd:
-        raise RecordError("no command given: write the command after `--`, e.g. profdb record -o out -- python train.py")
+        raise RecordError(
+            "no command given: write the command after `--`, e.g. profdb record -o out -- python train.py"
+        )
     profiler, app = split_command(cmd)
     if ranks is not None:
         if not ranks:
@@ -199,7 +203,9 @@ def plan_rank(
         env["PROFDB_RUN"] = run
     if not profiled:
         argv = app if app is not None else list(cmd)
-        return RankPlan(context, substitute(argv, placeholder_values(context, None), context.launcher), env, ["PROFDB_RANK_DIR"])
+        return RankPlan(
+            context, substitute(argv, placeholder_values(context, None), context.launcher), env, ["PROFDB_RANK_DIR"]
+        )
     rank_dir = Path(os.path.abspath(out_dir)) / rank_dir_name(context.global_rank)
     argv = list(cmd) if profiler else (app or [])
     if not argv:
@@ -381,7 +387,9 @@ def record(
     return code
 
 
-def _run_reporting(argv: Sequence[str], env: Mapping[str, str], on_start: Callable[[int], None] = lambda pid: None) -> int:
+def _run_reporting(
+    argv: Sequence[str], env: Mapping[str, str], on_start: Callable[[int], None] = lambda pid: None
+) -> int:
     try:
         return run_forwarding(argv, env, on_start)
     except FileNotFoundError:

@@ -8,7 +8,7 @@ file's own (BOOTTIME, session-relative, epoch, or relative to ``SourceInfo.time_
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Union
+from typing import Any, NamedTuple
 
 #: Kinds of timed activity. ``category`` is derived from kind and name when a reader leaves it None.
 KINDS = ("kernel", "memcpy", "memset", "cpu_op", "annotation", "gpu_annotation", "api", "python")
@@ -65,7 +65,7 @@ class Aggregate(NamedTuple):
     category: str | None = None
 
 
-Record = Union[Activity, Counter, Aggregate]
+Record = Activity | Counter | Aggregate
 
 
 @dataclass

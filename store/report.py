@@ -20,19 +20,21 @@ import html
 import importlib.metadata
 import io
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
 from string import Template
-from typing import Any, Sequence
+from typing import Any
 
 from sqlalchemy import Connection, select
 
-from . import queries
-from .errors import InputError, ProfdbError, QueryError
+from . import queries, runs
+from .errors import InputError, ProfdbError
 from .metrics import spread
 from .models import Rank, Run, SourceFile, Step
+from .units import fmt_ns
 
 _run = Run.__table__
 _rank = Rank.__table__
@@ -76,7 +78,7 @@ class ReportData:
     launcher: str | None
     command: str | None
     metadata: dict[str, Any]
-    ranks: list[queries.RankRef]
+    ranks: list[runs.RankRef]
     missing_ranks: list[int]
     kinds: tuple[str, ...]
     verdict: str
@@ -96,20 +98,18 @@ class ReportData:
 
 
 def heatmap_data(
-    conn: Connection, run: str | None = None, kind: str | None = None, top: int = DEFAULT_TOP
+    conn: Connection, run: str | runs.RunScope | None = None, kind: str | None = None, top: int = DEFAULT_TOP
 ) -> Heatmap:
     """The rank x name matrix of the most imbalanced names (see the module doc)."""
-    scope = queries.resolve_run(conn, run)
-    if not scope.ranks:
-        raise QueryError(f"run {scope.name!r} has no ranks; ingest its profiles first")
-    imb = queries.imbalance(conn, scope.name, kind=kind, top=top)
+    scope = runs.with_ranks(runs.scope_of(conn, run))
+    imb = queries.imbalance(conn, scope, kind=kind, top=top)
     kinds, _notes = queries.select_kinds(conn, scope, kind, ("kernel",))
     verdict = queries.straggler(conn, scope, kinds)
     return _heatmap(conn, scope, imb, kinds, verdict)
 
 
 def _heatmap(
-    conn: Connection, scope: queries.RunScope, imb: queries.Result, kinds: tuple[str, ...], verdict: queries.Verdict
+    conn: Connection, scope: runs.RunScope, imb: queries.Result, kinds: tuple[str, ...], verdict: queries.Verdict
 ) -> Heatmap:
     """Rows: the names of ``imb`` (the imbalance table), in its order; T_r from the summary table."""
     h = {name: i for i, name in enumerate(imb.headers)}
@@ -125,11 +125,16 @@ def _heatmap(
         values.append([v * s.n / s.total if s.total else 0.0 for v in row])
     straggler = verdict.rank.global_rank if verdict.rank is not None else None
     return Heatmap(
-        scope.name, [(g.kind, g.name, g.category) for g in groups], [r.global_rank for r in scope.ranks], values, straggler, kinds
+        scope.name,
+        [(g.kind, g.name, g.category) for g in groups],
+        [r.global_rank for r in scope.ranks],
+        values,
+        straggler,
+        kinds,
     )
 
 
-def _step_ranks(conn: Connection, scope: queries.RunScope) -> dict[int, dict[int, int]]:
+def _step_ranks(conn: Connection, scope: runs.RunScope) -> dict[int, dict[int, int]]:
     out: dict[int, dict[int, int]] = {}
     for step, g, dur in conn.execute(
         select(_step.c.step, _rank.c.global_rank, _step.c.duration_ns)
@@ -141,7 +146,7 @@ def _step_ranks(conn: Connection, scope: queries.RunScope) -> dict[int, dict[int
     return out
 
 
-def _sources(conn: Connection, scope: queries.RunScope) -> list[tuple[Any, ...]]:
+def _sources(conn: Connection, scope: runs.RunScope) -> list[tuple[Any, ...]]:
     rows = conn.execute(
         select(
             _rank.c.global_rank,
@@ -161,39 +166,34 @@ def _sources(conn: Connection, scope: queries.RunScope) -> list[tuple[Any, ...]]
     return [tuple(r) for r in rows]
 
 
-def build_report(conn: Connection, run: str | None = None, kind: str | None = None, top: int = DEFAULT_TOP) -> ReportData:
-    """Every number of the report for ``run`` (default: the newest run)."""
-    scope = queries.resolve_run(conn, run)
-    if not scope.ranks:
-        raise QueryError(f"run {scope.name!r} has no ranks; ingest its profiles first")
-    info = conn.execute(
-        select(_run.c.created_at, _run.c.launcher, _run.c.command, _run.c.metadata_json).where(_run.c.id == scope.id)
-    ).one()
-    try:
-        metadata = json.loads(info.metadata_json) if info.metadata_json else {}
-    except ValueError:
-        metadata = {"metadata_json": info.metadata_json}
+def build_report(
+    conn: Connection, run: str | runs.RunScope | None = None, kind: str | None = None, top: int = DEFAULT_TOP
+) -> ReportData:
+    """Every number of the report for ``run`` (default: the newest run), resolved once and passed to
+    each question as its RunScope."""
+    scope = runs.with_ranks(runs.scope_of(conn, run))
+    info = runs.run_details(conn, scope)
     kinds, notes = queries.select_kinds(conn, scope, kind, ("kernel",))
     verdict = queries.straggler(conn, scope, kinds)
-    imb = queries.imbalance(conn, scope.name, kind=kind, top=top)
+    imb = queries.imbalance(conn, scope, kind=kind, top=top)
     return ReportData(
         run=scope.name,
         created_at=info.created_at,
         world_size=scope.world_size,
         launcher=info.launcher,
         command=info.command,
-        metadata=metadata if isinstance(metadata, dict) else {"metadata_json": info.metadata_json},
+        metadata=info.metadata,
         ranks=list(scope.ranks),
         missing_ranks=scope.missing_ranks(),
         kinds=kinds,
         verdict=verdict.line,
         straggler=verdict.rank.global_rank if verdict.rank is not None else None,
         imbalance=imb,
-        hotspots=queries.hotspots(conn, scope.name, kind=kind, top=15),
-        steps=queries.steps(conn, scope.name),
-        rank_split=queries.rank_split(conn, scope.name, kind=kind),
-        by_host=queries.imbalance(conn, scope.name, kind=kind, by="host"),
-        by_local_rank=queries.imbalance(conn, scope.name, kind=kind, by="local-rank"),
+        hotspots=queries.hotspots(conn, scope, kind=kind, top=15),
+        steps=queries.steps(conn, scope),
+        rank_split=queries.rank_split(conn, scope, kind=kind),
+        by_host=queries.imbalance(conn, scope, kind=kind, by="host"),
+        by_local_rank=queries.imbalance(conn, scope, kind=kind, by="local-rank"),
         heatmap=_heatmap(conn, scope, imb, kinds, verdict),
         step_ranks=_step_ranks(conn, scope),
         sources=_sources(conn, scope),
@@ -269,7 +269,11 @@ def heatmap_figure(hm: Heatmap) -> Any:
         return fig
     top = max(1.5, max(max(row) for row in hm.values))
     im = ax.imshow(
-        hm.values, aspect="auto", cmap="RdBu_r", norm=TwoSlopeNorm(vmin=0.0, vcenter=1.0, vmax=top), interpolation="nearest"
+        hm.values,
+        aspect="auto",
+        cmap="RdBu_r",
+        norm=TwoSlopeNorm(vmin=0.0, vcenter=1.0, vmax=top),
+        interpolation="nearest",
     )
     _rank_ticks(ax, hm.ranks)
     ax.set_yticks(
@@ -277,7 +281,9 @@ def heatmap_figure(hm: Heatmap) -> Any:
         [_short(n) + ("  [comm]" if c == queries.COMM else "") for _k, n, c in hm.names],
         fontsize=7,
     )
-    fig.suptitle(f"run {hm.run}: each name's time on each rank / its mean over ranks ({'/'.join(hm.kinds)})", fontsize=9)
+    fig.suptitle(
+        f"run {hm.run}: each name's time on each rank / its mean over ranks ({'/'.join(hm.kinds)})", fontsize=9
+    )
     xlabel = "global rank"
     if hm.straggler is not None and hm.straggler in hm.ranks:
         col = hm.ranks.index(hm.straggler)
@@ -336,7 +342,9 @@ def _steps_svg(data: ReportData) -> str | None:
     if len(ranks) <= 16:
         for g in ranks:
             xs = [s for s in steps if g in data.step_ranks[s]]
-            ax.plot(xs, [data.step_ranks[s][g] / 1e6 for s in xs], marker="o", markersize=3, linewidth=1, label=f"rank {g}")
+            ax.plot(
+                xs, [data.step_ranks[s][g] / 1e6 for s in xs], marker="o", markersize=3, linewidth=1, label=f"rank {g}"
+            )
         ax.legend(fontsize=7, ncols=min(4, len(ranks)), frameon=False)
     else:
         lo = [min(data.step_ranks[s].values()) / 1e6 for s in steps]
@@ -350,7 +358,15 @@ def _steps_svg(data: ReportData) -> str | None:
         if len(per) < 2:
             continue
         g = max(sorted(per), key=lambda r: per[r])
-        ax.annotate(f"{g}", xy=(s, per[g] / 1e6), xytext=(0, 4), textcoords="offset points", ha="center", fontsize=7, color="#b2182b")
+        ax.annotate(
+            f"{g}",
+            xy=(s, per[g] / 1e6),
+            xytext=(0, 4),
+            textcoords="offset points",
+            ha="center",
+            fontsize=7,
+            color="#b2182b",
+        )
     ax.set_xlabel("step (label: the slowest rank)")
     ax.set_ylabel("ms")
     ax.set_xticks(steps if len(steps) <= 30 else steps[:: max(1, len(steps) // 30)])
@@ -366,7 +382,13 @@ def _group_svg(res: queries.Result, label: str) -> str | None:
     fig = _figure(min(12.0, max(4.0, 2 + 0.5 * len(keys))), 2.8)
     ax = fig.add_subplot()
     x = list(range(len(keys)))
-    ax.bar([i - 0.2 for i in x], [r[h["compute_vs_mean"]] or 0 for r in res.rows], width=0.4, label="compute", color="#d95f02")
+    ax.bar(
+        [i - 0.2 for i in x],
+        [r[h["compute_vs_mean"]] or 0 for r in res.rows],
+        width=0.4,
+        label="compute",
+        color="#d95f02",
+    )
     comm = [r[h["communication_vs_mean"]] for r in res.rows]
     if any(c is not None for c in comm):
         ax.bar([i + 0.2 for i in x], [c or 0 for c in comm], width=0.4, label="communication", color="#7570b3")
@@ -395,17 +417,11 @@ def _hotspots_svg(res: queries.Result) -> str | None:
 # HTML
 
 
-def _fmt_ns(v: Any) -> str:
-    if v is None:
-        return ""
-    return queries.fmt_ns(v)
-
-
 def _cell(header: str, v: Any) -> str:
     if v is None:
         return ""
     if header.endswith("_ns"):
-        return _fmt_ns(v)
+        return fmt_ns(v)
     if header.endswith("_bytes") and isinstance(v, int):
         return f"{v:,}"
     if isinstance(v, float):
@@ -413,12 +429,22 @@ def _cell(header: str, v: Any) -> str:
     return str(v)
 
 
-def html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], cls: str = "", highlight: int | None = None, rank_col: str | None = None) -> str:
+def html_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    cls: str = "",
+    highlight: int | None = None,
+    rank_col: str | None = None,
+) -> str:
     """An HTML table: *_ns columns in readable units (header without the suffix), every cell escaped;
     the row whose ``rank_col`` equals ``highlight`` is marked (the straggler)."""
     shown = [h[:-3] if h.endswith("_ns") else h for h in headers]
     ri = headers.index(rank_col) if rank_col in headers else None
-    out = [f'<table class="{cls}"><thead><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in shown) + "</tr></thead><tbody>"]
+    out = [
+        f'<table class="{cls}"><thead><tr>'
+        + "".join(f"<th>{html.escape(h)}</th>" for h in shown)
+        + "</tr></thead><tbody>"
+    ]
     for r in rows:
         mark = ' class="straggler"' if ri is not None and highlight is not None and r[ri] == highlight else ""
         cells = []
@@ -478,14 +504,18 @@ def render_html(data: ReportData, store: str = "") -> str:
     hosts = sorted({r.hostname for r in data.ranks if r.hostname is not None})
     cards = [
         ("ranks", f"{len(data.ranks)}" + (f" of {data.world_size}" if data.world_size else "")),
-        ("missing ranks", f"{len(data.missing_ranks)} ({rank_ranges(data.missing_ranks)})" if data.missing_ranks else "none"),
+        (
+            "missing ranks",
+            f"{len(data.missing_ranks)} ({rank_ranges(data.missing_ranks)})" if data.missing_ranks else "none",
+        ),
         ("hosts", str(len(hosts)) if hosts else "unknown"),
         ("kinds", "/".join(data.kinds)),
         ("run imbalance", f"{imb:.3f}" if imb else "n/a"),
         ("steps", str(len(data.step_ranks))),
     ]
     cards_html = "".join(
-        f'<div class="card"><div class="k">{html.escape(k)}</div><div class="v">{html.escape(v)}</div></div>' for k, v in cards
+        f'<div class="card"><div class="k">{html.escape(k)}</div><div class="v">{html.escape(v)}</div></div>'
+        for k, v in cards
     )
     meta_rows = [
         ("run", data.run),
@@ -495,11 +525,22 @@ def render_html(data: ReportData, store: str = "") -> str:
         ("command", data.command),
     ] + [(f"tag {k}", v if isinstance(v, str) else json.dumps(v)) for k, v in sorted(data.metadata.items())]
     missing = (
-        f'<p class="warn" id="missing-ranks">missing ranks (no profile ingested): {len(data.missing_ranks)} of {data.world_size}: {html.escape(rank_ranges(data.missing_ranks))}</p>'
+        f'<p class="warn" id="missing-ranks">missing ranks (no profile ingested): {len(data.missing_ranks)} '
+        f"of {data.world_size}: {html.escape(rank_ranges(data.missing_ranks))}</p>"
         if data.missing_ranks
         else '<p id="missing-ranks">no missing ranks</p>'
     )
-    src_headers = ["global_rank", "hostname", "path", "format", "content_kind", "rows", "size_bytes", "sha256", "identity_origin"]
+    src_headers = [
+        "global_rank",
+        "hostname",
+        "path",
+        "format",
+        "content_kind",
+        "rows",
+        "size_bytes",
+        "sha256",
+        "identity_origin",
+    ]
     sources = [tuple(r[:7]) + (str(r[7])[:12],) + tuple(r[8:]) for r in data.sources]
     values = {
         "title": html.escape(f"profdb report: {data.run}"),
@@ -519,26 +560,45 @@ def render_html(data: ReportData, store: str = "") -> str:
             "",
         ),
         "ranks_chart": _figure_html(_rank_split_svg(data), "rank-split", data.rank_split.headline or "", ""),
-        "ranks_table": html_table(data.rank_split.headers, data.rank_split.rows, "ranks", data.straggler, "global_rank"),
+        "ranks_table": html_table(
+            data.rank_split.headers, data.rank_split.rows, "ranks", data.straggler, "global_rank"
+        ),
         # the imbalance headline is the verdict already shown at the top
-        "imbalance_headline": html.escape((data.imbalance.headline or "") if data.imbalance.headline != data.verdict else ""),
-        "imbalance_table": html_table(data.imbalance.headers, data.imbalance.rows, "imbalance", data.straggler, "suspect_rank"),
+        "imbalance_headline": html.escape(
+            (data.imbalance.headline or "") if data.imbalance.headline != data.verdict else ""
+        ),
+        "imbalance_table": html_table(
+            data.imbalance.headers, data.imbalance.rows, "imbalance", data.straggler, "suspect_rank"
+        ),
         "imbalance_notes": _notes(data.imbalance.notes),
         "host_headline": html.escape(data.by_host.headline or ""),
-        "host_chart": _figure_html(_group_svg(data.by_host, "hostname"), "by-host", "per host, against the mean rank", "one host only: nothing to compare"),
+        "host_chart": _figure_html(
+            _group_svg(data.by_host, "hostname"),
+            "by-host",
+            "per host, against the mean rank",
+            "one host only: nothing to compare",
+        ),
         "host_table": html_table(data.by_host.headers, data.by_host.rows, "rollup"),
         "local_headline": html.escape(data.by_local_rank.headline or ""),
         "local_chart": _figure_html(
-            _group_svg(data.by_local_rank, "local_rank"), "by-local-rank", "per GPU slot, against the mean rank", "one local rank only: nothing to compare"
+            _group_svg(data.by_local_rank, "local_rank"),
+            "by-local-rank",
+            "per GPU slot, against the mean rank",
+            "one local rank only: nothing to compare",
         ),
         "local_table": html_table(data.by_local_rank.headers, data.by_local_rank.rows, "rollup"),
         "steps_headline": html.escape(data.steps.headline or ""),
         "steps_chart": _figure_html(
-            _steps_svg(data), "steps-chart", "duration of each step on each rank; the label over a step is its slowest rank", "no steps in this run (ProfilerStep#N annotations)"
+            _steps_svg(data),
+            "steps-chart",
+            "duration of each step on each rank; the label over a step is its slowest rank",
+            "no steps in this run (ProfilerStep#N annotations)",
         ),
         "steps_table": html_table(data.steps.headers, data.steps.rows, "steps"),
         "hotspots_headline": html.escape(data.hotspots.headline or ""),
-        "hotspots_chart": _figure_html(_hotspots_svg(data.hotspots), "hotspots-chart", "top names by share of the run's time", "no activity"),
+        "hotspots_chart": _figure_html(
+            _hotspots_svg(data.hotspots), "hotspots-chart", "top names by share of the run's time", "no activity"
+        ),
         "hotspots_table": html_table(data.hotspots.headers, data.hotspots.rows, "hotspots"),
         "meta_table": html_table(["field", "value"], meta_rows, "meta"),
         "missing": missing,
@@ -551,7 +611,14 @@ def render_html(data: ReportData, store: str = "") -> str:
     return _template().substitute(values)
 
 
-def write_report(conn: Connection, out: Path, run: str | None = None, kind: str | None = None, top: int = DEFAULT_TOP, store: str = "") -> ReportData:
+def write_report(
+    conn: Connection,
+    out: Path,
+    run: str | None = None,
+    kind: str | None = None,
+    top: int = DEFAULT_TOP,
+    store: str = "",
+) -> ReportData:
     """Build and write the HTML report of ``run`` to ``out``; returns its numbers."""
     _matplotlib()  # fail before any work when charts cannot be drawn
     _check_out(out, (".html", ".htm"))
@@ -561,7 +628,9 @@ def write_report(conn: Connection, out: Path, run: str | None = None, kind: str 
     return data
 
 
-def plot_heatmap(conn: Connection, out: Path, run: str | None = None, kind: str | None = None, top: int = DEFAULT_TOP) -> Heatmap:
+def plot_heatmap(
+    conn: Connection, out: Path, run: str | None = None, kind: str | None = None, top: int = DEFAULT_TOP
+) -> Heatmap:
     """Write the imbalance heatmap alone; the format follows the suffix (.png, .svg, .pdf)."""
     _matplotlib()
     _check_out(out, tuple(f".{f}" for f in PLOT_FORMATS))

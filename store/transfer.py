@@ -11,17 +11,15 @@ the team store at the same time. Rows are streamed in batches and written throug
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
-from sqlalchemy import Connection, Engine, Float, cast, func, insert, select, update
+from sqlalchemy import Connection, Engine, Float, cast, func, insert, select
 
-from . import bulk
-from .db import display_url, open_db, resolve_url, sqlite_path
-from .errors import QueryError, RankIdentityError, StoreError
-from .inventory import sources_by_kind
+from . import bulk, runs
+from .db import display_url, load_target, open_db, resolve_url, sqlite_path
+from .errors import QueryError, StoreError
 from .models import Activity, Counter, Name, Rank, Run, SourceFile, Step, Summary
 
 BATCH = 20000
@@ -33,7 +31,6 @@ _ACT = Activity.__table__
 _CTR = Counter.__table__
 ACTIVITY_COLS = tuple(c.name for c in _ACT.columns if c.name != "id")
 COUNTER_COLS = tuple(c.name for c in _CTR.columns if c.name != "id")
-_RANK_FIELDS = ("hostname", "local_rank", "node_rank", "pid", "device")
 
 
 @dataclass
@@ -136,18 +133,18 @@ def _check_source_exists(url: str) -> None:
         raise StoreError(f"{path}: no such store; name an existing profdb file (or URL) to copy from")
 
 
-def _run_names(engine: Engine, runs: Sequence[str] | None, url: str, *, required: bool) -> list[str]:
+def _run_names(engine: Engine, wanted: Sequence[str] | None, url: str, *, required: bool) -> list[str]:
     with engine.connect() as conn:
-        have = list(conn.execute(select(Run.name).order_by(Run.created_at, Run.id)).scalars())
-    if not runs:
+        have = runs.run_names(conn)
+    if not wanted:
         return have
-    missing = [r for r in runs if r not in have]
+    missing = [r for r in wanted if r not in have]
     if missing and required:
         raise QueryError(
             f"no run named {', '.join(map(repr, missing))} in {display_url(url)}; runs there: "
             f"{', '.join(have[:10]) or 'none'} (see `profdb runs`)"
         )
-    return [r for r in have if r in runs]
+    return [r for r in have if r in wanted]
 
 
 # --------------------------------------------------------------------------- copying
@@ -157,90 +154,38 @@ def _transfer(
     src: Engine, src_url: str, dst_url: str, names: list[str], allow_dupes: bool, progress: Progress | None
 ) -> TransferReport:
     report = TransferReport(display_url(src_url), display_url(dst_url))
-    path = sqlite_path(dst_url)
-    created = path is not None and not path.exists()
-    dst: Engine | None = None
-    try:
-        dst = open_db(dst_url)
+    with load_target(dst_url, keep_on_error=lambda: any(r.files for r in report.runs)) as dst:
         for name in names:
             report.runs.append(_copy_run(src, dst, name, allow_dupes, progress))
-    except BaseException:
-        if dst is not None:
-            dst.dispose()
-            dst = None
-        if created and path is not None and not any(r.files for r in report.runs):
-            for suffix in ("", "-wal", "-shm", "-journal"):
-                Path(str(path) + suffix).unlink(missing_ok=True)
-        raise
-    finally:
-        if dst is not None:
-            dst.dispose()
     return report
 
 
 def _find_or_create_run(run: Any) -> Callable[[Connection], tuple[int, bool]]:
+    new_run = runs.NewRun(**{c: getattr(run, c) for c in runs.NEW_RUN_COLUMNS})
+
+    def conflict(stored: int, incoming: int) -> str:
+        return (
+            f"run {run.name!r} has world size {stored} in the destination but {incoming} in the source; "
+            "they are different jobs: rename one (ingest it again with another --run) before merging"
+        )
+
     def find_or_create(conn: Connection) -> tuple[int, bool]:
-        created = False
-        if conn.execute(select(Run.id).where(Run.name == run.name)).first() is None:
-            res = conn.execute(
-                bulk.insert_ignore(conn, Run.__table__)
-                .values(
-                    name=run.name, created_at=run.created_at, launcher=run.launcher, command=run.command,
-                    world_size=run.world_size, metadata_json=run.metadata_json,
-                )
-                .returning(Run.id)
-            )
-            created = res.first() is not None
-        run_id, world = conn.execute(select(Run.id, Run.world_size).where(Run.name == run.name)).one()
-        if run.world_size is not None and world is not None and world != run.world_size:
-            raise RankIdentityError(
-                f"run {run.name!r} has world size {world} in the destination but {run.world_size} in the source; "
-                "they are different jobs: rename one (ingest it again with another --run) before merging"
-            )
-        if world is None and run.world_size is not None:
-            conn.execute(
-                update(Run).where(Run.id == run_id, Run.world_size.is_(None)).values(world_size=run.world_size)
-            )
-        if not created and run.metadata_json:
-            have = conn.execute(select(Run.metadata_json).where(Run.id == run_id)).scalar()
-            merged = _merge_metadata(have, run.metadata_json)
-            if merged != have:
-                conn.execute(update(Run).where(Run.id == run_id).values(metadata_json=merged))
-        return int(run_id), created
+        return runs.find_or_create_run(conn, new_run, conflict)
 
     return find_or_create
-
-
-def _merge_metadata(have: str | None, new: str) -> str | None:
-    """Run metadata (tags) of the same run from two stores: the keys of both, the destination's value
-    where both set one. Text that is not a JSON object is left as the destination has it."""
-    if not have:
-        return new
-    try:
-        a, b = json.loads(have), json.loads(new)
-    except ValueError:
-        return have
-    if not isinstance(a, dict) or not isinstance(b, dict):
-        return have
-    return json.dumps({**b, **a}, sort_keys=True)
 
 
 def _copy_run(src: Engine, dst: Engine, name: str, allow_dupes: bool, progress: Progress | None) -> RunTransfer:
     with src.connect() as s:
         run = s.execute(select(Run.__table__).where(Run.name == name)).one()
+        runs.run_metadata(run.metadata_json, run.name)  # the one metadata policy (runs.py), before any write
         ranks = {r.id: r for r in s.execute(select(Rank.__table__).where(Rank.run_id == run.id))}
         files = list(s.execute(select(SourceFile.__table__).where(SourceFile.run_id == run.id).order_by(SourceFile.id)))
         find_or_create = _find_or_create_run(run)
         with bulk.run_scope(dst, find_or_create) as early_id, dst.begin() as d:
             run_id = bulk.hold_run(d, early_id, [r.global_rank for r in ranks.values()], find_or_create)
             existed = d.execute(select(Rank.id).where(Rank.run_id == run_id).limit(1)).first() is not None
-            present = set(
-                d.execute(
-                    select(Rank.global_rank, SourceFile.sha256)
-                    .join(SourceFile, SourceFile.rank_id == Rank.id)
-                    .where(Rank.run_id == run_id)
-                ).all()
-            )
+            present = runs.stored_files(d, run_id)
             todo = [f for f in files if (ranks[f.rank_id].global_rank, f.sha256) not in present]
             result = RunTransfer(name, "added" if existed else "created", skipped_files=len(files) - len(todo))
             if not todo:
@@ -258,49 +203,37 @@ def _copy_run(src: Engine, dst: Engine, name: str, allow_dupes: bool, progress: 
             return result
 
 
-def _check_duplicates(d: Connection, run_id: int, run_name: str, todo: list[Any], ranks: dict[int, Any], allow: bool) -> None:
+def _check_duplicates(
+    d: Connection, run_id: int, run_name: str, todo: list[Any], ranks: dict[int, Any], allow: bool
+) -> None:
     """As at ingest: a rank that already has a different file of the same format and kind in the
     destination run is a conflict (two jobs named alike), unless several windows are allowed."""
     if allow:
         return
-    have = sources_by_kind(d, run_id)
-    for f in todo:
-        key = (ranks[f.rank_id].global_rank, f.format, f.content_kind)
-        if key in have:
-            raise RankIdentityError(
-                f"{f.path}: rank {key[0]} of run {run_name!r} already has a {key[1]} {key[2]} from {have[key]} in the "
-                "destination; these are different profiles of one rank: merge into another store, rename the run "
-                "in one of them, or pass --allow-duplicate-ranks if they are several windows of the same rank"
-            )
+
+    runs.check_duplicate_kinds(
+        d,
+        run_id,
+        run_name,
+        [(f.path, ranks[f.rank_id].global_rank, f.format, f.content_kind) for f in todo],
+        where=" in the destination",
+        advice="these are different profiles of one rank: merge into another store, rename the run in one of them, "
+        "or pass --allow-duplicate-ranks if they are several windows of the same rank",
+    )
 
 
 def _map_ranks(d: Connection, run_id: int, run_name: str, src_ranks: dict[int, Any]) -> dict[int, int]:
-    """src rank id -> destination rank id: existing ranks (same global rank) are checked and filled,
-    new ones created."""
-    existing = {r.global_rank: r for r in d.execute(select(Rank.__table__).where(Rank.run_id == run_id))}
-    out: dict[int, int] = {}
-    for sid, r in sorted(src_ranks.items(), key=lambda kv: kv[1].global_rank):
-        old = existing.get(r.global_rank)
-        if old is None:
-            res = d.execute(
-                insert(Rank)
-                .values(run_id=run_id, global_rank=r.global_rank, **{f: getattr(r, f) for f in _RANK_FIELDS})
-                .returning(Rank.id)
-            )
-            out[sid] = int(res.scalar_one())
-            continue
-        for f in ("hostname", "local_rank"):
-            new, have = getattr(r, f), getattr(old, f)
-            if new is not None and have is not None and new != have:
-                raise RankIdentityError(
-                    f"rank {r.global_rank} of run {run_name!r} has {f} {have!r} in the destination but {new!r} in the "
-                    "source; they are different jobs: rename the run in one of the stores before merging"
-                )
-        fill = {f: getattr(r, f) for f in _RANK_FIELDS if getattr(old, f) is None and getattr(r, f) is not None}
-        if fill:
-            d.execute(update(Rank).where(Rank.id == old.id).values(**fill))
-        out[sid] = int(old.id)
-    return out
+    """src rank id -> destination rank id (runs.rank_ids: existing ranks checked and filled, new ones created)."""
+
+    def conflict(g: int, f: str, have: Any, new: Any) -> str:
+        return (
+            f"rank {g} of run {run_name!r} has {f} {have!r} in the destination but {new!r} in the "
+            "source; they are different jobs: rename the run in one of the stores before merging"
+        )
+
+    facts = {r.global_rank: runs.RankFacts(**{f: getattr(r, f) for f in runs.RANK_FIELDS}) for r in src_ranks.values()}
+    ids = runs.rank_ids(d, run_id, facts, conflict)
+    return {sid: ids[r.global_rank] for sid, r in src_ranks.items()}
 
 
 class _NameMap:

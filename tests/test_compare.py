@@ -20,7 +20,8 @@ from click.testing import CliRunner, Result
 from conftest import Invoke, sql
 from gen_rocprof_run import KERNELS, generate
 from profdb.cli.main import cli
-from profdb.store.compare import all_runs, compare, regressions, run_figures
+from profdb.store.compare import compare, regressions, run_figures
+from profdb.store.runs import all_runs
 from profdb.store.db import open_db
 from profdb.store.ingest import ingest_paths
 
@@ -269,6 +270,7 @@ def test_same_answers_on_postgresql(tmp_path: Path, pg_url: str) -> None:
     """The same runs in SQLite and in PostgreSQL: compare, the gate, trend, tags and the report's
     numbers agree (portable SQLAlchemy Core, no engine-specific SQL)."""
     from profdb.store import compare as cmp
+    from profdb.store import runs, trend
     from profdb.store.report import build_report
 
     def fill(url: str) -> None:
@@ -282,7 +284,7 @@ def test_same_answers_on_postgresql(tmp_path: Path, pg_url: str) -> None:
         engine = open_db(url)
         try:
             with engine.begin() as conn:
-                cmp.tag_run(conn, "n1", {"branch": "main"})
+                runs.tag_run(conn, "n1", {"branch": "main"})
             with engine.connect() as conn:
                 got: list[object] = []
                 for by in cmp.BY:
@@ -290,7 +292,7 @@ def test_same_answers_on_postgresql(tmp_path: Path, pg_url: str) -> None:
                     got += [res.result.headers, res.result.rows, res.result.headline, [r.line() for r in res.regressions]]
                 got.append(cmp.compare(conn, "n3", "tag:branch=main").result.rows)
                 for name_like in ("gemm", None):  # without created_at: each store stamped its own runs
-                    got.append([row[:1] + row[2:] for row in cmp.trend(conn, name_like, 10).rows])
+                    got.append([row[:1] + row[2:] for row in trend.trend(conn, name_like, 10).rows])
                 rep = build_report(conn, "n3")
                 got += [rep.heatmap.values, rep.heatmap.names, rep.verdict, rep.straggler]
                 return got

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from profdb.store import ingest, ingest_workers
+from profdb.store import bulk, ingest, ingest_workers
 from profdb.store.errors import InputError
 
 from conftest import file_bytes, sql
@@ -40,7 +40,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _bulk(monkeypatch: pytest.MonkeyPatch, on: bool) -> None:
     monkeypatch.setenv(ingest_workers.ENV_WORKERS, "2" if on else "0")
-    monkeypatch.setattr(ingest, "DEFER_INDEXES_MIN_BYTES", 0 if on else 1 << 62)
+    monkeypatch.setattr(bulk, "DEFER_INDEXES_MIN_BYTES", 0 if on else 1 << 62)
 
 
 def _content(db: Path) -> dict[str, Any]:

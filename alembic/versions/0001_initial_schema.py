@@ -8,8 +8,8 @@ Revises:
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
 
+from alembic import op
 
 revision = '0001'
 down_revision = None

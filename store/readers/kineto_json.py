@@ -170,7 +170,7 @@ def read(path: Path, info: SourceInfo) -> Iterator[Record]:
                 if kind in ("kernel", "memcpy", "memset"):
                     grid = args.get("grid") or (None, None, None)
                     block = args.get("block") or (None, None, None)
-                    kept = {k: args[k] for k in keep if k in args}
+                    kept: dict[str, Any] | None = {k: args[k] for k in keep if k in args}
                     extra = json.dumps(kept) if kept else None
                     yield Activity(
                         kind,

@@ -1,0 +1,82 @@
+"""What the commands share, defined once: the options (--db, --format, --run, --kind, --name, --top)
+and the store's lifetime. A command gets its connection from ``connect(db)``: the store is opened
+on first use and closed (connection, then engine) by click when the command ends, error or not;
+nothing is committed unless the command calls ``conn.commit()``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+from sqlalchemy import Connection
+
+from profdb.store.db import open_db, resolve_url, sqlite_path
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+FORMATS = ("table", "csv", "json", "jsonl")
+
+#: --kind's help, the part every command shares; a command may say what its default is
+KIND_HELP = "Activity kind(s), comma-separated"
+RUN_HELP = "Run name (or id); default: the most recent run."
+
+
+def output_options(f: F) -> F:
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(FORMATS),
+        default="table",
+        show_default=True,
+        help="Output format: aligned table with readable units, or raw values as csv / json / jsonl.",
+    )(f)
+
+
+def db_option(f: F) -> F:
+    return click.option(
+        "--db",
+        envvar="PROFDB_DB",
+        default=None,
+        metavar="PATH|URL",
+        help="Store: an SQLite file (default ./profdb.db, or $PROFDB_DB) or a URL such as postgresql+psycopg://host/db.",
+    )(f)
+
+
+def run_option(help: str = RUN_HELP) -> Callable[[F], F]:
+    return click.option("--run", default=None, help=help)
+
+
+def kind_option(
+    help: str = f"{KIND_HELP} (kernel, memcpy, memset, cpu_op, annotation, ...; gpu = kernel,memcpy,memset). "
+    "Default: kernel, or cpu_op for CPU-only runs.",
+) -> Callable[[F], F]:
+    return click.option("--kind", default=None, help=help)
+
+
+def name_option(f: F) -> F:
+    # click does not %-format help texts: a single % is printed as it is
+    return click.option(
+        "--name",
+        "name_like",
+        default=None,
+        help="Only names LIKE this (case-insensitive; without % it matches a substring).",
+    )(f)
+
+
+def top_option(default: int, help: str, min: int = 0) -> Callable[[F], F]:
+    return click.option("--top", default=default, show_default=True, type=click.IntRange(min=min), help=help)
+
+
+def connect(db: str | None) -> Connection:
+    """A connection to the existing store ``db`` for the running command (asking questions must not
+    create an empty store); click closes it, and disposes of the engine, when the command ends."""
+    path = sqlite_path(resolve_url(db))
+    if path is not None and not path.exists():
+        raise click.ClickException(
+            f"no profdb store at {path}; ingest profiles first (profdb ingest PATH...) or pass --db / set PROFDB_DB"
+        )
+    ctx = click.get_current_context()
+    engine = open_db(db)
+    ctx.call_on_close(engine.dispose)
+    return ctx.with_resource(engine.connect())

@@ -1,0 +1,168 @@
+"""Phase 1 of ingest, with no database: expand paths (folders, globs), detect each file's format,
+inspect it (identity hints, time base), hash it, resolve every rank and check the claims across
+files, and derive the run's name. Bad input stops here, before any store is opened."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import readers
+from .errors import InputError, RankIdentityError
+from .identity import RANK_DIR, IdentityFlags, RankClaim, RankPlan, check_claims, resolve_file
+from .manifest import MANIFEST_NAME, RankManifest
+from .readers.base import Reader, has_rank_sections
+from .records import SourceInfo
+
+
+@dataclass
+class InputFile:
+    path: Path
+    reader: Reader
+    info: SourceInfo
+    size: int
+    sha256: str
+    claim: RankClaim | None = None
+    #: index into info.ranks for one rank section of a multi-rank file; None for a one-rank file
+    section: int | None = None
+
+
+def expand(paths: Sequence[str | Path], fmt: str | None = None) -> tuple[list[tuple[Path, Reader]], list[Path]]:
+    """(files with their reader, unreadable files found inside folders). Explicit files that no
+    reader recognises, missing paths and folders without any profile are errors."""
+    forced = readers.by_name(fmt) if fmt else None
+    found: list[tuple[Path, Reader]] = []
+    unknown: list[Path] = []
+    if not paths:
+        raise InputError("no input paths given; pass profile files or folders, e.g. `profdb ingest out/rank*/`")
+    for raw in paths:
+        p = Path(raw)
+        if not p.exists():
+            matches = sorted(glob.glob(str(raw), recursive=True)) if glob.has_magic(str(raw)) else []
+            if not matches:
+                raise InputError(f"{raw}: no such file or folder; check the path (globs are expanded too)")
+            expanded: list[Path] = [Path(m) for m in matches]
+        else:
+            expanded = [p]
+        for q in expanded:
+            if q.is_dir():
+                folder_files = _walk(q)
+                hits = 0
+                for f in folder_files:
+                    r = forced if (forced and forced.detect(f)) else (None if forced else readers.detect(f))
+                    if r is None:
+                        unknown.append(f)
+                    else:
+                        found.append((f, r))
+                        hits += 1
+                if hits == 0:
+                    what = f"{len(folder_files)} files looked at" if folder_files else "it is empty"
+                    raise InputError(
+                        f"{q}: no profiler output profdb can read in this folder ({what}); "
+                        f"supported formats: {', '.join(n for n, _ in readers.formats())} (see `profdb formats`)"
+                    )
+            elif q.is_file():
+                r = forced or readers.detect(q)
+                if r is None:
+                    raise InputError(
+                        f"{q}: not a profiler output profdb recognises; supported formats: "
+                        f"{', '.join(n for n, _ in readers.formats())} (see `profdb formats`); "
+                        "if it is one of them, pass --format NAME"
+                    )
+                found.append((q, r))
+            else:
+                raise InputError(f"{q}: not a regular file or folder")
+    # the same file named twice (a folder and a file inside it) is read once
+    seen: set[Path] = set()
+    unique = []
+    for f, r in found:
+        key = f.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append((f, r))
+    return unique, unknown
+
+
+def _walk(folder: Path) -> list[Path]:
+    out = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(files):
+            if name.startswith(".") or name == MANIFEST_NAME:
+                continue
+            out.append(Path(root) / name)
+    return out
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def prepare(
+    paths: Sequence[str | Path], flags: IdentityFlags, fmt: str | None = None
+) -> tuple[list[InputFile], list[Path], RankPlan]:
+    files, unknown = expand(paths, fmt)
+    # hashing reads every byte: two threads (hashlib and file reads release the GIL) keep both cores
+    # busy; each result is taken where it was computed before, so errors surface in the same order
+    pool = ThreadPoolExecutor(max_workers=2)
+    try:
+        hashes = [pool.submit(sha256_of, path) for path, _ in files]
+        return _prepare(files, hashes, unknown, flags)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _prepare(
+    files: list[tuple[Path, Reader]], hashes: list[Future[str]], unknown: list[Path], flags: IdentityFlags
+) -> tuple[list[InputFile], list[Path], RankPlan]:
+    inputs: list[InputFile] = []
+    manifests: dict[Path, RankManifest | None] = {}
+    for (path, reader), sha_future in zip(files, hashes):
+        info = reader.inspect(path)
+        size, sha = path.stat().st_size, sha_future.result()
+        if info.ranks and has_rank_sections(reader):
+            if flags.rank is not None or flags.rank_from_path:
+                raise RankIdentityError(
+                    f"{path}: this {info.format} file holds {len(info.ranks)} ranks, each named inside it; "
+                    "--rank / --rank-from-path cannot apply to it: ingest it without those flags"
+                )
+            for index, hint in enumerate(info.ranks):
+                inp = InputFile(path, reader, info, size, sha, section=index)
+                ident = resolve_file(path, hint, flags, manifests, section=True)
+                inp.claim = RankClaim(path, info.format, info.kind, ident)
+                inputs.append(inp)
+            continue
+        inp = InputFile(path, reader, info, size, sha)
+        ident = resolve_file(path, info.hint, flags, manifests)
+        inp.claim = RankClaim(path, info.format, info.kind, ident)
+        inputs.append(inp)
+    # identical content named twice for the same rank (copies) is ingested once
+    by_key: dict[tuple[int, str], InputFile] = {}
+    for inp in inputs:
+        assert inp.claim is not None
+        by_key.setdefault((inp.claim.identity.global_rank, inp.sha256), inp)
+    inputs = list(by_key.values())
+    plan = check_claims([i.claim for i in inputs if i.claim], flags)
+    return inputs, unknown, plan
+
+
+def derive_run_name(paths: Sequence[str | Path], inputs: list[InputFile]) -> str:
+    names = {i.claim.identity.manifest.run for i in inputs if i.claim and i.claim.identity.manifest}
+    names.discard(None)
+    if len(names) == 1:
+        return str(names.pop())
+    parents = [Path(os.path.abspath(i.path)).parent for i in inputs]
+    common = Path(os.path.commonpath([str(p) for p in parents])) if parents else Path.cwd()
+    # a rank folder is not a run name: go up to the folder holding the ranks
+    while RANK_DIR.match(common.name) and common.parent != common:
+        common = common.parent
+    return common.name or "run"
