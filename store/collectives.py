@@ -256,7 +256,8 @@ def summarize_rank(rank: int, activities: Iterable[Activity], time_base_ns: int 
             k = seqs.get((group, coll), 0)
             seqs[(group, coll)] = k + 1
             lo = min(prev_end, start)
-            out.append(CollectiveCall(rank, family, group, coll, k, start, end, nbytes, work.within(lo, start), start - lo))
+            busy = work.within(lo, start)
+            out.append(CollectiveCall(rank, family, group, coll, k, start, end, nbytes, busy, start - lo))
             prev_end = max(prev_end, end)
         calls[family] = tuple(out)
     return RankTimeline(
@@ -325,13 +326,17 @@ def match_instances(timelines: Sequence[RankTimeline], family: str | None = None
         if len(timelines) < 2:
             notes.append("a single rank: no cross-rank comparison is possible")
         elif not with_calls:
-            notes.append("no collective calls on any rank (no NCCL/RCCL/gloo kernels, annotations, API calls or c10d ops)")
+            notes.append(
+                "no collective calls on any rank (no NCCL/RCCL/gloo kernels, annotations, API calls or c10d ops)"
+            )
         else:
             notes.append(f"collective calls on rank {with_calls[0]} only: nothing to match them with")
         return Matching("", (), (), tuple(notes))
     missing = [t.rank for t in timelines if t.rank not in ranks]
     if missing:
-        notes.append(f"no {family} collective calls on rank(s) {_ranges(missing)}: left out of the collective timeline")
+        notes.append(
+            f"no {family} collective calls on rank(s) {_ranges(missing)}: left out of the collective timeline"
+        )
     by_key: dict[tuple[str, str], dict[int, list[CollectiveCall]]] = {}
     for t in timelines:
         for c in t.calls.get(family, ()):
@@ -347,7 +352,8 @@ def match_instances(timelines: Sequence[RankTimeline], family: str | None = None
         if len(set(counts.values())) > 1:
             lo, hi = min(counts.values()), max(counts.values())
             notes.append(
-                f"{label}: ranks made {lo}-{hi} calls (" + ", ".join(f"rank {r}: {n}" for r, n in sorted(counts.items()))
+                f"{label}: ranks made {lo}-{hi} calls ("
+                + ", ".join(f"rank {r}: {n}" for r, n in sorted(counts.items()))
                 + f"); matched in call order, the first {lo} on all of them, later calls on the ranks that have them"
             )
         for k in range(max(counts.values())):
@@ -567,8 +573,8 @@ def analyze(timelines: Sequence[RankTimeline], identities: Mapping[int, RankIden
         last_rank = tops[0] if len(tops) == 1 else None
         idx = len(results)
         results.append(
-            InstanceResult(inst.group, inst.name, inst.seq, tuple((r, a) for a, r, _ in aligned), latest - aligned[0][0],
-                           last_rank, tops if last_rank is None else (), waits, inst.bytes)
+            InstanceResult(inst.group, inst.name, inst.seq, tuple((r, a) for a, r, _ in aligned),
+                           latest - aligned[0][0], last_rank, tops if last_rank is None else (), waits, inst.bytes)
         )
         for c in inst.calls:
             if c.rank in waits:

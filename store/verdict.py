@@ -193,7 +193,9 @@ class RankTotal(NamedTuple):
 BALANCED = 0.02
 
 
-def decide_from_totals(totals: Sequence[RankTotal], identities: Mapping[int, RankIdentity], why_no_timeline: str) -> Verdict:
+def decide_from_totals(
+    totals: Sequence[RankTotal], identities: Mapping[int, RankIdentity], why_no_timeline: str
+) -> Verdict:
     """Today's totals rule, kept for runs without a collective timeline, and saying so: the rank that
     waits least in collectives (communication time inverts: long is waiting), else the busiest rank.
     Equal extremes are ties, never the lowest rank."""
