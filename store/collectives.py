@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from .classify import category as _category
-from .intervals import Coverage, union_length
+from .intervals import Coverage, merge, union_length
 from .records import Activity
 
 #: Call families, best first: where a collective's arrival is observed. A device kernel starts when
@@ -192,86 +192,132 @@ def collective_of(a: Activity) -> tuple[str, str, str, int | None] | None:
 
 def summarize_rank(rank: int, activities: Iterable[Activity], time_base_ns: int = 0) -> RankTimeline:
     """One pass over one rank's activity (any order): its collective calls, steps and busy time."""
-    raw: dict[str, list[tuple[int, int, str, str, int | None]]] = {f: [] for f in FAMILIES}
-    device_work: list[tuple[int, int]] = []
-    cpu_work: list[tuple[int, int]] = []
-    device_comm: list[tuple[int, int]] = []
-    host_comm: list[tuple[int, int]] = []
-    steps: dict[int, tuple[int, int]] = {}
-    first = last = None
-    # per (kind, name, category): where its intervals go, whether it can be a call, its step number
-    seen: dict[tuple[str, str, str | None], tuple[list[tuple[int, int]] | None, bool, int | None]] = {}
+    b = TimelineBuilder(time_base_ns)
     for a in activities:
-        start = a.start_ns + time_base_ns
+        b.add(a)
+    return b.finish(rank)
+
+
+#: work intervals kept unmerged before they are folded into the running union (bounds memory)
+_COMPACT = 1 << 18
+
+
+class _Union:
+    """A growing set of intervals, folded into their union every _COMPACT additions, so nested or
+    overlapping work (CPU ops in their parents, kernels on several streams) costs no memory."""
+
+    __slots__ = ("merged", "pending")
+
+    def __init__(self) -> None:
+        self.merged: list[tuple[int, int]] = []
+        self.pending: list[tuple[int, int]] = []
+
+    def add(self, start: int, end: int) -> None:
+        self.pending.append((start, end))
+        if len(self.pending) >= _COMPACT:
+            self.merged = merge([*self.merged, *self.pending])
+            self.pending = []
+
+    def intervals(self) -> list[tuple[int, int]]:
+        return [*self.merged, *self.pending]
+
+    def __bool__(self) -> bool:
+        return bool(self.merged or self.pending)
+
+
+class TimelineBuilder:
+    """``summarize_rank`` one activity at a time (``add``), for the ingest workers: they see a file's
+    activities in batches and keep only what the timeline needs (the calls, the work intervals folded
+    into their union, the step ranges), never the activities themselves."""
+
+    def __init__(self, time_base_ns: int = 0) -> None:
+        self.base = time_base_ns
+        self.raw: dict[str, list[tuple[int, int, str, str, int | None]]] = {f: [] for f in FAMILIES}
+        self.device_work = _Union()
+        self.cpu_work = _Union()
+        self.device_comm = _Union()
+        self.host_comm = _Union()
+        self.step_ranges: dict[int, tuple[int, int]] = {}
+        self.first: int | None = None
+        self.last: int | None = None
+        # per (kind, name, category): where its intervals go, whether it can be a call, its step number
+        self.seen: dict[tuple[str, str, str | None], tuple[_Union | None, bool, int | None]] = {}
+
+    def add(self, a: Activity) -> None:
+        start = a.start_ns + self.base
         end = start + max(a.duration_ns, 0)
-        if first is None or start < first:
-            first = start
-        if last is None or end > last:
-            last = end
+        if self.first is None or start < self.first:
+            self.first = start
+        if self.last is None or end > self.last:
+            self.last = end
         key = (a.kind, a.name, a.category)
-        how = seen.get(key)
+        how = self.seen.get(key)
         if how is None:
-            kind = a.kind
-            is_call = call_name(kind, a.name) is not None
-            is_comm = (a.category or _category(kind, a.name)) == "communication"
-            bucket: list[tuple[int, int]] | None = None
-            if kind in ("kernel", "memcpy", "memset"):
-                bucket = device_comm if is_comm else device_work
-            elif kind == "cpu_op":
-                bucket = host_comm if is_comm else cpu_work
-            elif kind in ("annotation", "api") and is_call:
-                bucket = host_comm
-            m = _STEP.match(a.name) if kind == "annotation" else None
-            how = seen[key] = (bucket, is_call, int(m.group(1)) if m else None)
+            how = self.seen[key] = self._classify(a.kind, a.name, a.category)
         bucket, is_call, step = how
         if bucket is not None:
-            bucket.append((start, end))
+            bucket.add(start, end)
         if is_call:
             found = collective_of(a)
             if found is not None:
                 family, group, coll, nbytes = found
-                raw[family].append((start, end, group, coll, nbytes))
+                self.raw[family].append((start, end, group, coll, nbytes))
         if step is not None:
-            steps[step] = (start, end)
-    comm: list[tuple[int, int]]
-    if device_work or device_comm:
-        domain, work, comm = "device", Coverage(device_work), device_comm
-    elif cpu_work or host_comm:
-        domain, work, comm = "cpu", Coverage(cpu_work), host_comm
-    else:
-        domain, work, comm = "", Coverage(()), []
-    comm_union = union_length(comm)
-    both = Coverage([*comm, *zip(work.starts, work.ends)]) if comm else work
-    exposed = both.total - work.total
-    first_ns = first if first is not None else 0
-    calls: dict[str, tuple[CollectiveCall, ...]] = {}
-    for family, items in raw.items():
-        if not items:
-            continue
-        items.sort(key=lambda x: (x[0], x[1]))
-        seqs: dict[tuple[str, str], int] = {}
-        prev_end = first_ns
-        out = []
-        for start, end, group, coll, nbytes in items:
-            k = seqs.get((group, coll), 0)
-            seqs[(group, coll)] = k + 1
-            lo = min(prev_end, start)
-            busy = work.within(lo, start)
-            out.append(CollectiveCall(rank, family, group, coll, k, start, end, nbytes, busy, start - lo))
-            prev_end = max(prev_end, end)
-        calls[family] = tuple(out)
-    return RankTimeline(
-        rank=rank,
-        calls=calls,
-        steps=tuple(Step(n, s, e, work.within(s, e), both.within(s, e) - work.within(s, e))
-                    for n, (s, e) in sorted(steps.items())),
-        first_ns=first_ns,
-        last_ns=last if last is not None else 0,
-        work_domain=domain,
-        busy_ns=work.total,
-        comm_ns=comm_union,
-        exposed_comm_ns=exposed,
-    )
+            self.step_ranges[step] = (start, end)
+
+    def _classify(self, kind: str, name: str, category: str | None) -> tuple[_Union | None, bool, int | None]:
+        is_call = call_name(kind, name) is not None
+        is_comm = (category or _category(kind, name)) == "communication"
+        bucket: _Union | None = None
+        if kind in ("kernel", "memcpy", "memset"):
+            bucket = self.device_comm if is_comm else self.device_work
+        elif kind == "cpu_op":
+            bucket = self.host_comm if is_comm else self.cpu_work
+        elif kind in ("annotation", "api") and is_call:
+            bucket = self.host_comm
+        m = _STEP.match(name) if kind == "annotation" else None
+        return bucket, is_call, int(m.group(1)) if m else None
+
+    def finish(self, rank: int) -> RankTimeline:
+        comm: list[tuple[int, int]]
+        if self.device_work or self.device_comm:
+            domain, work, comm = "device", Coverage(self.device_work.intervals()), self.device_comm.intervals()
+        elif self.cpu_work or self.host_comm:
+            domain, work, comm = "cpu", Coverage(self.cpu_work.intervals()), self.host_comm.intervals()
+        else:
+            domain, work, comm = "", Coverage(()), []
+        comm_union = union_length(comm)
+        both = Coverage([*comm, *zip(work.starts, work.ends)]) if comm else work
+        exposed = both.total - work.total
+        first_ns = self.first if self.first is not None else 0
+        calls: dict[str, tuple[CollectiveCall, ...]] = {}
+        for family, items in self.raw.items():
+            if not items:
+                continue
+            items.sort(key=lambda x: (x[0], x[1]))
+            seqs: dict[tuple[str, str], int] = {}
+            prev_end = first_ns
+            out = []
+            for start, end, group, coll, nbytes in items:
+                k = seqs.get((group, coll), 0)
+                seqs[(group, coll)] = k + 1
+                lo = min(prev_end, start)
+                busy = work.within(lo, start)
+                out.append(CollectiveCall(rank, family, group, coll, k, start, end, nbytes, busy, start - lo))
+                prev_end = max(prev_end, end)
+            calls[family] = tuple(out)
+        return RankTimeline(
+            rank=rank,
+            calls=calls,
+            steps=tuple(Step(n, s, e, work.within(s, e), both.within(s, e) - work.within(s, e))
+                        for n, (s, e) in sorted(self.step_ranges.items())),
+            first_ns=first_ns,
+            last_ns=self.last if self.last is not None else 0,
+            work_domain=domain,
+            busy_ns=work.total,
+            comm_ns=comm_union,
+            exposed_comm_ns=exposed,
+        )
 
 
 @dataclass(frozen=True)

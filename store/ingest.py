@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, insert, update
 
-from . import bulk, ingest_workers, runs
+from . import bulk, ingest_workers, runs, timeline
 from .db import display_url, load_target, resolve_url
 from .errors import InputError, ProfdbError
 from .identity import Identity, IdentityFlags, RankPlan, missing_ranks
@@ -225,6 +225,8 @@ def _load(
         for sql in recreate:  # (temporary storage is in files meanwhile: see bulk.load_transaction)
             conn.exec_driver_sql(sql)
         writer.finish()
+        timeline.save_timelines(conn, run_id, writer.timelines)
+        timeline.store_clocks(conn, runs.resolve_run(conn, run_name))
         report.ranks, report.world_size = runs.ranks_of(conn, run_id)
         report.missing_ranks = missing_ranks([r[0] for r in report.ranks], report.world_size)
 

@@ -97,3 +97,25 @@ class Coverage:
         if b <= a:
             return 0
         return self.covered_before(b) - self.covered_before(a)
+
+
+class SelfTotals:
+    """Self time summed per key (e.g. (name_id, kind)), for the nested ranges of a file, fed one range
+    at a time. Keeps every range until ``totals()`` (self time needs a lane's ranges in time order):
+    about 100 bytes per CPU op or annotation of the file, none for other kinds."""
+
+    __slots__ = ("keys", "spans")
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[Hashable, int, int]] = []
+        self.keys: list[Hashable] = []
+
+    def add(self, lane: Hashable, start_ns: int, duration_ns: int, key: Hashable) -> None:
+        self.spans.append((lane, start_ns, duration_ns))
+        self.keys.append(key)
+
+    def totals(self) -> dict[Hashable, int]:
+        out: dict[Hashable, int] = {}
+        for key, own in zip(self.keys, self_times(self.spans)):
+            out[key] = out.get(key, 0) + own
+        return out

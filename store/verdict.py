@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from .collectives import Analysis, RankIdentity
+from .collectives import TIE_NS, Analysis, RankIdentity
 from .metrics import p_at_least
 
 TIE_RATIO = 1.25
@@ -82,6 +82,7 @@ def fmt_ns(ns: float) -> str:
 
 
 def label(rank: int, ident: RankIdentity | None) -> str:
+    """``rank N (host H, local_rank L)``; ``?`` for what is unknown."""
     if ident is None:
         return f"rank {rank}"
     lr = "?" if ident.local_rank is None else str(ident.local_rank)
@@ -229,8 +230,15 @@ def decide_from_totals(
 
 def straggler_verdict(analysis: Analysis | None, identities: Mapping[int, RankIdentity],
                       totals: Sequence[RankTotal] = ()) -> Verdict:
-    """The one verdict: from the timeline when there is one, else from ``totals``, saying why."""
+    """The one verdict: from the timeline when there is one, else from ``totals``, saying why. A
+    timeline in which every collective ended in a tie (all ranks arrived within the tie margin, as in
+    generated traces) says nothing of arrival order: with ``totals`` the totals rule decides, saying so."""
     if analysis is not None and analysis.has_timeline:
-        return decide(analysis, identities)
+        ties = sum(1 for i in analysis.instances if i.last_rank is None)
+        if ties < len(analysis.instances) or not totals:
+            return decide(analysis, identities)
+        why = (f"every one of the {ties} matched collectives ended in a tie (the last arrivals within "
+               f"{fmt_ns(TIE_NS)} or the clock error): the timeline does not say who is late")
+        return decide_from_totals(totals, identities, why)
     why = "; ".join(analysis.notes) if analysis is not None and analysis.notes else "no collective timeline"
     return decide_from_totals(totals, identities, why)

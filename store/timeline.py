@@ -1,0 +1,215 @@
+"""The collective timeline in the store: what ingest keeps per rank (``save_timelines``), the per-host
+clock offsets (``store_clocks``), and the one straggler verdict of a run (``run_analysis``).
+
+Ingest computes each rank's ``collectives.RankTimeline`` in the workers (one pass over the rank's
+activity, in its own clock) and stores it in ``collective_call``, ``rank_timeline`` and
+``step_timeline``; the cross-rank part (matching, clocks, attribution, verdict) is computed here from
+those small tables, never from ``activity``: a run's calls are ~0.1% of its rows. The clock offsets
+are also written to ``host_clock`` after every ingest or transfer into the run, so `profdb runs` /
+`profdb ranks` and the SQL views show them."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, delete, insert, select
+
+from . import collectives, verdict
+from .collectives import Analysis, CollectiveCall, RankIdentity, RankTimeline, Step
+from .models import CollectiveCall as CallRow
+from .models import HostClock, Rank, SourceFile
+from .models import RankTimeline as TimelineRow
+from .models import Step as StepRow
+from .models import StepTimeline as StepTimelineRow
+from .runs import RunScope
+
+_call = CallRow.__table__
+_tl = TimelineRow.__table__
+_stl = StepTimelineRow.__table__
+_step = StepRow.__table__
+_clock = HostClock.__table__
+_rank = Rank.__table__
+_src = SourceFile.__table__
+
+
+def combine(parts: Sequence[RankTimeline], rank: int) -> RankTimeline:
+    """One rank's timeline from the timelines of its files (a rank may have several: a kernel trace
+    and an API trace, or files ingested at different times). Calls of a family are put in time order
+    and numbered again; busy, communication and exposed time come from the files of the rank's work
+    domain (device beats CPU) and are added (files of one domain hold different kinds, so they do
+    not overlap); steps are merged by number, the same way."""
+    parts = [p for p in parts if p.work_domain or p.calls or p.steps]
+    if len(parts) == 1:
+        p = parts[0]
+        if p.rank == rank:
+            return p
+    domain = "device" if any(p.work_domain == "device" for p in parts) else (
+        "cpu" if any(p.work_domain == "cpu" for p in parts) else "")
+    work = [p for p in parts if p.work_domain == domain]
+    by_family: dict[str, list[CollectiveCall]] = defaultdict(list)
+    for p in parts:
+        for family, some in p.calls.items():
+            by_family[family].extend(some)
+    calls: dict[str, tuple[CollectiveCall, ...]] = {}
+    for family, items in by_family.items():
+        items.sort(key=lambda c: (c.start_ns, c.end_ns))
+        seqs: dict[tuple[str, str], int] = {}
+        out = []
+        for c in items:
+            k = seqs.get((c.group, c.name), 0)
+            seqs[(c.group, c.name)] = k + 1
+            out.append(c._replace(rank=rank, seq=k))
+        calls[family] = tuple(out)
+    steps: dict[int, Step] = {}
+    for p in parts:
+        for s in p.steps:
+            have = steps.get(s.number)
+            if have is None:
+                steps[s.number] = s if p.work_domain == domain else s._replace(busy_ns=0, exposed_comm_ns=0)
+            elif p.work_domain == domain:
+                steps[s.number] = have._replace(busy_ns=have.busy_ns + s.busy_ns,
+                                                exposed_comm_ns=have.exposed_comm_ns + s.exposed_comm_ns)
+    return RankTimeline(
+        rank=rank,
+        calls=calls,
+        steps=tuple(s for _, s in sorted(steps.items())),
+        first_ns=min((p.first_ns for p in parts), default=0),
+        last_ns=max((p.last_ns for p in parts), default=0),
+        work_domain=domain,
+        busy_ns=sum(p.busy_ns for p in work),
+        comm_ns=sum(p.comm_ns for p in work),
+        exposed_comm_ns=sum(p.exposed_comm_ns for p in work),
+    )
+
+
+def load_timelines(conn: Connection, rank_ids: Mapping[int, int]) -> dict[int, RankTimeline]:
+    """The stored timelines of ``rank_ids`` (rank id -> global rank), keyed by rank id. Ranks with
+    nothing stored (ingested before migration 0003, or without timed activity) are absent."""
+    ids = sorted(rank_ids)
+    if not ids:
+        return {}
+    calls: dict[int, dict[str, list[CollectiveCall]]] = defaultdict(lambda: defaultdict(list))
+    heads: dict[int, tuple[int, int, str, int, int, int]] = {}
+    steps: dict[int, list[Step]] = defaultdict(list)
+    for chunk in (ids[i : i + 500] for i in range(0, len(ids), 500)):
+        for r in conn.execute(
+            select(_call.c.rank_id, _call.c.family, _call.c.group_name, _call.c.collective, _call.c.seq,
+                   _call.c.start_ns, _call.c.end_ns, _call.c.bytes, _call.c.busy_before_ns, _call.c.window_ns)
+            .where(_call.c.rank_id.in_(chunk))
+            .order_by(_call.c.rank_id, _call.c.family, _call.c.start_ns, _call.c.seq)
+        ):
+            calls[r[0]][r[1]].append(
+                CollectiveCall(rank_ids[r[0]], r[1], r[2], r[3], int(r[4]), int(r[5]), int(r[6]),
+                               None if r[7] is None else int(r[7]), int(r[8]), int(r[9]))
+            )
+        for h in conn.execute(
+            select(_tl.c.rank_id, _tl.c.first_ns, _tl.c.last_ns, _tl.c.work_domain, _tl.c.busy_ns, _tl.c.comm_ns,
+                   _tl.c.exposed_comm_ns).where(_tl.c.rank_id.in_(chunk))
+        ):
+            heads[h[0]] = (int(h[1]), int(h[2]), str(h[3]), int(h[4]), int(h[5]), int(h[6]))
+        for st in conn.execute(
+            select(_step.c.rank_id, _step.c.step, _step.c.start_ns + _src.c.time_base_ns, _step.c.duration_ns,
+                   _stl.c.busy_ns, _stl.c.exposed_comm_ns)
+            .select_from(
+                _step.join(_src, _src.c.id == _step.c.source_id)
+                .outerjoin(_stl, (_stl.c.rank_id == _step.c.rank_id) & (_stl.c.step == _step.c.step))
+            )
+            .where(_step.c.rank_id.in_(chunk))
+            .order_by(_step.c.rank_id, _step.c.step)
+        ):
+            steps[st[0]].append(Step(int(st[1]), int(st[2]), int(st[2]) + int(st[3]), int(st[4] or 0),
+                                     int(st[5] or 0)))
+    out: dict[int, RankTimeline] = {}
+    for rid in ids:
+        if rid not in heads and rid not in calls:
+            continue
+        first, last, domain, busy, comm, exposed = heads.get(rid, (0, 0, "", 0, 0, 0))
+        out[rid] = RankTimeline(rank_ids[rid], {f: tuple(v) for f, v in calls.get(rid, {}).items()},
+                                tuple(steps.get(rid, ())), first, last, domain, busy, comm, exposed)
+    return out
+
+
+def save_timelines(conn: Connection, run_id: int, new: Mapping[int, Sequence[RankTimeline]]) -> None:
+    """Store the timelines ingest computed per file (rank id -> the rank's files' timelines), merged
+    with what the store already holds for those ranks (``combine``)."""
+    if not new:
+        return
+    globals_ = dict(conn.execute(select(_rank.c.id, _rank.c.global_rank).where(_rank.c.id.in_(sorted(new)))).all())
+    stored = load_timelines(conn, {rid: int(globals_[rid]) for rid in new})
+    call_rows: list[dict[str, object]] = []
+    tl_rows: list[dict[str, object]] = []
+    step_rows: list[dict[str, object]] = []
+    for rid in sorted(new):
+        parts = [*([stored[rid]] if rid in stored else []), *new[rid]]
+        t = combine(parts, int(globals_[rid]))
+        for family_calls in t.calls.values():
+            call_rows.extend(
+                dict(rank_id=rid, family=c.family, group_name=c.group[:255], collective=c.name[:60], seq=c.seq,
+                     run_id=run_id, start_ns=c.start_ns, end_ns=c.end_ns, bytes=c.bytes,
+                     busy_before_ns=c.busy_before_ns, window_ns=c.window_ns)
+                for c in family_calls
+            )
+        tl_rows.append(dict(rank_id=rid, first_ns=t.first_ns, last_ns=t.last_ns, work_domain=t.work_domain,
+                            busy_ns=t.busy_ns, comm_ns=t.comm_ns, exposed_comm_ns=t.exposed_comm_ns))
+        step_rows.extend(dict(rank_id=rid, step=s.number, busy_ns=s.busy_ns, exposed_comm_ns=s.exposed_comm_ns)
+                         for s in t.steps)
+    ids = sorted(new)
+    conn.execute(delete(CallRow).where(CallRow.rank_id.in_(ids)))
+    conn.execute(delete(TimelineRow).where(TimelineRow.rank_id.in_(ids)))
+    conn.execute(delete(StepTimelineRow).where(StepTimelineRow.rank_id.in_(ids)))
+    for model, rows in ((CallRow, call_rows), (TimelineRow, tl_rows), (StepTimelineRow, step_rows)):
+        if rows:
+            conn.execute(insert(model), rows)
+
+
+def identities(scope: RunScope) -> dict[int, RankIdentity]:
+    """Global rank -> (host, local_rank): ranks without a hostname share the host named ''."""
+    return {r.global_rank: RankIdentity(r.hostname or "", r.local_rank) for r in scope.ranks}
+
+
+def analyze_run(conn: Connection, scope: RunScope) -> Analysis:
+    """Match, align and attribute the run's collectives (collectives.analyze) from the stored timelines."""
+    stored = load_timelines(conn, {r.id: r.global_rank for r in scope.ranks})
+    timelines = [stored[r.id] for r in scope.ranks if r.id in stored]
+    if not timelines:
+        return Analysis("", (), {}, (), collectives.Clocks("", {}), {}, (
+            "no collective timeline stored for this run (its profiles have no timed activity, or were ingested "
+            "before this profdb version: re-ingest them)",))
+    a = collectives.analyze(timelines, identities(scope))
+    missing = [r.global_rank for r in scope.ranks if r.id not in stored]
+    if missing and timelines:
+        shown = ", ".join(map(str, missing[:20])) + (" ..." if len(missing) > 20 else "")
+        note = (f"rank(s) {shown} have no stored timeline (ingested before this profdb version, or no timed "
+                "activity): left out of the collective timeline; re-ingest them to include them")
+        a = Analysis(a.family, a.instances, a.ranks, a.steps, a.clocks, a.windows, (*a.notes, note))
+    return a
+
+
+def store_clocks(conn: Connection, scope: RunScope) -> None:
+    """Rewrite ``host_clock`` for the run from its stored timelines (after an ingest or a transfer)."""
+    run_id = scope.id
+    conn.execute(delete(HostClock).where(HostClock.run_id == run_id))
+    a = analyze_run(conn, scope)
+    rows = [dict(run_id=run_id, hostname=o.host[:255], offset_ns=o.offset_ns, error_ns=o.error_ns, samples=o.samples)
+            for o in a.clocks.offsets.values()]
+    if rows and a.instances:
+        conn.execute(insert(HostClock), rows)
+
+
+@dataclass(frozen=True)
+class RunVerdict:
+    analysis: Analysis
+    verdict: verdict.Verdict
+    identities: Mapping[int, RankIdentity]
+
+
+def run_verdict(
+    conn: Connection, scope: RunScope, totals: Iterable[verdict.RankTotal] = (), analysis: Analysis | None = None
+) -> RunVerdict:
+    """The one verdict of the run (verdict.straggler_verdict): from the collective timeline when the
+    run has one, else from ``totals`` (per-rank busy and communication time), saying so."""
+    a = analysis if analysis is not None else analyze_run(conn, scope)
+    ids = identities(scope)
+    return RunVerdict(a, verdict.straggler_verdict(a, ids, list(totals)), ids)
