@@ -74,7 +74,7 @@ def test_torchrun4_imbalance_names_rank2(torchrun4: Path, run_cli: Invoke) -> No
     # time of cpu_op since issue 12: nested ops count in the child only)
     own = self_ns_from_activity(torchrun4, "cpu_op")
     assert "self time" in r.stderr
-    for row in compute[:3]:
+    for row in compute[:2]:
         assert row["slowest_rank"] == "2" and row["suspect_rank"] == "2", row
         per_rank = {g: t for (g, n), t in own.items() if n == row["name"]}
         assert max(per_rank, key=lambda g: per_rank[g]) == 2
@@ -205,7 +205,9 @@ def test_generated_steps_hotspots_and_memory(tmp_path: Path, db_path: Path, run_
         sp = spread(d)
         assert (s["ranks"], s["mean_ns"], s["max_ns"], s["min_ns"]) == (8, sp.mean, sp.max, sp.min)
         assert s["slowest_rank"] == sp.argmax and s["fastest_rank"] == sp.argmin
-    assert r.stderr.startswith("steps are balanced across ranks")  # synchronous steps: everyone waits
+    # synchronous steps: everyone waits, so the step durations are balanced; the verdict is the timeline's
+    assert "largest step imbalance 1.00" in r.stderr and r.stderr.startswith("likely straggler: rank 5 ")
+    assert [s["waited_on_rank"] for s in steps] == [5, 5, 5]
 
     r = run_cli("query", "--ranks", "--db", db_path, "--format", "json")
     for x in json.loads(r.stdout):
@@ -313,7 +315,8 @@ def test_steps_counts_the_slowest_rank(hand: Path, run_cli: Invoke) -> None:
     steps = json.loads(r.stdout)
     assert [s["slowest_rank"] for s in steps] == [2, 1, 1, 1]
     assert steps[1]["imbalance"] == pytest.approx(30 / 15) and steps[1]["recoverable_ns"] == 15
-    assert r.stderr.startswith("rank 1 (host h0, local_rank 1) is the slowest in 3 of 4 steps (then rank 2 in 1)")
+    assert "longest step (slowest_rank) most often: rank 1 in 3 of 4 steps (then rank 2 in 1)" in r.stderr
+    assert all(s["waited_on_rank"] is None for s in steps) and "no collective timeline" in r.stderr
     r = run_cli("query", "--steps", "--db", hand, "--run", "older")
     assert "has no steps" in r.stderr and r.exit_code == 0
 

@@ -125,7 +125,7 @@ def test_report_in_headless_chromium(torchrun_report: Path, tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr[-2000:]
     dom = Dom()
     dom.feed(done.stdout)
-    assert dom.text["straggler"].startswith("likely straggler: rank 2 (host vm)")
+    assert dom.text["straggler"].startswith("likely straggler: rank 2 (host vm, local_rank ?)")
     assert dom.text["run-name"] == "torchrun4_cpu"
     heat = dom.tags["heatmap"]
     assert "svg" in heat and "image" in heat  # matplotlib's imshow: an embedded raster in the SVG
