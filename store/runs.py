@@ -25,7 +25,8 @@ from sqlalchemy import Connection, desc, func, insert, select, update
 from . import bulk
 from .errors import QueryError, RankIdentityError
 from .identity import missing_ranks
-from .models import Rank, Run, SourceFile
+from .models import HostClock, Rank, Run, SourceFile
+from .units import fmt_ns
 
 _run = Run.__table__
 _rank = Rank.__table__
@@ -251,8 +252,23 @@ def _fmt_missing(missing: list[int]) -> str:
     return ", ".join(map(str, missing))
 
 
+def _clock_summary(conn: Connection) -> dict[int, str]:
+    """Per run: its hosts' clock offsets against the reference host, with their error bounds (host_clock,
+    written at ingest); "" for runs on one host or without a collective timeline."""
+    out: dict[int, list[str]] = {}
+    for run_id, host, off, err in conn.execute(
+        select(HostClock.run_id, HostClock.hostname, HostClock.offset_ns, HostClock.error_ns)
+        .where(HostClock.samples > 0)
+        .order_by(HostClock.run_id, HostClock.hostname)
+    ):
+        out.setdefault(run_id, []).append(f"{host} {fmt_ns(int(off), 'sentence')} +- {fmt_ns(int(err), 'sentence')}")
+    return {k: "; ".join(v) for k, v in out.items()}
+
+
 def list_runs(conn: Connection) -> Table:
-    headers = ["run", "created_at", "launcher", "world_size", "ranks", "missing_ranks", "sources", "rows"]
+    headers = ["run", "created_at", "launcher", "world_size", "ranks", "missing_ranks", "sources", "rows",
+               "clock_offsets"]
+    clocks = _clock_summary(conn)
     ranks: dict[int, int] = {
         run_id: n for run_id, n in conn.execute(select(Rank.run_id, func.count()).group_by(Rank.run_id))
     }
@@ -283,6 +299,7 @@ def list_runs(conn: Connection) -> Table:
                 _fmt_missing(missing),
                 n_src,
                 int(n_rows),
+                clocks.get(run.id, ""),
             )
         )
     return headers, rows
@@ -308,8 +325,15 @@ def list_ranks(conn: Connection, run: str | None = None) -> tuple[list[str], lis
     saying so, and a note."""
     name = run or latest_run(conn)
     rid = run_id(conn, name)
-    headers = ["global_rank", "hostname", "local_rank", "pid", "device", "rows", "sources", "files"]
+    headers = ["global_rank", "hostname", "local_rank", "pid", "device", "rows", "sources", "clock_offset_ns",
+               "clock_error_ns", "files"]
     notes: list[str] = []
+    clocks = {
+        h: (int(o), int(e))
+        for h, o, e in conn.execute(
+            select(HostClock.hostname, HostClock.offset_ns, HostClock.error_ns).where(HostClock.run_id == rid)
+        )
+    }
     world = conn.execute(select(Run.world_size).where(Run.id == rid)).scalar()
     files: dict[int, list[str]] = {}
     rows_by: dict[int, int] = {}
@@ -329,14 +353,28 @@ def list_ranks(conn: Connection, run: str | None = None) -> tuple[list[str], lis
     ):
         present.append(r.global_rank)
         fl = files.get(r.id, [])
+        off, err = clocks.get(r.hostname or "", (None, None))
         out.append(
-            (r.global_rank, r.hostname, r.local_rank, r.pid, r.device, rows_by.get(r.id, 0), len(fl), "; ".join(fl))
+            (r.global_rank, r.hostname, r.local_rank, r.pid, r.device, rows_by.get(r.id, 0), len(fl), off, err,
+             "; ".join(fl))
         )
     missing = missing_ranks(present, world)
     for m in missing:
-        out.append((m, None, None, None, None, 0, 0, "MISSING: no profile ingested for this rank"))
+        out.append((m, None, None, None, None, 0, 0, None, None, "MISSING: no profile ingested for this rank"))
     out.sort(key=lambda t: t[0])
     notes.append(f"run {name}: {len(present)} ranks" + (f" of world size {world}" if world else ""))
+    if clocks:
+        hosts = {row[1] or "" for row in out if row[9] != "MISSING: no profile ingested for this rank"}
+        unknown = sorted(h for h in hosts if h not in clocks)
+        notes.append(
+            "clock_offset: the host's clock minus the reference host's, from the ends of blocking collectives "
+            "(clock_error: its bound); used for every cross-rank time comparison"
+        )
+        if unknown:
+            notes.append(
+                f"no clock offset for host(s) {', '.join(unknown)}: no blocking collective in common with the "
+                "other hosts; their ranks are left out of cross-rank time comparisons"
+            )
     if missing:
         notes.append(f"missing ranks: {_fmt_missing(missing)}")
     return headers, out, notes
