@@ -7,6 +7,7 @@ README ("Metrics")."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Connection
@@ -51,11 +52,12 @@ COLLECTIVE_HEADERS = [
 
 def _verdict(conn: Connection, scope: RunScope) -> RunVerdict:
     """The run's one verdict (with the totals of its default kinds for the fallback)."""
-    if len(scope.ranks) < 2:
-        return run_verdict(conn, scope)
     kinds, _ = queries.select_kinds(conn, scope, None, ("kernel",))
     v = queries.straggler(conn, scope, kinds)
-    return v.detail if v.detail is not None else run_verdict(conn, scope)
+    if v.detail is not None:
+        return v.detail
+    rv = run_verdict(conn, scope)  # a single rank: the analysis says what is missing, the line why
+    return replace(rv, verdict=replace(rv.verdict, line=v.line))
 
 
 def window_notes(a: Analysis, scope: RunScope) -> list[str]:

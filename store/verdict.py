@@ -163,7 +163,8 @@ def decide(analysis: Analysis, identities: Mapping[int, RankIdentity]) -> Verdic
     plurality = len(counts) >= 1 and c.last == counts[0] and (len(counts) == 1 or counts[1] < c.last)
     compute = ratio is not None and ratio >= COMPUTE_RATIO
     if not (p <= ALPHA or (plurality and compute)):
-        return replace(base, line=f"no clear straggler: {spread}; rank {c.rank} caused the most wait but "
+        return replace(base, line=f"no clear straggler: {spread}; rank {c.rank} entered last at {c.last} of {n} and "
+                       "caused the most wait, but "
                        f"p={p:.2g} (> {ALPHA}) and its work before collectives is "
                        + (f"{ratio:.2f}x" if ratio is not None else "unknown vs") + " the others'")
     domain = c.work_domain or "device"
