@@ -198,6 +198,24 @@ def summarize_rank(rank: int, activities: Iterable[Activity], time_base_ns: int 
     return b.finish(rank)
 
 
+@functools.lru_cache(maxsize=65536)
+def _classify(kind: str, name: str, category: str | None) -> tuple[int, bool, int | None]:
+    """Where an activity's interval goes (0 nowhere, 1 device work, 2 device communication, 3 CPU work,
+    4 host communication), whether it can be a collective call, and its ProfilerStep number. Cached:
+    a worker sees the same few thousand names in every file."""
+    is_call = call_name(kind, name) is not None
+    is_comm = (category or _category(kind, name)) == "communication"
+    where = 0
+    if kind in ("kernel", "memcpy", "memset"):
+        where = 2 if is_comm else 1
+    elif kind == "cpu_op":
+        where = 4 if is_comm else 3
+    elif kind in ("annotation", "api") and is_call:
+        where = 4
+    m = _STEP.match(name) if kind == "annotation" else None
+    return where, is_call, int(m.group(1)) if m else None
+
+
 #: work intervals kept unmerged before they are folded into the running union (bounds memory)
 _COMPACT = 1 << 18
 
@@ -213,9 +231,10 @@ class _Union:
         self.pending: list[tuple[int, int]] = []
 
     def add(self, start: int, end: int) -> None:
-        self.pending.append((start, end))
-        if len(self.pending) >= _COMPACT:
-            self.merged = merge([*self.merged, *self.pending])
+        pending = self.pending
+        pending.append((start, end))
+        if len(pending) >= _COMPACT:
+            self.merged = merge([*self.merged, *pending])
             self.pending = []
 
     def intervals(self) -> list[tuple[int, int]]:
@@ -265,18 +284,45 @@ class TimelineBuilder:
         if step is not None:
             self.step_ranges[step] = (start, end)
 
+    def add_many(self, activities: Sequence[Activity]) -> None:
+        """``add`` for a batch (the ingest workers' hot loop: the lookups bound once per batch)."""
+        if not activities:
+            return
+        base = self.base
+        seen = self.seen
+        classify = self._classify
+        raw = self.raw
+        lo = self.first
+        hi = self.last
+        steps = self.step_ranges
+        for a in activities:
+            start = a[2] + base
+            end = start + (a[3] if a[3] > 0 else 0)
+            if lo is None or start < lo:
+                lo = start
+            if hi is None or end > hi:
+                hi = end
+            key = (a[0], a[1], a[4])
+            how = seen.get(key)
+            if how is None:
+                how = seen[key] = classify(a[0], a[1], a[4])
+            bucket, is_call, step = how
+            if bucket is not None:
+                bucket.add(start, end)
+            if is_call:
+                found = collective_of(a)
+                if found is not None:
+                    family, group, coll, nbytes = found
+                    raw[family].append((start, end, group, coll, nbytes))
+            if step is not None:
+                steps[step] = (start, end)
+        self.first = lo
+        self.last = hi
+
     def _classify(self, kind: str, name: str, category: str | None) -> tuple[_Union | None, bool, int | None]:
-        is_call = call_name(kind, name) is not None
-        is_comm = (category or _category(kind, name)) == "communication"
-        bucket: _Union | None = None
-        if kind in ("kernel", "memcpy", "memset"):
-            bucket = self.device_comm if is_comm else self.device_work
-        elif kind == "cpu_op":
-            bucket = self.host_comm if is_comm else self.cpu_work
-        elif kind in ("annotation", "api") and is_call:
-            bucket = self.host_comm
-        m = _STEP.match(name) if kind == "annotation" else None
-        return bucket, is_call, int(m.group(1)) if m else None
+        where, is_call, step = _classify(kind, name, category)
+        buckets = (None, self.device_work, self.device_comm, self.cpu_work, self.host_comm)
+        return buckets[where], is_call, step
 
     def finish(self, rank: int) -> RankTimeline:
         comm: list[tuple[int, int]]

@@ -189,7 +189,6 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
     ctrs: list[Counter] = []
     ids = names.ids
     timeline = TimelineBuilder(task.info.time_base_ns)
-    add_to_timeline = timeline.add
     nested = SelfTotals()
     add_nested = nested.add
 
@@ -220,7 +219,6 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
                     s.max_ns = d
                 s.sum_sq_ns += float(d) * d
             counts[kind] = counts.get(kind, 0) + 1
-            add_to_timeline(a)
             if kind in NESTED_KINDS:
                 add_nested((kind, a[8], a[9], a[5]), a[2], d, (nid, kind))
             if kind == "annotation" and name.startswith("ProfilerStep#"):
@@ -228,6 +226,7 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
                 if m:
                     steps.append(StepTime(int(m.group(1)), a[2], d))
         conn.send(RowsMsg(task.index, "activity", rows))
+        timeline.add_many(acts)
 
     def flush_ctrs() -> None:
         names.resolve({c[0] for c in ctrs} | {c[1] for c in ctrs})
