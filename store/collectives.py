@@ -30,6 +30,7 @@ minus its host's offset; L_i = the last rank, when unique):
 
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 import re
@@ -366,9 +367,9 @@ class TimelineBuilder:
         )
 
 
-@dataclass(frozen=True)
-class Instance:
-    """The k-th call of one collective in one group, matched across the ranks that made it."""
+class Instance(NamedTuple):
+    """The k-th call of one collective in one group, matched across the ranks that made it (a
+    NamedTuple: a run can have hundreds of thousands)."""
 
     group: str
     name: str
@@ -431,9 +432,16 @@ def match_instances(timelines: Sequence[RankTimeline], family: str | None = None
         )
     by_key: dict[tuple[str, str], dict[int, list[CollectiveCall]]] = {}
     for t in timelines:
+        mine: dict[tuple[str, str], list[CollectiveCall]] = {}
         for c in t.calls.get(family, ()):
-            by_key.setdefault((c.group, c.name), {}).setdefault(t.rank, []).append(c)
-    instances: list[Instance] = []
+            key = (c.group, c.name)
+            lst = mine.get(key)
+            if lst is None:
+                lst = mine[key] = []
+            lst.append(c)
+        for key, lst in mine.items():
+            by_key.setdefault(key, {})[t.rank] = lst
+    instances: list[tuple[int, Instance]] = []
     for (group, name), per_rank in sorted(by_key.items()):
         label = f"{name}" + (f" (group {group})" if group else "")
         if len(per_rank) < 2:
@@ -448,12 +456,13 @@ def match_instances(timelines: Sequence[RankTimeline], family: str | None = None
                 + ", ".join(f"rank {r}: {n}" for r, n in sorted(counts.items()))
                 + f"); matched in call order, the first {lo} on all of them, later calls on the ranks that have them"
             )
+        lists = [v for _, v in sorted(per_rank.items())]
         for k in range(max(counts.values())):
-            calls = tuple(v[k] for _, v in sorted(per_rank.items()) if k < len(v))
+            calls = tuple(v[k] for v in lists if k < len(v))
             if len(calls) >= 2:
-                instances.append(Instance(group, name, k, calls))
-    instances.sort(key=lambda i: min(c.start_ns for c in i.calls))
-    return Matching(family, tuple(instances), ranks, tuple(notes))
+                instances.append((min(c.start_ns for c in calls), Instance(group, name, k, calls)))
+    instances.sort(key=lambda x: x[0])
+    return Matching(family, tuple(i for _, i in instances), ranks, tuple(notes))
 
 
 def _ranges(ranks: Sequence[int]) -> str:
@@ -486,6 +495,9 @@ class Clocks:
 #: ranks of one host leaving a collective further apart than this did not leave it together: the
 #: instance is not used to estimate clocks (gloo ring steps and NCCL kernels end within ~50 us)
 BLOCKING_TOLERANCE_NS = 100_000
+#: at most this many instances, evenly spread over the run, are used to estimate the clocks (a median
+#: of thousands of estimates does not move with more; the error bound covers the ones used)
+CLOCK_SAMPLES = 4000
 
 
 def estimate_offsets(instances: Sequence[Instance], hosts: Mapping[int, str]) -> Clocks:
@@ -497,7 +509,11 @@ def estimate_offsets(instances: Sequence[Instance], hosts: Mapping[int, str]) ->
     wider spread means the call did not block until every participant arrived). The offset is the
     median estimate; estimates further than 5 median absolute deviations (and 10 us) from it are
     rejected; the error bound is the largest remaining deviation. Hosts are aligned outward from the
-    host of the lowest rank, so hosts that share no collective with it can go through another host."""
+    host of the lowest rank, so hosts that share no collective with it can go through another host.
+    Runs with more than CLOCK_SAMPLES instances use that many, evenly spread."""
+    if len(instances) > CLOCK_SAMPLES:
+        step = len(instances) / CLOCK_SAMPLES
+        instances = [instances[int(i * step)] for i in range(CLOCK_SAMPLES)]
     all_hosts = sorted({hosts[r] for i in instances for r in (c.rank for c in i.calls) if r in hosts})
     ranked = sorted(hosts.items())
     if not ranked:
@@ -505,6 +521,8 @@ def estimate_offsets(instances: Sequence[Instance], hosts: Mapping[int, str]) ->
     reference = ranked[0][1]
     known: dict[str, ClockOffset] = {reference: ClockOffset(reference, 0, 0, 0)}
     notes: list[str] = []
+    if all_hosts == [reference] or not all_hosts:
+        return Clocks(reference, known, ())
     ends: list[dict[str, int]] = []  # per instance: host -> median end, for hosts whose ranks left together
     for inst in instances:
         per_host: dict[str, list[int]] = {}
@@ -547,9 +565,8 @@ def estimate_offsets(instances: Sequence[Instance], hosts: Mapping[int, str]) ->
 TIE_NS = 1_000
 
 
-@dataclass(frozen=True)
-class InstanceResult:
-    """One matched instance on the common clock."""
+class InstanceResult(NamedTuple):
+    """One matched instance on the common clock (a NamedTuple, for the same reason as Instance)."""
 
     group: str
     name: str
@@ -564,10 +581,8 @@ class InstanceResult:
     #: rank -> time it waited for the latest arrival
     waits: Mapping[int, int]
     bytes: int | None
-
-    @property
-    def wait_total_ns(self) -> int:
-        return sum(self.waits.values())
+    #: the sum of ``waits``: the time the other participants waited for the last arrival
+    wait_total_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -641,42 +656,53 @@ def analyze(timelines: Sequence[RankTimeline], identities: Mapping[int, RankIden
     clocks = estimate_offsets(matching.instances, hosts)
     notes = list(matching.notes) + list(clocks.notes)
     results: list[InstanceResult] = []
-    windows: dict[int, dict[int, tuple[int, int]]] = {}
     caused = {t.rank: 0 for t in timelines}
     suffered = {t.rank: 0 for t in timelines}
     last = {t.rank: 0 for t in timelines}
     tied = {t.rank: 0 for t in timelines}
     seen = {t.rank: 0 for t in timelines}
     dropped = 0
+    # per rank: its host's offset and error (None: the host's clock is unknown)
+    clock_of: dict[int, tuple[int, int] | None] = {}
+    for t in timelines:
+        off = clocks.offsets.get(hosts[t.rank])
+        clock_of[t.rank] = (off.offset_ns, off.error_ns) if off is not None else None
+    rank_windows: dict[int, dict[int, tuple[int, int]]] = {t.rank: {} for t in timelines}
     for inst in matching.instances:
         aligned: list[tuple[int, int, int]] = []  # (arrival, rank, clock error)
         for c in inst.calls:
-            off = clocks.offsets.get(hosts[c.rank])
-            if off is not None:
-                aligned.append((c.start_ns - off.offset_ns, c.rank, off.error_ns))
+            oe = clock_of[c.rank]
+            if oe is not None:
+                aligned.append((c.start_ns - oe[0], c.rank, oe[1]))
         if len(aligned) < 2:
             dropped += 1
             continue
         aligned.sort()
         latest = aligned[-1][0]
-        tie_ns = max(TIE_NS, 2 * max(e for _, _, e in aligned))
-        tops = tuple(sorted(r for a, r, _ in aligned if latest - a <= tie_ns))
+        err = max(e for _, _, e in aligned) if len(clocks.offsets) > 1 else 0
+        tie_ns = TIE_NS if 2 * err < TIE_NS else 2 * err
+        if latest - aligned[-2][0] > tie_ns:
+            last_rank: int | None = aligned[-1][1]
+            tops: tuple[int, ...] = ()
+        else:
+            last_rank = None
+            tops = tuple(sorted(r for a, r, _ in aligned if latest - a <= tie_ns))
         waits = {r: latest - a for a, r, _ in aligned}
-        last_rank = tops[0] if len(tops) == 1 else None
+        total_wait = latest * len(aligned) - sum(a for a, _, _ in aligned)
         idx = len(results)
         results.append(
             InstanceResult(inst.group, inst.name, inst.seq, tuple((r, a) for a, r, _ in aligned),
-                           latest - aligned[0][0], last_rank, tops if last_rank is None else (), waits, inst.bytes)
+                           latest - aligned[0][0], last_rank, tops, waits, inst.bytes, total_wait)
         )
         for c in inst.calls:
             if c.rank in waits:
-                windows.setdefault(c.rank, {})[idx] = (c.busy_before_ns, c.window_ns)
+                rank_windows[c.rank][idx] = (c.busy_before_ns, c.window_ns)
         for r, w in waits.items():
             suffered[r] += w
             seen[r] += 1
         if last_rank is not None:
             last[last_rank] += 1
-            caused[last_rank] += sum(waits.values())
+            caused[last_rank] += total_wait
         else:
             for r in tops:
                 tied[r] += 1
@@ -691,6 +717,7 @@ def analyze(timelines: Sequence[RankTimeline], identities: Mapping[int, RankIden
         for t in timelines
     }
     steps = _steps(timelines, results, hosts, clocks)
+    windows = {r: w for r, w in rank_windows.items() if w}
     return Analysis(matching.family, tuple(results), ranks, steps, clocks, windows, tuple(notes))
 
 
@@ -703,12 +730,24 @@ def _steps(timelines: Sequence[RankTimeline], results: Sequence[InstanceResult],
         for s in t.steps:
             by_step.setdefault(s.number, {})[t.rank] = s
 
+    if not by_step:
+        return ()
+    # per rank: its steps by start, and its clock offset (arrivals back on the rank's own clock)
+    starts: dict[int, list[int]] = {}
+    ordered: dict[int, list[Step]] = {}
+    for t in timelines:
+        ss = sorted(t.steps, key=lambda s: s.start_ns)
+        ordered[t.rank] = ss
+        starts[t.rank] = [s.start_ns for s in ss]
+    shift = {t.rank: clocks.offset(hosts[t.rank]) or 0 for t in timelines}
+
     def step_of(rank: int, arrival: int) -> int | None:
-        t = arrival + (clocks.offset(hosts[rank]) or 0)  # back on the rank's own clock
-        for n, per_rank in by_step.items():
-            s = per_rank.get(rank)
-            if s is not None and s.start_ns <= t < s.end_ns:
-                return n
+        t = arrival + shift[rank]
+        k = bisect.bisect_right(starts[rank], t) - 1
+        if k >= 0:
+            s = ordered[rank][k]
+            if s.start_ns <= t < s.end_ns:
+                return s.number
         return None
 
     last: dict[tuple[int, int], int] = {}

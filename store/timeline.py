@@ -94,16 +94,23 @@ def load_timelines(conn: Connection, rank_ids: Mapping[int, int]) -> dict[int, R
     heads: dict[int, tuple[int, int, str, int, int, int]] = {}
     steps: dict[int, list[Step]] = defaultdict(list)
     for chunk in (ids[i : i + 500] for i in range(0, len(ids), 500)):
-        for r in conn.execute(
-            select(_call.c.rank_id, _call.c.family, _call.c.group_name, _call.c.collective, _call.c.seq,
-                   _call.c.start_ns, _call.c.end_ns, _call.c.bytes, _call.c.busy_before_ns, _call.c.window_ns)
-            .where(_call.c.rank_id.in_(chunk))
-            .order_by(_call.c.rank_id, _call.c.family, _call.c.start_ns, _call.c.seq)
-        ):
-            calls[r[0]][r[1]].append(
-                CollectiveCall(rank_ids[r[0]], r[1], r[2], r[3], int(r[4]), int(r[5]), int(r[6]),
-                               None if r[7] is None else int(r[7]), int(r[8]), int(r[9]))
+        marks = ", ".join(["?" if conn.dialect.paramstyle == "qmark" else "%s"] * len(chunk))
+        # the driver's own cursor and tuples: a run's calls can be many (this is the questions' only large read)
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        cur = raw.cursor()
+        try:
+            cur.execute(
+                "SELECT rank_id, family, group_name, collective, seq, start_ns, end_ns, bytes, busy_before_ns, "
+                f"window_ns FROM collective_call WHERE rank_id IN ({marks}) ORDER BY rank_id, family, start_ns, seq",
+                tuple(chunk),
             )
+            rows = cur.fetchall()
+        finally:
+            cur.close()
+        make = CollectiveCall._make
+        for rid, family, group, coll, seq, start, end, nbytes, busy, window in rows:
+            calls[rid][family].append(make((rank_ids[rid], family, group, coll, seq, start, end, nbytes, busy, window)))
         for h in conn.execute(
             select(_tl.c.rank_id, _tl.c.first_ns, _tl.c.last_ns, _tl.c.work_domain, _tl.c.busy_ns, _tl.c.comm_ns,
                    _tl.c.exposed_comm_ns).where(_tl.c.rank_id.in_(chunk))

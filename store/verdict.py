@@ -27,7 +27,10 @@ The rule, from ``Analysis`` (a_{i,r}, wait, wait caused as defined in store/coll
 4. **Cause**: work ratio = median over instances (the first left out when there are 3 or more: its
    window starts where the rank's profile does) of c's busy time in the window before the collective
    over the median of the other ranks' busy time in theirs (``work_ratio``). >= COMPUTE_RATIO: "device
-   compute" (or "CPU compute" when the ranks have no device work): its own work is longer. Else
+   compute" (or "CPU compute" when the ranks have no device work): its own work is longer. Also
+   compute when its extra work explains at least EXPLAINED (half) of its lateness (``extra_work``: the
+   median over instances of c's busy time before the collective minus the peers' median, against the
+   median of how late c arrives): a rank 1.2x slower in every step is late by exactly that. Else
    "host side": it does no more work, it starts late (data loading, host code, launches).
 
 Confidence reported with every verdict: k_c of n instances, the p-value of 3a, c's share of all the
@@ -35,7 +38,6 @@ wait, the share of the others' time spent waiting on it."""
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple
@@ -48,6 +50,7 @@ MATERIAL = 0.05
 LATE_SHARE = 0.10
 ALPHA = 0.01
 COMPUTE_RATIO = 1.5
+EXPLAINED = 0.5
 
 
 @dataclass(frozen=True)
@@ -99,27 +102,67 @@ def work_ratio(analysis: Analysis, rank: int) -> float | None:
     idx = sorted(mine)
     if len(idx) >= 3:
         idx = idx[1:]
-    ratios = []
+    peers_w = [w for r, w in analysis.windows.items() if r != rank]
+    ratios: list[float] = []
     for i in idx:
-        peers = [w[i][0] for r, w in analysis.windows.items() if r != rank and i in w]
-        if peers and statistics.median(peers) > 0:
-            ratios.append(mine[i][0] / statistics.median(peers))
-    return statistics.median(ratios) if ratios else None
+        peers = [w[i][0] for w in peers_w if i in w]
+        if peers:
+            m = _median(peers)
+            if m > 0:
+                ratios.append(mine[i][0] / m)
+    return _median(ratios) if ratios else None
+
+
+def extra_work(analysis: Analysis, rank: int) -> tuple[float, float] | None:
+    """(median extra busy time of ``rank`` before its collectives over the peers' median, median of
+    how late it arrives vs the others' median arrival), in ns; the first instance left out when there
+    are 3 or more (as ``work_ratio``). None when unknown."""
+    mine = analysis.windows.get(rank, {})
+    idx = set(sorted(mine)[1:] if len(mine) >= 3 else mine)
+    peers_w = [w for r, w in analysis.windows.items() if r != rank]
+    extra: list[float] = []
+    late: list[float] = []
+    for i, inst in enumerate(analysis.instances):
+        if i not in idx:
+            continue
+        peers = [w[i][0] for w in peers_w if i in w]
+        others = [a for r, a in inst.arrivals if r != rank]
+        at = [a for r, a in inst.arrivals if r == rank]
+        if peers and others and at:
+            extra.append(mine[i][0] - _median(peers))
+            late.append(at[0] - _median(others))
+    if not extra:
+        return None
+    return _median(extra), _median(late)
+
+
+def _median(values: list[float] | list[int]) -> float:
+    """The median of a non-empty list (sorts it in place; statistics.median is slower per call)."""
+    values.sort()
+    n = len(values)
+    mid = n // 2
+    return float(values[mid]) if n % 2 else (values[mid - 1] + values[mid]) / 2
 
 
 def lateness(analysis: Analysis, rank: int) -> float | None:
     """How late ``rank`` typically is: the median over instances of its arrival minus the median
     arrival of the other participants, as a share of its median window between collectives (the
     time it had to get there). Robust to a few instances where the machine stalled one rank."""
-    late = []
+    late: list[float] = []
     for inst in analysis.instances:
-        arr = dict(inst.arrivals)
-        if rank in arr and len(arr) >= 2:
-            late.append(arr[rank] - statistics.median(a for r, a in arr.items() if r != rank))
+        mine = None
+        others = []
+        for r, a in inst.arrivals:
+            if r == rank:
+                mine = a
+            else:
+                others.append(a)
+        if mine is not None and others:
+            late.append(mine - _median(others))
     windows = [w for _, w in analysis.windows.get(rank, {}).values()]
-    if not late or not windows or statistics.median(windows) <= 0:
+    if not late or not windows or _median(windows) <= 0:
         return None
-    return statistics.median(late) / statistics.median(windows)
+    return _median(late) / _median(windows)
 
 
 def decide(analysis: Analysis, identities: Mapping[int, RankIdentity]) -> Verdict:
@@ -162,6 +205,8 @@ def decide(analysis: Analysis, identities: Mapping[int, RankIdentity]) -> Verdic
                        "others' time)")
     plurality = len(counts) >= 1 and c.last == counts[0] and (len(counts) == 1 or counts[1] < c.last)
     compute = ratio is not None and ratio >= COMPUTE_RATIO
+    explained = extra_work(analysis, c.rank)
+    explains = explained is not None and explained[1] > 0 and explained[0] >= EXPLAINED * explained[1]
     if not (p <= ALPHA or (plurality and compute)):
         return replace(base, line=f"no clear straggler: {spread}; rank {c.rank} entered last at {c.last} of {n} and "
                        "caused the most wait, but "
@@ -169,9 +214,12 @@ def decide(analysis: Analysis, identities: Mapping[int, RankIdentity]) -> Verdic
                        + (f"{ratio:.2f}x" if ratio is not None else "unknown vs") + " the others'")
     domain = c.work_domain or "device"
     what = "device" if domain == "device" else "CPU"
-    if compute:
+    if compute or explains:
         cause = "compute"
-        why = (f"cause: {what} compute: it did {ratio:.2f}x the others' {what} work before its collectives")
+        why = f"cause: {what} compute: it did {ratio or 0:.2f}x the others' {what} work before its collectives"
+        if explained is not None and not compute:
+            why += (f" ({fmt_ns(explained[0])} more per collective, against {fmt_ns(explained[1])} late: the extra "
+                    "work explains the lateness)")
     else:
         cause = "host"
         shown = f"{ratio:.2f}x" if ratio is not None else "no"
