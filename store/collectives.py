@@ -35,7 +35,7 @@ import functools
 import json
 import re
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -223,7 +223,9 @@ _COMPACT = 1 << 18
 
 class _Union:
     """A growing set of intervals, folded into their union every _COMPACT additions, so nested or
-    overlapping work (CPU ops in their parents, kernels on several streams) costs no memory."""
+    overlapping work (CPU ops in their parents, kernels on several streams) costs no memory.
+    ``pending`` is appended to directly by ``TimelineBuilder.add_many`` (the same list for the
+    builder's life), which then calls ``compact``."""
 
     __slots__ = ("merged", "pending")
 
@@ -232,11 +234,13 @@ class _Union:
         self.pending: list[tuple[int, int]] = []
 
     def add(self, start: int, end: int) -> None:
-        pending = self.pending
-        pending.append((start, end))
-        if len(pending) >= _COMPACT:
-            self.merged = merge([*self.merged, *pending])
-            self.pending = []
+        self.pending.append((start, end))
+        self.compact()
+
+    def compact(self) -> None:
+        if len(self.pending) >= _COMPACT:
+            self.merged = merge([*self.merged, *self.pending])
+            self.pending.clear()
 
     def intervals(self) -> list[tuple[int, int]]:
         return [*self.merged, *self.pending]
@@ -262,6 +266,9 @@ class TimelineBuilder:
         self.last: int | None = None
         # per (kind, name, category): where its intervals go, whether it can be a call, its step number
         self.seen: dict[tuple[str, str, str | None], tuple[_Union | None, bool, int | None]] = {}
+        # the same for add_many: the bound append of the bucket's pending list
+        self.fast: dict[tuple[str, str, str | None], tuple[Callable[[tuple[int, int]], None] | None, bool,
+                                                           int | None]] = {}
 
     def add(self, a: Activity) -> None:
         start = a.start_ns + self.base
@@ -290,8 +297,7 @@ class TimelineBuilder:
         if not activities:
             return
         base = self.base
-        seen = self.seen
-        classify = self._classify
+        seen = self.fast
         raw = self.raw
         lo = self.first
         hi = self.last
@@ -306,10 +312,11 @@ class TimelineBuilder:
             key = (a[0], a[1], a[4])
             how = seen.get(key)
             if how is None:
-                how = seen[key] = classify(a[0], a[1], a[4])
-            bucket, is_call, step = how
-            if bucket is not None:
-                bucket.add(start, end)
+                bucket, is_call, step = self._classify(a[0], a[1], a[4])
+                how = seen[key] = (bucket.pending.append if bucket is not None else None, is_call, step)
+            append, is_call, step = how
+            if append is not None:
+                append((start, end))
             if is_call:
                 found = collective_of(a)
                 if found is not None:
@@ -319,6 +326,8 @@ class TimelineBuilder:
                 steps[step] = (start, end)
         self.first = lo
         self.last = hi
+        for u in (self.device_work, self.cpu_work, self.device_comm, self.host_comm):
+            u.compact()
 
     def _classify(self, kind: str, name: str, category: str | None) -> tuple[_Union | None, bool, int | None]:
         where, is_call, step = _classify(kind, name, category)

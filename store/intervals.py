@@ -53,12 +53,19 @@ def merge(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     """The union of ``(start_ns, end_ns)`` intervals as sorted, disjoint, non-touching intervals.
     Empty intervals (end <= start) are dropped."""
     out: list[tuple[int, int]] = []
-    for s, e in sorted(iv for iv in intervals if iv[1] > iv[0]):
-        if out and s <= out[-1][1]:
-            if e > out[-1][1]:
-                out[-1] = (out[-1][0], e)
+    cur_s = cur_e = None
+    for s, e in sorted(intervals):
+        if e <= s:
+            continue
+        if cur_e is not None and s <= cur_e:
+            if e > cur_e:
+                cur_e = e
         else:
-            out.append((s, e))
+            if cur_e is not None:
+                out.append((cur_s, cur_e))  # type: ignore[arg-type]
+            cur_s, cur_e = s, e
+    if cur_e is not None:
+        out.append((cur_s, cur_e))  # type: ignore[arg-type]
     return out
 
 

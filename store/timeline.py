@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy import Connection, delete, insert, select
 
 from . import collectives, verdict
+from .bulk import insert_rows
 from .collectives import Analysis, CollectiveCall, RankIdentity, RankTimeline, Step
 from .models import CollectiveCall as CallRow
 from .models import HostClock, Rank, SourceFile
@@ -34,6 +35,10 @@ _rank = Rank.__table__
 _src = SourceFile.__table__
 
 
+CALL_COLS = ("rank_id", "family", "group_name", "collective", "seq", "run_id", "start_ns", "end_ns", "bytes",
+             "busy_before_ns", "window_ns")
+
+
 def combine(parts: Sequence[RankTimeline], rank: int) -> RankTimeline:
     """One rank's timeline from the timelines of its files (a rank may have several: a kernel trace
     and an API trace, or files ingested at different times). Calls of a family are put in time order
@@ -41,10 +46,8 @@ def combine(parts: Sequence[RankTimeline], rank: int) -> RankTimeline:
     domain (device beats CPU) and are added (files of one domain hold different kinds, so they do
     not overlap); steps are merged by number, the same way."""
     parts = [p for p in parts if p.work_domain or p.calls or p.steps]
-    if len(parts) == 1:
-        p = parts[0]
-        if p.rank == rank:
-            return p
+    if len(parts) == 1:  # one file: as it is (its calls are numbered already; ``rank`` is not stored per call)
+        return replace(parts[0], rank=rank)
     domain = "device" if any(p.work_domain == "device" for p in parts) else (
         "cpu" if any(p.work_domain == "cpu" for p in parts) else "")
     work = [p for p in parts if p.work_domain == domain]
@@ -102,7 +105,8 @@ def load_timelines(conn: Connection, rank_ids: Mapping[int, int]) -> dict[int, R
         try:
             cur.execute(
                 "SELECT rank_id, family, group_name, collective, seq, start_ns, end_ns, bytes, busy_before_ns, "
-                f"window_ns FROM collective_call WHERE rank_id IN ({marks}) ORDER BY rank_id, family, start_ns, seq",
+                f"window_ns FROM collective_call WHERE rank_id IN ({marks}) "
+                "ORDER BY rank_id, family, group_name, collective, seq",  # the primary key's order: no sort
                 tuple(chunk),
             )
             rows = cur.fetchall()
@@ -145,7 +149,7 @@ def save_timelines(conn: Connection, run_id: int, new: Mapping[int, Sequence[Ran
         return
     globals_ = dict(conn.execute(select(_rank.c.id, _rank.c.global_rank).where(_rank.c.id.in_(sorted(new)))).all())
     stored = load_timelines(conn, {rid: int(globals_[rid]) for rid in new})
-    call_rows: list[dict[str, object]] = []
+    call_rows: list[tuple[object, ...]] = []
     tl_rows: list[dict[str, object]] = []
     step_rows: list[dict[str, object]] = []
     for rid in sorted(new):
@@ -153,9 +157,8 @@ def save_timelines(conn: Connection, run_id: int, new: Mapping[int, Sequence[Ran
         t = combine(parts, int(globals_[rid]))
         for family_calls in t.calls.values():
             call_rows.extend(
-                dict(rank_id=rid, family=c.family, group_name=c.group[:255], collective=c.name[:60], seq=c.seq,
-                     run_id=run_id, start_ns=c.start_ns, end_ns=c.end_ns, bytes=c.bytes,
-                     busy_before_ns=c.busy_before_ns, window_ns=c.window_ns)
+                (rid, c.family, c.group[:255], c.name[:60], c.seq, run_id, c.start_ns, c.end_ns, c.bytes,
+                 c.busy_before_ns, c.window_ns)
                 for c in family_calls
             )
         tl_rows.append(dict(rank_id=rid, first_ns=t.first_ns, last_ns=t.last_ns, work_domain=t.work_domain,
@@ -166,7 +169,9 @@ def save_timelines(conn: Connection, run_id: int, new: Mapping[int, Sequence[Ran
     conn.execute(delete(CallRow).where(CallRow.rank_id.in_(ids)))
     conn.execute(delete(TimelineRow).where(TimelineRow.rank_id.in_(ids)))
     conn.execute(delete(StepTimelineRow).where(StepTimelineRow.rank_id.in_(ids)))
-    for model, rows in ((CallRow, call_rows), (TimelineRow, tl_rows), (StepTimelineRow, step_rows)):
+    # a run's calls can be many: the bulk path (executemany of tuples, COPY on PostgreSQL)
+    insert_rows(conn, "collective_call", CALL_COLS, call_rows)
+    for model, rows in ((TimelineRow, tl_rows), (StepTimelineRow, step_rows)):
         if rows:
             conn.execute(insert(model), rows)
 
