@@ -15,8 +15,8 @@ per-host clock offsets, self time in summary; views for sqlite3/psql users (READ
                         inclusive_ns keeps the inclusive total
     summary_v           gains self_ns
 
-Revision ID: 0003
-Revises: 0002
+Revision ID: 0004
+Revises: 0003
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import sqlalchemy as sa
 
 from alembic import op
 
-revision = "0003"
-down_revision = "0002"
+revision = "0004"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 
