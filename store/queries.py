@@ -35,7 +35,7 @@ from .metrics import Spread, ratio, spread
 from .models import Name, Rank, Run, Step, Summary
 from .records import KINDS
 from .runs import RankRef, RunScope, scope_of, with_ranks
-from .timeline import RunVerdict, run_verdict
+from .timeline import RunVerdict, run_verdict, window_notes
 from .units import fmt_ns
 from .verdict import RankTotal
 
@@ -265,6 +265,14 @@ def straggler(
     return Verdict(named, rv.verdict.line, rv)
 
 
+def _verdict_notes(verdict: Verdict, scope: RunScope) -> list[str]:
+    """What the verdict's figures cover (the collective timeline's window and ranks), or why it fell back."""
+    if verdict.detail is None:
+        return []
+    a = verdict.detail.analysis
+    return window_notes(a, scope) if a.instances else list(a.notes)
+
+
 def _time_note(kinds: Iterable[str], inclusive: bool) -> str:
     nested = sorted(set(kinds) & NESTED_KINDS)
     if not nested:
@@ -457,6 +465,7 @@ def imbalance(
     notes.append(_time_note(kinds, inclusive))
     rows = [_imbalance_row(scope, g, *values[(g.kind, g.name_id)]) for g in compute + comm]
     verdict = straggler(conn, scope, kinds, facts)
+    notes += _verdict_notes(verdict, scope)
     if ck is not None:
         notes.append(
             f"communication ({ck} rows, after the {'/'.join(kinds)} rows) is read inverted: the rank that "
@@ -820,6 +829,7 @@ def rank_split(conn: Connection, run: str | RunScope | None = None, kind: str | 
         for i, r in enumerate(scope.ranks)
     ]
     verdict = straggler(conn, scope, kinds, facts, totals)
+    notes += _verdict_notes(verdict, scope)
     notes.append(
         f"compute/memory: {'/'.join(kinds)} rows; communication: "
         + (f"{ck} rows of category communication" if ck else "none in this run")

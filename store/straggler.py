@@ -13,11 +13,9 @@ from typing import Any
 from sqlalchemy import Connection
 
 from . import queries
-from .collectives import Analysis
 from .queries import Result
 from .runs import RunScope, scope_of, with_ranks
-from .timeline import RunVerdict, run_verdict
-from .units import fmt_ns
+from .timeline import RunVerdict, run_verdict, window_notes
 
 STRAGGLER_HEADERS = [
     "global_rank",
@@ -58,35 +56,6 @@ def _verdict(conn: Connection, scope: RunScope) -> RunVerdict:
         return v.detail
     rv = run_verdict(conn, scope)  # a single rank: the analysis says what is missing, the line why
     return replace(rv, verdict=replace(rv.verdict, line=v.line))
-
-
-def window_notes(a: Analysis, scope: RunScope) -> list[str]:
-    """Which window and which ranks the figures cover: the call family matched, the instances, the
-    ranks, and the clock offsets used."""
-    if not a.instances:
-        return []
-    ranks = sorted({r for i in a.instances for r, _ in i.arrivals})
-    start = min(t for i in a.instances for _, t in i.arrivals)
-    end = max(t for i in a.instances for _, t in i.arrivals)
-    notes = [
-        f"window: {len(a.instances)} matched collective instances ({a.family} calls) over {fmt_ns(end - start)} "
-        f"of the common clock, ranks {_ranks(ranks)} of {len(scope.ranks)}; busy/idle/exposed: each rank's whole "
-        "profile"
-    ]
-    hosts = sorted(a.clocks.offsets.values(), key=lambda o: o.host)
-    if len(hosts) > 1:
-        notes.append(
-            "clock offsets vs host " + (a.clocks.reference or "''") + ": "
-            + ", ".join(f"{o.host} {fmt_ns(o.offset_ns)} +- {fmt_ns(o.error_ns)} ({o.samples} samples)"
-                        for o in hosts if o.host != a.clocks.reference)
-        )
-    return notes
-
-
-def _ranks(ranks: list[int]) -> str:
-    if ranks and ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 2:
-        return f"{ranks[0]}-{ranks[-1]}"
-    return ", ".join(map(str, ranks))
 
 
 def stragglers(conn: Connection, run: str | RunScope | None = None, top: int = 0) -> Result:

@@ -25,12 +25,11 @@ from .models import RankTimeline as TimelineRow
 from .models import Step as StepRow
 from .models import StepTimeline as StepTimelineRow
 from .runs import RunScope
+from .units import fmt_ns
 
-_call = CallRow.__table__
 _tl = TimelineRow.__table__
 _stl = StepTimelineRow.__table__
 _step = StepRow.__table__
-_clock = HostClock.__table__
 _rank = Rank.__table__
 _src = SourceFile.__table__
 
@@ -225,3 +224,32 @@ def run_verdict(
     a = analysis if analysis is not None else analyze_run(conn, scope)
     ids = identities(scope)
     return RunVerdict(a, verdict.straggler_verdict(a, ids, list(totals)), ids)
+
+
+def window_notes(a: Analysis, scope: RunScope) -> list[str]:
+    """Which window and which ranks the figures cover: the call family matched, the instances, the
+    ranks, and the clock offsets used."""
+    if not a.instances:
+        return []
+    ranks = sorted({r for i in a.instances for r, _ in i.arrivals})
+    start = min(t for i in a.instances for _, t in i.arrivals)
+    end = max(t for i in a.instances for _, t in i.arrivals)
+    notes = [
+        f"window: {len(a.instances)} matched collective instances ({a.family} calls) over {fmt_ns(end - start)} "
+        f"of the common clock, ranks {_ranks(ranks)} of {len(scope.ranks)}; busy/idle/exposed: each rank's whole "
+        "profile"
+    ]
+    hosts = sorted(a.clocks.offsets.values(), key=lambda o: o.host)
+    if len(hosts) > 1:
+        notes.append(
+            "clock offsets vs host " + (a.clocks.reference or "''") + ": "
+            + ", ".join(f"{o.host} {fmt_ns(o.offset_ns)} +- {fmt_ns(o.error_ns)} ({o.samples} samples)"
+                        for o in hosts if o.host != a.clocks.reference)
+        )
+    return notes
+
+
+def _ranks(ranks: list[int]) -> str:
+    if ranks and ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 2:
+        return f"{ranks[0]}-{ranks[-1]}"
+    return ", ".join(map(str, ranks))
