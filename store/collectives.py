@@ -656,13 +656,17 @@ class Analysis:
         return bool(self.instances)
 
 
-def analyze(timelines: Sequence[RankTimeline], identities: Mapping[int, RankIdentity]) -> Analysis:
+def analyze(
+    timelines: Sequence[RankTimeline], identities: Mapping[int, RankIdentity], clocks: Clocks | None = None
+) -> Analysis:
     """Match, align and attribute (module doc). Ranks missing from ``identities`` share the clock
-    of the host named ``""``. Never raises for the shape of the data: what could not be answered
-    is in ``notes``."""
+    of the host named ``""``. ``clocks``: offsets estimated before from the same timelines (the
+    store keeps them), else estimated here. Never raises for the shape of the data: what could not
+    be answered is in ``notes``."""
     hosts = {t.rank: identities[t.rank].host if t.rank in identities else "" for t in timelines}
     matching = match_instances(timelines)
-    clocks = estimate_offsets(matching.instances, hosts)
+    if clocks is None:
+        clocks = estimate_offsets(matching.instances, hosts)
     notes = list(matching.notes) + list(clocks.notes)
     results: list[InstanceResult] = []
     caused = {t.rank: 0 for t in timelines}

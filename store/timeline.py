@@ -18,7 +18,7 @@ from sqlalchemy import Connection, delete, insert, select
 
 from . import collectives, verdict
 from .bulk import insert_rows
-from .collectives import Analysis, CollectiveCall, RankIdentity, RankTimeline, Step
+from .collectives import Analysis, ClockOffset, Clocks, CollectiveCall, RankIdentity, RankTimeline, Step
 from .models import CollectiveCall as CallRow
 from .models import HostClock, Rank, SourceFile
 from .models import RankTimeline as TimelineRow
@@ -180,15 +180,33 @@ def identities(scope: RunScope) -> dict[int, RankIdentity]:
     return {r.global_rank: RankIdentity(r.hostname or "", r.local_rank) for r in scope.ranks}
 
 
-def analyze_run(conn: Connection, scope: RunScope) -> Analysis:
-    """Match, align and attribute the run's collectives (collectives.analyze) from the stored timelines."""
+def stored_clocks(conn: Connection, scope: RunScope, hosts: set[str]) -> Clocks | None:
+    """The run's clock offsets as the last ingest or transfer estimated them (``host_clock``), when
+    they cover ``hosts`` (else None: estimate them again). A host the estimate could not place is
+    absent from the table, so a run with such a host is estimated again, and its note given."""
+    rows = conn.execute(
+        select(HostClock.hostname, HostClock.offset_ns, HostClock.error_ns, HostClock.samples)
+        .where(HostClock.run_id == scope.id)
+    ).all()
+    offsets = {h: ClockOffset(h, int(o), int(e), int(n)) for h, o, e, n in rows}
+    refs = [h for h, o in offsets.items() if o.samples == 0]
+    if not offsets or not hosts <= set(offsets) or len(refs) != 1:
+        return None
+    return Clocks(refs[0], offsets)
+
+
+def analyze_run(conn: Connection, scope: RunScope, fresh_clocks: bool = False) -> Analysis:
+    """Match, align and attribute the run's collectives (collectives.analyze) from the stored
+    timelines, with the stored clock offsets unless ``fresh_clocks`` (or they do not cover the run)."""
     stored = load_timelines(conn, {r.id: r.global_rank for r in scope.ranks})
     timelines = [stored[r.id] for r in scope.ranks if r.id in stored]
     if not timelines:
         return Analysis("", (), {}, (), collectives.Clocks("", {}), {}, (
             "no collective timeline stored for this run (its profiles have no timed activity, or were ingested "
             "before this profdb version: re-ingest them)",))
-    a = collectives.analyze(timelines, identities(scope))
+    ids = identities(scope)
+    clocks = None if fresh_clocks else stored_clocks(conn, scope, {ids[t.rank].host for t in timelines})
+    a = collectives.analyze(timelines, ids, clocks)
     missing = [r.global_rank for r in scope.ranks if r.id not in stored]
     if missing and timelines:
         shown = ", ".join(map(str, missing[:20])) + (" ..." if len(missing) > 20 else "")
@@ -202,7 +220,7 @@ def store_clocks(conn: Connection, scope: RunScope) -> None:
     """Rewrite ``host_clock`` for the run from its stored timelines (after an ingest or a transfer)."""
     run_id = scope.id
     conn.execute(delete(HostClock).where(HostClock.run_id == run_id))
-    a = analyze_run(conn, scope)
+    a = analyze_run(conn, scope, fresh_clocks=True)
     rows = [dict(run_id=run_id, hostname=o.host[:255], offset_ns=o.offset_ns, error_ns=o.error_ns, samples=o.samples)
             for o in a.clocks.offsets.values()]
     if rows and a.instances:
