@@ -159,7 +159,7 @@ def tag_command(run: str, values: tuple[str, ...], remove: tuple[str, ...], db: 
     `compare --baseline tag:KEY=VALUE` and `trend --where KEY=VALUE`. Prints the run's metadata."""
     if not values and not remove:
         raise click.UsageError("give KEY=VALUE pairs to set, or --remove KEY")
-    conn = connect(db)
+    conn = connect(db, write=True)
     meta: dict[str, Any] = runs.tag_run(conn, run, runs.parse_filters(values), remove)
     conn.commit()
     click.echo(json.dumps(meta, sort_keys=True))

@@ -174,7 +174,7 @@ def reclassify_command(
     category changes, and the rules recorded for the run's files. Prints the names that moved and the
     communication share before and after."""
     rules = comm_rules(comm_patterns)
-    conn = connect(db)
+    conn = connect(db, write=True)
     scope = runs.resolve_run(conn, run)
     done = reclassify.reclassify(conn, scope, rules)
     if dry_run:

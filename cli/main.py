@@ -1,14 +1,23 @@
 """The ``profdb`` command. Commands parse arguments, call the library once and render; they hold no
-SQL. Library errors (profdb.store.errors.ProfdbError) become one-line messages with exit status 1."""
+SQL. Library errors (profdb.store.errors.ProfdbError) become one-line messages with exit status 1.
+
+Signals: Ctrl-C (SIGINT) and SIGTERM unwind the command like an error (an ingest's transaction is
+rolled back, a store it created is removed), then one line says so and profdb exits 130 (SIGINT) or
+143 (SIGTERM), as a shell reports a process killed by that signal. A second signal while unwinding
+is ignored, so the rollback is not cut short."""
 
 from __future__ import annotations
 
 import importlib
+import signal
+import sys
+from types import FrameType
 from typing import Any
 
 import click
 
 from profdb.store import errors
+from profdb.store.units import visible
 
 #: command name -> "module:attribute", imported only when that command runs (or for --help), so a
 #: query does not pay for importing the readers, matplotlib or the launcher code
@@ -32,6 +41,40 @@ COMMANDS = {
 }
 
 
+#: commands that write a store: what an interrupted one left behind
+WRITERS = {
+    "ingest": "the ingest",
+    "merge": "the merge",
+    "export": "the export",
+    "tag": "the tag",
+    "sql": "the statement",
+}
+
+
+class Interrupted(BaseException):
+    """Raised in the main thread by the SIGINT/SIGTERM handler; a BaseException, so no library
+    ``except Exception`` swallows it while the command unwinds."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    # later signals, while the first one unwinds the command, are ignored
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Interrupted(signum)
+
+
+def _interrupted(ctx: click.Context, signum: int) -> click.exceptions.Exit:
+    sub = ctx.invoked_subcommand or ""
+    what = WRITERS.get(sub)
+    done = f"{what} was rolled back: nothing was written to the store" if what else "nothing was written"
+    click.echo(f"profdb {sub}: interrupted by {signal.Signals(signum).name}; {done}".replace("  ", " "), err=True)
+    return click.exceptions.Exit(128 + signum)
+
+
 class ProfdbGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
@@ -49,7 +92,11 @@ class ProfdbGroup(click.Group):
         try:
             return super().invoke(ctx)
         except errors.ProfdbError as e:
-            raise click.ClickException(str(e)) from e
+            raise click.ClickException(visible(str(e))) from e
+        except Interrupted as e:
+            raise _interrupted(ctx, e.signum) from None
+        except KeyboardInterrupt:  # SIGINT outside main() (profdb.cli.main:cli called directly)
+            raise _interrupted(ctx, signal.SIGINT) from None
 
 
 @click.group(cls=ProfdbGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -68,6 +115,9 @@ def cli() -> None:
 
 
 def main() -> None:
+    if sys.platform != "win32":
+        signal.signal(signal.SIGINT, _on_signal)
+        signal.signal(signal.SIGTERM, _on_signal)
     cli(prog_name="profdb")
 
 

@@ -70,16 +70,18 @@ def top_option(default: int, help: str, min: int = 0) -> Callable[[F], F]:
     return click.option("--top", default=default, show_default=True, type=click.IntRange(min=min), help=help)
 
 
-def connect(db: str | None) -> Connection:
+def connect(db: str | None, *, write: bool = False) -> Connection:
     """A connection to the existing store ``db`` for the running command (asking questions must not
-    create an empty store); click closes it, and disposes of the engine, when the command ends."""
+    create an empty store); click closes it, and disposes of the engine, when the command ends.
+    Read-only unless ``write`` (db.open_readonly): a reader never waits for an ingest, and a store
+    on a read-only mount or in a folder this user cannot write can still be queried."""
     path = sqlite_path(resolve_url(db))
     if path is not None and not path.exists():
         raise click.ClickException(
             f"no profdb store at {path}; ingest profiles first (profdb ingest PATH...) or pass --db / set PROFDB_DB"
         )
     ctx = click.get_current_context()
-    engine = open_db(db)
+    engine = open_db(db, readonly=not write)
     ctx.call_on_close(engine.dispose)
     return ctx.with_resource(engine.connect())
 

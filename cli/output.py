@@ -1,5 +1,8 @@
 """Rendering rows for every command that prints them: four formats (the option: options.py).
 
+Names are shown with their control characters escaped (units.visible) in tables, notes and on a
+terminal, so a name holding terminal escape sequences cannot act on the terminal.
+
 table: aligned columns for people; ``*_ns`` columns shown in readable units (us/ms/s) under a header
 without the suffix. csv / json / jsonl: raw values (integer ns) for programs, streamed row by row.
 Data goes to stdout; notes go to stderr, so ``profdb ... --format csv > x.csv`` stays clean."""
@@ -14,7 +17,7 @@ from typing import Any
 
 import click
 
-from profdb.store.units import fmt_ns
+from profdb.store.units import fmt_ns, visible
 
 
 def _cell(v: Any) -> str:
@@ -22,7 +25,7 @@ def _cell(v: Any) -> str:
         return ""
     if isinstance(v, float):
         return f"{v:.3f}" if abs(v) < 1e6 else f"{v:.4g}"
-    return str(v)
+    return visible(str(v))  # a name's escape sequences are shown, never sent to the terminal
 
 
 def _json_value(v: Any) -> Any:
@@ -35,9 +38,10 @@ def render(headers: Sequence[str], rows: Iterable[Sequence[Any]], fmt: str = "ta
     out = out or sys.stdout
     if fmt == "csv":
         w = csv.writer(out, lineterminator="\n")
-        w.writerow(headers)
+        tty = hasattr(out, "isatty") and out.isatty()  # raw bytes for programs, escaped on a terminal
+        w.writerow([visible(h) for h in headers] if tty else headers)
         for r in rows:
-            w.writerow(["" if v is None else v for v in r])
+            w.writerow(["" if v is None else (visible(v) if tty and isinstance(v, str) else v) for v in r])
         return
     if fmt == "jsonl":
         for r in rows:
@@ -54,7 +58,7 @@ def render(headers: Sequence[str], rows: Iterable[Sequence[Any]], fmt: str = "ta
     # table
     headers, rows = _fold_rank_places(list(headers), rows)
     ns_cols = [h.endswith("_ns") for h in headers]
-    shown = [h[:-3] if is_ns else h for h, is_ns in zip(headers, ns_cols)]
+    shown = [visible(h[:-3] if is_ns else h) for h, is_ns in zip(headers, ns_cols)]
     cells = [[fmt_ns(v, mode="table") if is_ns else _cell(v) for v, is_ns in zip(r, ns_cols)] for r in rows]
     widths = [len(h) for h in shown]
     for row in cells:
@@ -113,7 +117,7 @@ def _is_num(s: str) -> bool:
 
 
 def note(msg: str) -> None:
-    click.echo(msg, err=True)
+    click.echo(visible(msg), err=True)
 
 
 def emit(result: Any, fmt: str) -> None:

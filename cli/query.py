@@ -16,6 +16,9 @@ from profdb.store.errors import QueryError
 from .options import connect, db_option, kind_option, name_option, output_options, run_option, top_option
 from .output import emit
 
+#: profdb sql prints at most this many rows unless --max-rows says otherwise (rows are held for the table's widths)
+SQL_MAX_ROWS = 100_000
+
 
 @dataclass(frozen=True)
 class Question:
@@ -137,18 +140,25 @@ def query_cmd(run: str | None, db: str | None, fmt: str, **params: Any) -> None:
 
 @click.command("sql")
 @click.argument("statement")
-@click.option("--write", is_flag=True, help="Commit the statement's changes (default: read-only, rolled back).")
+@click.option(
+    "--write", is_flag=True, help="Open the store for writing and commit the statement's changes (default: read-only)."
+)
+@click.option(
+    "--max-rows",
+    default=SQL_MAX_ROWS,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Print at most this many rows (a note says when there were more).",
+)
 @db_option
 @output_options
-def sql_cmd(statement: str, write: bool, db: str | None, fmt: str) -> None:
+def sql_cmd(statement: str, write: bool, max_rows: int, db: str | None, fmt: str) -> None:
     """Run any SQL against the store; the views (imbalance_v, hotspot_v, rank_total_v, step_v...)
     need no joins. Example: profdb sql "select * from imbalance_v order by recoverable_ns desc limit 5"
     """
-    conn = connect(db)
-    result = queries.run_sql(conn, statement)
+    conn = connect(db, write=write)  # read-only by construction (db.open_readonly), not rolled back
+    result = queries.run_sql(conn, statement, max_rows=max_rows)
     if write:
         conn.commit()
-    else:
-        conn.rollback()
     emit(result, fmt)
 

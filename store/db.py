@@ -16,9 +16,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event, inspect
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 
 from .errors import StoreError
 
@@ -41,9 +42,17 @@ def resolve_url(db: str | None) -> str:
     if "://" in db:
         scheme, rest = db.split("://", 1)
         if scheme in ("postgresql", "postgres"):
-            return f"postgresql+psycopg://{rest}"
+            db = f"postgresql+psycopg://{rest}"
+        try:
+            make_url(db)
+        except Exception as e:  # sqlalchemy.exc.ArgumentError, ValueError (a bad port)
+            raise StoreError(
+                f"--db {display_url(db)!r} is not a database URL profdb can parse ({e}); write "
+                "postgresql://USER@HOST:PORT/DBNAME (percent-encode @ : / in a password), or give an SQLite file path"
+            ) from e
         return db
-    return f"sqlite:///{Path(db).expanduser()}"
+    # a file path: ? # % are part of the name, not a URL's query or fragment (URL.create quotes them)
+    return URL.create("sqlite", database=str(Path(db).expanduser())).render_as_string(hide_password=False)
 
 
 def display_url(url: str) -> str:
@@ -128,13 +137,26 @@ def check_sqlite_file(path: Path) -> None:
             f"{path} is not a profdb database (not an SQLite file); choose another --db path "
             "or move that file away"
         )
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    uri = f"file:{quote(str(path.resolve()))}?mode=ro"
     try:
-        tables = {r[0] for r in con.execute("select name from sqlite_master where type='table'")}
+        con = sqlite3.connect(uri, uri=True)
+        try:
+            tables = {r[0] for r in con.execute("select name from sqlite_master where type='table'")}
+        finally:
+            con.close()
+    except sqlite3.OperationalError as e:
+        if not os.access(path, os.R_OK):
+            raise StoreError(f"{path}: permission denied; ask its owner for read access, or copy it") from e
+        try:  # a WAL store in a folder this user cannot write: its -shm file cannot be made
+            con = sqlite3.connect(uri + "&immutable=1", uri=True)
+            try:
+                tables = {r[0] for r in con.execute("select name from sqlite_master where type='table'")}
+            finally:
+                con.close()
+        except sqlite3.DatabaseError as e2:
+            raise StoreError(f"{path} is not a readable SQLite database ({e2}); choose another --db path") from e2
     except sqlite3.DatabaseError as e:
         raise StoreError(f"{path} is not a readable SQLite database ({e}); choose another --db path") from e
-    finally:
-        con.close()
     if tables and "alembic_version" not in tables:
         foreign = sorted(tables - OWN_TABLES)[:5]
         raise StoreError(
@@ -143,10 +165,27 @@ def check_sqlite_file(path: Path) -> None:
         )
 
 
-def _sqlite_locked_handler(path: Path | None) -> Any:
+def _sqlite_locked_handler(path: Path | None, readonly: bool = False) -> Any:
     def on_error(ctx: Any) -> None:
         e = ctx.original_exception
-        if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
+        text = str(e)
+        where = path or "database"
+        if isinstance(e, sqlite3.OperationalError) and "database or disk is full" in text:
+            raise StoreError(
+                f"the store {where} (or the temporary folder, $TMPDIR) ran out of space; nothing was written "
+                "(the transaction was rolled back): free space, or point TMPDIR or --db at a larger disk"
+            ) from e
+        if readonly and isinstance(e, sqlite3.OperationalError) and re.search("readonly|read-only|query_only", text):
+            raise StoreError(
+                f"the store {where} is opened read-only by this command ({text}); nothing was written: "
+                "to change it, pass --write (profdb sql --write)"
+            ) from e
+        if isinstance(e, sqlite3.OperationalError) and ("readonly database" in text or "read-only" in text):
+            raise StoreError(
+                f"the store {where} cannot be written (read-only file, folder or mount); nothing was written: "
+                "read it with query/sql/report, or copy it somewhere writable to ingest into it"
+            ) from e
+        if isinstance(e, sqlite3.OperationalError) and "locked" in text:
             raise StoreError(
                 f"the store {path or 'database'} is locked by another profdb; retry, or ingest into separate files "
                 f"and merge them (`profdb merge A.db B.db --db ALL.db`) (waited {SQLITE_BUSY_S} s for the lock)"
@@ -207,12 +246,17 @@ def _connect_error(url: str, e: BaseException) -> StoreError:
     return StoreError(f"cannot open the store {shown}: {cause}; {hint}")
 
 
-def open_db(db: str | None = None, *, upgrade: bool = True) -> Engine:
-    """Open (and create or upgrade) a profdb store. ``db``: path or URL; None = $PROFDB_DB or ./profdb.db."""
+def open_db(db: str | None = None, *, upgrade: bool = True, readonly: bool = False) -> Engine:
+    """Open (and create or upgrade) a profdb store. ``db``: path or URL; None = $PROFDB_DB or ./profdb.db.
+
+    ``readonly``: for commands that only read (see ``open_readonly``)."""
+    if readonly:
+        return open_readonly(db)
     url = resolve_url(db)
     path = sqlite_path(url)
     if path is not None:
         check_sqlite_file(path)
+        _check_writable(path)
     engine = make_engine(url)
     if upgrade:
         try:
@@ -224,6 +268,99 @@ def open_db(db: str | None = None, *, upgrade: bool = True) -> Engine:
             engine.dispose()
             raise _connect_error(url, e) from e
     return engine
+
+
+def _check_writable(path: Path) -> None:
+    """A writing command on a store it cannot write (read-only mount, another user's file or folder;
+    a WAL store needs its folder for the -wal and -shm files): say so before SQLite's 'unable to
+    open database file'."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.exists() and not (os.access(path, os.W_OK) and os.access(folder, os.W_OK)):
+        raise StoreError(
+            f"the store {path} cannot be written (read-only file, folder or mount); nothing was written: "
+            "read it with query/sql/report, or copy it somewhere writable to ingest into it"
+        )
+    if not path.exists() and folder.is_dir() and not os.access(folder, os.W_OK):
+        raise StoreError(f"{folder}: cannot create a store in this folder (read-only); pass --db in a writable folder")
+
+
+def open_readonly(db: str | None = None) -> Engine:
+    """A store opened for reading only, by construction: every transaction is read-only whatever
+    SQL runs in it (``profdb sql`` needs no rollback to stay harmless), and no lock is taken, so a
+    reader answers at once while an ingest is writing.
+
+    SQLite: connections with ``mode=ro`` and ``PRAGMA query_only``, transactions begun DEFERRED
+    (a WAL reader never waits for the writer); a store on a read-only mount or in a folder this user
+    cannot write (no ``-shm`` file can be made) is opened ``immutable``. PostgreSQL:
+    ``default_transaction_read_only``, so even ``commit; delete ...`` inside one statement string
+    starts a read-only transaction. A store whose schema is behind is upgraded first when it can
+    be written (as any command would), else refused with what to do."""
+    url = resolve_url(db)
+    path = sqlite_path(url)
+    if path is None:
+        u = make_url(url)
+        if u.get_backend_name() == "postgresql":
+            given = u.query.get("options")
+            options = " ".join([given] if isinstance(given, str) else []) + " -c default_transaction_read_only=on"
+            url = u.update_query_dict({"options": options.strip()}).render_as_string(hide_password=False)
+            engine = make_engine(url)
+            _require_head(engine, url)
+            return engine
+        return open_db(db)
+    if not path.exists():
+        raise StoreError(
+            f"{path}: no profdb store here; ingest profiles first (`profdb ingest ... --db {path}`) or pass --db"
+        )
+    check_sqlite_file(path)
+    ro = _readonly_sqlite_engine(path)
+    if current_revision(ro) != scripted_head():
+        ro.dispose()
+        if os.access(path, os.W_OK) and os.access(path.parent, os.W_OK):
+            open_db(str(path)).dispose()  # upgrade (with its backup) as a writing command would
+        else:
+            raise StoreError(
+                f"{path}: the store's schema is older than this profdb's and the store cannot be written here to "
+                "upgrade it; copy it to a writable folder, or use the profdb version that wrote it"
+            )
+        ro = _readonly_sqlite_engine(path)
+    return ro
+
+
+def _readonly_sqlite_engine(path: Path) -> Engine:
+    uri = "file:" + quote(str(path.resolve())) + "?mode=ro"
+
+    def connect() -> sqlite3.Connection:
+        try:
+            con = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            con.execute("select count(*) from sqlite_master").fetchone()
+        except sqlite3.OperationalError:
+            # a WAL store whose folder cannot be written (read-only mount, another user's folder):
+            # nothing can be writing it, so it is read as an immutable file
+            con = sqlite3.connect(uri + "&immutable=1", uri=True, check_same_thread=False)
+        con.isolation_level = None
+        con.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_S * 1000}")
+        con.execute("PRAGMA query_only=ON")
+        con.execute("PRAGMA temp_store=MEMORY")
+        return con
+
+    engine = create_engine("sqlite://", creator=connect)
+    event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN DEFERRED"))
+    event.listen(engine, "handle_error", _sqlite_locked_handler(path, readonly=True))
+    return engine
+
+
+def _require_head(engine: Engine, url: str) -> None:
+    try:
+        rev = current_revision(engine)
+    except Exception as e:
+        engine.dispose()
+        raise _connect_error(url, e) from e
+    if rev != scripted_head():
+        engine.dispose()
+        raise StoreError(
+            f"{display_url(url)}: the store's schema is {rev or 'empty'}, not this profdb's {scripted_head()}; "
+            "run a writing command (e.g. `profdb ingest`) once to create or upgrade it"
+        )
 
 
 def alembic_config(connection: Any = None) -> Any:
@@ -304,9 +441,34 @@ def upgrade_db(engine: Engine, path: Path | None = None, revision: str = "head")
     if current is not None and path is not None and path.exists():
         backup = path.with_name(path.name + f".bak-{current}")
         engine.dispose()
-        shutil.copy2(path, backup)
+        backup_sqlite(path, backup)
     with engine.begin() as conn:
         command.upgrade(alembic_config(conn), revision)
+
+
+def backup_sqlite(path: Path, backup: Path) -> None:
+    """A consistent copy of the store ``path``, including what is still in its ``-wal`` file (a
+    file copy would miss the rows another open connection has not checkpointed yet): SQLite's
+    online backup reads the database as one transaction sees it. Written to a temporary name and
+    renamed, so a failed backup leaves no half file under the backup's name."""
+    tmp = backup.with_name(backup.name + ".tmp")
+    src = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True)
+    try:
+        dst = sqlite3.connect(tmp)
+        try:
+            src.backup(dst)
+        finally:
+            dst.close()
+        shutil.copystat(path, tmp)
+        os.replace(tmp, backup)
+    except (OSError, sqlite3.Error) as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise StoreError(
+            f"{path}: cannot back it up to {backup} before upgrading its schema ({e}); free space or "
+            "make the folder writable, then retry (the store is unchanged)"
+        ) from e
+    finally:
+        src.close()
 
 
 def _upgrade_pg(engine: Engine, revision: str) -> None:

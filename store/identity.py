@@ -16,6 +16,7 @@ from typing import Iterable
 from .errors import RankIdentityError
 from .manifest import RankManifest, find_manifest, read_manifest
 from .records import RankHint
+from .validate import rank_hint as check_hint
 
 #: rank folders: rank0003/, rank_3/, rank3/, rank-3/
 RANK_DIR = re.compile(r"^rank[_-]?(\d+)$", re.IGNORECASE)
@@ -168,6 +169,10 @@ def resolve_file(
         if mpath not in cache:
             cache[mpath] = read_manifest(mpath)
         manifest = cache[mpath]
+    if manifest is not None and flags.rank is not None and manifest.global_rank != flags.rank:
+        # --rank says this file is another rank's: that manifest describes another rank folder, so
+        # none of its facts (run, world size, hostname) belong to this file
+        manifest = None
     candidates: list[_Candidate] = []  # strongest first, flags excluded
     notes: list[str] = []  # what a source said that was not taken, and why
     if manifest is not None:
@@ -195,6 +200,9 @@ def resolve_file(
     overridden = {
         f for f, v in (("global_rank", flags.rank), ("local_rank", flags.local_rank), ("hostname", flags.hostname)) if v is not None
     }
+    for cand in candidates:  # what a flag overrides is not used, so not checked either
+        check_hint(cand.hint, path, cand.origin, skip=overridden)
+    check_hint(RankHint(flags.rank, flags.local_rank, flags.hostname), path, "the command line")
     for cand in candidates:
         for f in _FIELDS:
             v = getattr(cand.hint, f)
@@ -273,6 +281,7 @@ def check_claims(claims: Iterable[RankClaim], flags: IdentityFlags) -> RankPlan:
     plan = RankPlan()
     seen: dict[tuple[int, str, str], Path] = {}
     world_from: Path | None = None
+    path_of: dict[int, Path] = {}
     for c in claims:
         ident = c.identity
         key = (ident.global_rank, c.format, c.content_kind)
@@ -293,6 +302,7 @@ def check_claims(claims: Iterable[RankClaim], flags: IdentityFlags) -> RankPlan:
         merged = plan.ranks.get(ident.global_rank)
         if merged is None:
             plan.ranks[ident.global_rank] = Identity(**{**ident.__dict__})
+            path_of[ident.global_rank] = c.path
             continue
         for f in ("local_rank", "hostname"):
             new, old = getattr(ident, f), getattr(merged, f)
@@ -310,7 +320,7 @@ def check_claims(claims: Iterable[RankClaim], flags: IdentityFlags) -> RankPlan:
         for r, ident in plan.ranks.items():
             if r >= plan.world_size:
                 raise RankIdentityError(
-                    f"rank {r} is outside the world size {plan.world_size} ({ident.origin}); "
+                    f"{path_of[r]}: rank {r} is outside the world size {plan.world_size} ({ident.origin}); "
                     "fix the rank source or ingest these files as separate runs"
                 )
     return plan

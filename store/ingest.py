@@ -24,6 +24,7 @@ from .identity import Identity, IdentityFlags, RankPlan, missing_ranks
 from .inputs import InputFile, derive_run_name, prepare
 from .manifest import RankEnd, rank_end
 from .models import SourceFile
+from .validate import READ_FAILURES
 
 #: progress(event, path, done_bytes, total_bytes): "start" once with total, "file" after each file
 Progress = Callable[[str, str, int, int], None]
@@ -269,7 +270,7 @@ def _read_error(inp: InputFile, e: BaseException) -> BaseException:
     unexpected ValueError & co. an InputError naming the file, anything else unchanged."""
     if isinstance(e, ProfdbError):
         return e
-    if isinstance(e, (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError)):
+    if isinstance(e, READ_FAILURES):
         return InputError(
             f"{inp.path}: cannot read it as {inp.info.format} ({type(e).__name__}: {e}); "
             "the file is damaged or of an unsupported variant: re-copy it or pass --format"
@@ -296,6 +297,12 @@ def _parse_in_workers(
                 else:
                     results[msg.task] = msg.parsed
         except ingest_workers.WorkerError as e:
+            if isinstance(e.error, ingest_workers.WorkerDied):
+                where = f" while parsing {sources[e.index][0].path}" if 0 <= e.index < len(sources) else ""
+                raise InputError(
+                    f"{e.error}{where}; nothing was written (the ingest was rolled back): check memory limits "
+                    "(dmesg, the job's log), or ingest that file alone with PROFDB_INGEST_WORKERS=0 to see its error"
+                ) from None
             if 0 <= e.index < len(sources):
                 err = _read_error(sources[e.index][0], e.error)
                 if err is e.error and not isinstance(err, ProfdbError):

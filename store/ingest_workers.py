@@ -26,7 +26,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, cast
 
-from . import classify, readers
+from . import classify, lifetime, readers, validate
 from .collectives import RankTimeline, TimelineBuilder
 from .intervals import SelfTotals
 from .records import Activity, Aggregate, Counter, SourceInfo
@@ -193,6 +193,7 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
     add_nested = nested.add
 
     def flush_acts() -> None:
+        validate.activities(acts, task.path)
         names.resolve({a[1] for a in acts})
         rows = []
         for a in acts:
@@ -229,6 +230,7 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
         timeline.add_many(acts)
 
     def flush_ctrs() -> None:
+        validate.counters(ctrs, task.path)
         names.resolve({c[0] for c in ctrs} | {c[1] for c in ctrs})
         rows: list[tuple[Any, ...]]
         if all(s == 1 and mn is None and mx is None for _k, _n, _v, _d, s, mn, mx in ctrs):
@@ -261,6 +263,7 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
                 ctrs = []
         elif t is Aggregate:
             g = rec
+            validate.aggregate(g, task.path)
             names.resolve({g.name})
             nid = ids[g.name]
             cat = g.category or cats.get((g.kind, g.name)) or classify.category(g.kind, g.name)
@@ -325,7 +328,9 @@ def parse_here(
     return here.done
 
 
-def _worker(tasks: list[Task], counter: Any, conn: Connection) -> None:
+def _worker(tasks: list[Task], counter: Any, conn: Connection, current: Any = None, slot: int = 0) -> None:
+    lifetime.leave_signals_to_parent()
+    lifetime.die_with_parent()
     names = _Names(conn)
     cats: dict[tuple[str, str], str] = {}
     task: Task | None = None
@@ -337,6 +342,8 @@ def _worker(tasks: list[Task], counter: Any, conn: Connection) -> None:
             if i >= len(tasks):
                 break
             task = tasks[i]
+            if current is not None:
+                current[slot] = task.index  # so the writer can name the file if this process dies
             _parse(task, conn, names, cats)
         conn.send(ExitMsg())
     except BaseException as e:  # reported to the writer, which rolls back and raises it
@@ -349,6 +356,15 @@ def _worker(tasks: list[Task], counter: Any, conn: Connection) -> None:
 
 
 # --------------------------------------------------------------------------- writer side
+
+
+class WorkerDied(Exception):
+    """A worker process ended without a word (killed: the OOM killer, SIGKILL, a crash in C code)."""
+
+    def __init__(self, exitcode: int | None) -> None:
+        how = f"killed by signal {-exitcode}" if exitcode is not None and exitcode < 0 else f"exit code {exitcode}"
+        super().__init__(f"an ingest worker died ({how}{', e.g. out of memory' if exitcode == -9 else ''})")
+        self.exitcode = exitcode
 
 
 class WorkerError(Exception):
@@ -372,18 +388,28 @@ class Parsers:
         self.counter = ctx.Value("i", 0)
         self.procs: list[Any] = []
         self.conns: list[Connection] = []
-        for _ in range(max(1, workers)):
-            mine, theirs = ctx.Pipe(duplex=True)
-            p = ctx.Process(target=_worker, args=(self.tasks, self.counter, theirs), daemon=True)
-            p.start()
-            theirs.close()
-            self.procs.append(p)
-            self.conns.append(mine)
+        #: the task each worker is parsing (-1: none yet), by worker slot
+        self.current = ctx.Array("i", [-1] * max(1, workers), lock=False)
+        try:
+            with lifetime.starting_workers():
+                for slot in range(max(1, workers)):
+                    mine, theirs = ctx.Pipe(duplex=True)
+                    p = ctx.Process(
+                        target=_worker, args=(self.tasks, self.counter, theirs, self.current, slot), daemon=True
+                    )
+                    p.start()
+                    theirs.close()
+                    self.procs.append(p)
+                    self.conns.append(mine)
+        except BaseException:  # e.g. Ctrl-C, handled as the signals are let through again
+            self.close()
+            raise
 
     def messages(self, answer_names: Callable[[list[str]], list[int]]) -> Iterator[RowsMsg | DoneMsg]:
         """Row batches and per-file results as workers send them; name requests are answered here
         with ``answer_names(list_of_names) -> list_of_ids``. Raises WorkerError on a worker's error."""
         live = {c: p for c, p in zip(self.conns, self.procs)}
+        slots = {c: i for i, c in enumerate(self.conns)}
         while live:
             for ready in wait(list(live)):
                 conn = cast(Connection, ready)
@@ -392,8 +418,7 @@ class Parsers:
                 except EOFError:
                     proc = live.pop(conn)
                     proc.join(5)
-                    died = RuntimeError(f"an ingest worker died (exit code {proc.exitcode})")
-                    raise WorkerError(-1, died, "") from None
+                    raise WorkerError(self.current[slots[conn]], WorkerDied(proc.exitcode), "") from None
                 if isinstance(msg, NamesMsg):
                     conn.send(answer_names(msg.names))
                 elif isinstance(msg, ExitMsg):

@@ -18,6 +18,7 @@ from .identity import RANK_DIR, IdentityFlags, RankClaim, RankPlan, check_claims
 from .manifest import MANIFEST_NAME, RankManifest
 from .readers.base import Reader, has_rank_sections
 from .records import SourceInfo
+from .validate import check_readable, inspect_file, regular_file, unreadable_folder
 
 
 @dataclass
@@ -54,6 +55,7 @@ def expand(paths: Sequence[str | Path], fmt: str | None = None) -> tuple[list[tu
                 folder_files = _walk(q)
                 hits = 0
                 for f in folder_files:
+                    check_readable(f)
                     r = forced if (forced and forced.detect(f)) else (None if forced else readers.detect(f))
                     if r is None:
                         unknown.append(f)
@@ -67,6 +69,7 @@ def expand(paths: Sequence[str | Path], fmt: str | None = None) -> tuple[list[tu
                         f"supported formats: {', '.join(n for n, _ in readers.formats())} (see `profdb formats`)"
                     )
             elif q.is_file():
+                check_readable(q)
                 r = forced or readers.detect(q)
                 if r is None:
                     raise InputError(
@@ -90,10 +93,10 @@ def expand(paths: Sequence[str | Path], fmt: str | None = None) -> tuple[list[tu
 
 def _walk(folder: Path) -> list[Path]:
     out = []
-    for root, dirs, files in os.walk(folder):
+    for root, dirs, files in os.walk(folder, onerror=unreadable_folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(files):
-            if name.startswith(".") or name == MANIFEST_NAME:
+            if name.startswith(".") or name == MANIFEST_NAME or not regular_file(Path(root) / name):
                 continue
             out.append(Path(root) / name)
     return out
@@ -127,7 +130,7 @@ def _prepare(
     inputs: list[InputFile] = []
     manifests: dict[Path, RankManifest | None] = {}
     for (path, reader), sha_future in zip(files, hashes):
-        info = reader.inspect(path)
+        info = inspect_file(reader, path)
         if flags.rank_by is not None:
             info = readers.split_ranks(reader, path, info, flags.rank_by)
         size, sha = path.stat().st_size, sha_future.result()

@@ -138,21 +138,66 @@ def read_manifest(path: Path) -> RankManifest:
             f"{path}: not a profdb rank manifest (expected \"profdb_manifest\": {MANIFEST_VERSION}); "
             "delete it or rerun `profdb record`"
         )
-    if not isinstance(data.get("global_rank"), int):
+    if type(data.get("global_rank")) is not int:
         raise InputError(f"{path}: rank manifest has no integer global_rank; rerun `profdb record`")
     known = {f for f in RankManifest.__dataclass_fields__}
-    return RankManifest(**{k: v for k, v in data.items() if k in known})
+    fields = {k: v for k, v in data.items() if k in known}
+    for k, v in fields.items():
+        want = _FIELD_TYPES.get(k, str)
+        ok = v is None or type(v) is want
+        if k == "command":
+            ok = type(v) is list and all(type(a) is str for a in v)
+        if not ok:
+            raise InputError(
+                f"{path}: rank manifest field {k!r} is {v!r}, "
+                f"not {'a list of strings' if k == 'command' else want.__name__}; "
+                "fix or delete the manifest, or rerun `profdb record`"
+            )
+    return RankManifest(**fields)
+
+
+#: manifest fields that are not strings (every other field is a string or null)
+_FIELD_TYPES: dict[str, type] = {
+    "global_rank": int,
+    "local_rank": int,
+    "world_size": int,
+    "node_rank": int,
+    "pid": int,
+    "exit_code": int,
+    "command": list,
+}
+
+#: how many folders above an input file a manifest may be: a profiler writes at most a few levels
+#: below ``profdb record``'s rank folder (rocprofv3: <rank_dir>/<hostname>/<pid>_kernel_trace.csv)
+MANIFEST_MAX_LEVELS = 3
+
+
+def _shared_folders() -> set[Path]:
+    """Folders whose manifest can never speak for what is below them: home, temp, filesystem root."""
+    import tempfile
+
+    out = {Path("/"), Path(tempfile.gettempdir()).resolve(), Path("/tmp").resolve()}
+    home = os.environ.get("HOME")
+    if home:
+        out.add(Path(home).resolve())
+    return out
 
 
 def find_manifest(path: Path, stop: Path | None = None) -> Path | None:
-    """The nearest manifest in ``path``'s folder or its parents (not above ``stop``)."""
+    """The nearest manifest in ``path``'s folder or its parents: at most ``MANIFEST_MAX_LEVELS``
+    folders up, not above ``stop``, and never one in a shared folder (``$HOME``, the temporary
+    folder, ``/``): a stray manifest there would relabel every input below it."""
     d = path if path.is_dir() else path.parent
     d = d.resolve()
     stop_r = stop.resolve() if stop else None
-    while True:
+    shared = _shared_folders()
+    for _level in range(MANIFEST_MAX_LEVELS + 1):
+        if d in shared:
+            return None
         candidate = d / MANIFEST_NAME
         if candidate.is_file():
             return candidate
         if d.parent == d or (stop_r is not None and d == stop_r):
             return None
         d = d.parent
+    return None

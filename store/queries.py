@@ -18,6 +18,7 @@ waiting for the slowest peer, so the rank that waits *least* is the likely strag
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -843,14 +844,25 @@ def rank_split(conn: Connection, run: str | RunScope | None = None, kind: str | 
 # plain SQL
 
 
-def run_sql(conn: Connection, sql: str, params: dict[str, Any] | None = None) -> Result:
-    """Run one SQL statement; rows come back with the statement's own column names."""
+def run_sql(
+    conn: Connection, sql: str, params: dict[str, Any] | None = None, *, max_rows: int | None = None
+) -> Result:
+    """Run one SQL statement; rows come back with the statement's own column names. ``max_rows``:
+    fetch at most this many rows (streamed, so a recursive CTE without end stops there) and say so
+    in a note. PostgreSQL: a query (select, with, values, table) on a read-only connection is read
+    through a server-side cursor (psycopg would otherwise fetch every row before the first)."""
     if not sql.strip():
         raise QueryError("empty SQL; pass a statement, e.g. profdb sql \"select * from imbalance_v limit 5\"")
+    stream = max_rows is not None and conn.dialect.name == "postgresql" and _QUERY.match(sql) and _read_only(conn)
     try:
-        res = conn.execute(text(sql), params or {})
+        res = conn.execution_options(stream_results=stream).execute(text(sql), params or {})
     except DBAPIError as e:
         msg = str(e.orig).strip().splitlines()[0] if e.orig is not None else str(e)
+        if re.search(r"read-?only|query_only", msg):
+            raise QueryError(
+                f"SQL error: {msg}: the store is opened read-only by this command; nothing was written: "
+                "to change it, pass --write (profdb sql --write)"
+            ) from e
         raise QueryError(
             f"SQL error: {msg}; the views are listed by "
             "`profdb sql \"select name from sqlite_master where type='view'\"` (SQLite) "
@@ -861,7 +873,27 @@ def run_sql(conn: Connection, sql: str, params: dict[str, Any] | None = None) ->
     if not res.returns_rows:
         return Result([], [], None, [f"{res.rowcount} row(s) affected"])
     headers = list(res.keys())
-    return Result(headers, [tuple(_plain(v) for v in r) for r in res.all()])
+    if max_rows is None:
+        return Result(headers, [tuple(_plain(v) for v in r) for r in res.all()])
+    try:
+        got = res.fetchmany(max_rows + 1)
+    except DBAPIError as e:
+        msg = str(e.orig).strip().splitlines()[0] if e.orig is not None else str(e)
+        raise QueryError(f"SQL error while fetching rows: {msg}") from e
+    notes = []
+    if len(got) > max_rows:
+        got = got[:max_rows]
+        notes.append(f"stopped after {max_rows:,} rows; add a LIMIT, or raise the cap with --max-rows")
+    res.close()
+    return Result(headers, [tuple(_plain(v) for v in r) for r in got], None, notes)
+
+
+#: the statements a server-side cursor can hold (DECLARE ... CURSOR FOR <query>)
+_QUERY = re.compile(r"\s*(\(\s*)*(select|with|values|table)\b", re.IGNORECASE)
+
+
+def _read_only(conn: Connection) -> bool:
+    return bool(conn.exec_driver_sql("show transaction_read_only").scalar() == "on")
 
 
 def _plain(v: Any) -> Any:

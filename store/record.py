@@ -45,6 +45,7 @@ from pathlib import Path
 from .errors import ProfdbError
 from .launch import LaunchContext, detect_context
 from .manifest import MANIFEST_NAME, RankManifest, write_manifest
+from .validate import MAX_RANK
 
 PLACEHOLDERS = ("rank_dir", "rank", "local_rank", "world_size", "node_rank", "hostname")
 
@@ -84,6 +85,8 @@ def parse_ranks(text: str) -> frozenset[int]:
             raise ValueError(f"{part!r} in rank list {text!r} is not a rank or a range like 0-3") from None
         if lo < 0 or hi < lo:
             raise ValueError(f"{part!r} in rank list {text!r} is not a rank or an increasing range like 0-3")
+        if hi > MAX_RANK:
+            raise ValueError(f"{part!r} in rank list {text!r} goes beyond rank {MAX_RANK}, profdb's largest rank")
         ranks.update(range(lo, hi + 1))
     return frozenset(ranks)
 
@@ -206,6 +209,12 @@ def plan_rank(
         return RankPlan(
             context, substitute(argv, placeholder_values(context, None), context.launcher), env, ["PROFDB_RANK_DIR"]
         )
+    if "{rank_dir}" in str(out_dir):
+        raise RecordError(
+            f"-o/--output {str(out_dir)!r} contains {{rank_dir}}, which is the folder -o makes; remove it"
+        )
+    # placeholders in -o (e.g. 'out-{hostname}') name one folder for the manifest and the profiler alike
+    out_dir = Path(substitute([str(out_dir)], placeholder_values(context, None), context.launcher)[0])
     rank_dir = Path(os.path.abspath(out_dir)) / rank_dir_name(context.global_rank)
     argv = list(cmd) if profiler else (app or [])
     if not argv:

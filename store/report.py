@@ -36,7 +36,7 @@ from .errors import InputError, ProfdbError
 from .identity import rank_ranges
 from .metrics import spread
 from .models import Rank, Run, SourceFile, Step
-from .units import fmt_ns
+from .units import fmt_ns, visible
 
 _run = Run.__table__
 _rank = Rank.__table__
@@ -231,6 +231,7 @@ def _matplotlib() -> Any:
             "font.size": 9,
             "axes.spines.top": False,
             "axes.spines.right": False,
+            "text.parse_math": False,  # names are text: 'exp_$SLURM_JOB_ID_$USER' is not mathtext
         }
     )
     return matplotlib
@@ -250,6 +251,8 @@ def _svg(fig: Any) -> str:
 
 
 def _short(name: str, width: int = 60) -> str:
+    """A name for a chart: control characters escaped (an SVG with them is not valid XML), cut to ``width``."""
+    name = visible(name)
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
@@ -292,7 +295,7 @@ def heatmap_figure(hm: Heatmap) -> Any:
         fontsize=7,
     )
     fig.suptitle(
-        f"run {hm.run}: each name's time on each rank / its mean over ranks ({'/'.join(hm.kinds)})", fontsize=9
+        f"run {visible(hm.run)}: each name's time on each rank / its mean over ranks ({'/'.join(hm.kinds)})", fontsize=9
     )
     xlabel = "global rank"
     if hm.straggler is not None and hm.straggler in hm.ranks:
@@ -417,7 +420,7 @@ def _group_svg(res: queries.Result, label: str) -> str | None:
     if len(res.rows) < 2:
         return None
     h = {k: i for i, k in enumerate(res.headers)}
-    keys = [str(r[0]) for r in res.rows]
+    keys = [visible(str(r[0])) for r in res.rows]
     fig = _figure(min(12.0, max(4.0, 2 + 0.5 * len(keys))), 2.8)
     ax = fig.add_subplot()
     x = list(range(len(keys)))

@@ -6,8 +6,10 @@ activity, counters, summaries and steps. Source files already in the destination
 sha256) are skipped, so repeating a transfer adds nothing; ranks of the same run coming from several
 stores are united, as when several nodes ingest their own ranks. Each run is one transaction in the
 destination, with the same locks as ``ingest`` (bulk.run_scope / hold_run), so nodes can export into
-the team store at the same time. Rows are streamed in batches and written through bulk.insert_rows
-(COPY on PostgreSQL)."""
+the team store at the same time. Before the first of them, every check a copy makes (world size, rank
+facts, duplicate profiles, metadata) is made for all runs of all sources in one transaction that is
+rolled back (``_preflight``): a conflict in any run stops the transfer with nothing committed. Rows
+are streamed in batches and written through bulk.insert_rows (COPY on PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from sqlalchemy import Connection, Engine, Float, cast, func, insert, select
 from . import bulk, reclassify, runs, timeline
 from .collectives import RankTimeline, TimelineBuilder
 from .db import display_url, load_target, open_db, resolve_url, sqlite_path
-from .errors import QueryError, StoreError
+from .errors import ProfdbError, QueryError, StoreError
 from .ingest_workers import NESTED_KINDS
 from .intervals import SelfTotals
 from .models import Activity, Counter, Name, Rank, Run, SourceFile, Step, Summary
@@ -70,10 +72,10 @@ def transfer_runs(
     src_url, dst_url = resolve_url(src), resolve_url(dst)
     _check_distinct(src_url, dst_url)
     _check_source_exists(src_url)
-    src_engine = open_db(src_url)
+    src_engine = open_db(src_url, readonly=True)
     try:
         names = _run_names(src_engine, runs, src_url, required=True)
-        return _transfer(src_engine, src_url, dst_url, names, allow_duplicate_ranks, progress)
+        return _transfer([(src_url, src_engine, names)], dst_url, allow_duplicate_ranks, progress)[0]
     finally:
         src_engine.dispose()
 
@@ -95,7 +97,7 @@ def merge_stores(
     for u in src_urls:
         _check_distinct(u, dst_url)
         _check_source_exists(u)
-    engines = [open_db(u) for u in src_urls]
+    engines = [open_db(u, readonly=True) for u in src_urls]
     try:
         found: set[str] = set()
         plan = []
@@ -110,7 +112,7 @@ def merge_stores(
                     f"no run named {', '.join(map(repr, missing))} in {', '.join(display_url(u) for u in src_urls)}; "
                     "see `profdb runs --db STORE`"
                 )
-        return [_transfer(e, u, dst_url, names, allow_duplicate_ranks, progress) for u, e, names in plan]
+        return _transfer(plan, dst_url, allow_duplicate_ranks, progress)
     finally:
         for e in engines:
             e.dispose()
@@ -154,14 +156,69 @@ def _run_names(engine: Engine, wanted: Sequence[str] | None, url: str, *, requir
 # --------------------------------------------------------------------------- copying
 
 
-def _transfer(
-    src: Engine, src_url: str, dst_url: str, names: list[str], allow_dupes: bool, progress: Progress | None
-) -> TransferReport:
-    report = TransferReport(display_url(src_url), display_url(dst_url))
-    with load_target(dst_url, keep_on_error=lambda: any(r.files for r in report.runs)) as dst:
-        for name in names:
-            report.runs.append(_copy_run(src, dst, name, allow_dupes, progress))
-    return report
+#: (source url, its engine, the names of its runs to copy)
+Plan = list[tuple[str, Engine, list[str]]]
+
+
+def _transfer(plan: Plan, dst_url: str, allow_dupes: bool, progress: Progress | None) -> list[TransferReport]:
+    reports = [TransferReport(display_url(u), display_url(dst_url)) for u, _, _ in plan]
+
+    def committed() -> list[str]:
+        return [f"{r.run!r} from {rep.source}" for rep in reports for r in rep.runs if r.files]
+
+    with load_target(dst_url, keep_on_error=lambda: bool(committed())) as dst:
+        _preflight(dst, plan, allow_dupes)
+        for report, (_, src, names) in zip(reports, plan):
+            for name in names:
+                try:
+                    report.runs.append(_copy_run(src, dst, name, allow_dupes, progress))
+                except ProfdbError as e:  # after the preflight: a concurrent writer, a full disk...
+                    done = committed()
+                    if done:
+                        raise type(e)(f"{e} (run {name!r} not copied; already committed: {', '.join(done)})") from e
+                    raise
+    return reports
+
+
+def _run_rows(s: Connection, name: str) -> tuple[Any, dict[int, Any], list[Any]]:
+    """A source run: its row, its ranks by id, its source files."""
+    run = s.execute(select(Run.__table__).where(Run.name == name)).one()
+    ranks = {r.id: r for r in s.execute(select(Rank.__table__).where(Rank.run_id == run.id))}
+    files = list(s.execute(select(SourceFile.__table__).where(SourceFile.run_id == run.id).order_by(SourceFile.id)))
+    return run, ranks, files
+
+
+def _preflight(dst: Engine, plan: Plan, allow_dupes: bool) -> None:
+    """The checks of every run's copy, all runs of all sources in one destination transaction that
+    is rolled back: runs and ranks are made and the file rows written (so a run coming from two
+    sources is checked against itself too), no activity is copied."""
+    with dst.connect() as d:
+        trans = d.begin()
+        try:
+            for _, src, names in plan:
+                with src.connect() as s:
+                    for name in names:
+                        run, ranks, files = _run_rows(s, name)
+                        runs.run_metadata(run.metadata_json, run.name)
+                        run_id = _find_or_create_run(run)(d)[0]
+                        present = runs.stored_files(d, run_id)
+                        todo = [f for f in files if (ranks[f.rank_id].global_rank, f.sha256) not in present]
+                        if not todo:
+                            continue
+                        _check_duplicates(d, run_id, name, todo, ranks, allow_dupes)
+                        rank_map = _map_ranks(d, run_id, name, {f.rank_id: ranks[f.rank_id] for f in todo})
+                        for f in todo:
+                            d.execute(insert(SourceFile).values(**_file_values(f, run_id, rank_map[f.rank_id])))
+        finally:
+            trans.rollback()
+
+
+def _file_values(f: Any, run_id: int, rank_id: int) -> dict[str, Any]:
+    return dict(
+        run_id=run_id, rank_id=rank_id, path=f.path, sha256=f.sha256, size_bytes=f.size_bytes, format=f.format,
+        content_kind=f.content_kind, rows=f.rows, time_base_ns=f.time_base_ns, identity_origin=f.identity_origin,
+        ingested_at=f.ingested_at,
+    )
 
 
 def _find_or_create_run(run: Any) -> Callable[[Connection], tuple[int, bool]]:
@@ -181,10 +238,8 @@ def _find_or_create_run(run: Any) -> Callable[[Connection], tuple[int, bool]]:
 
 def _copy_run(src: Engine, dst: Engine, name: str, allow_dupes: bool, progress: Progress | None) -> RunTransfer:
     with src.connect() as s:
-        run = s.execute(select(Run.__table__).where(Run.name == name)).one()
+        run, ranks, files = _run_rows(s, name)
         runs.run_metadata(run.metadata_json, run.name)  # the one metadata policy (runs.py), before any write
-        ranks = {r.id: r for r in s.execute(select(Rank.__table__).where(Rank.run_id == run.id))}
-        files = list(s.execute(select(SourceFile.__table__).where(SourceFile.run_id == run.id).order_by(SourceFile.id)))
         find_or_create = _find_or_create_run(run)
         with bulk.run_scope(dst, find_or_create) as early_id, dst.begin() as d:
             run_id = bulk.hold_run(d, early_id, [r.global_rank for r in ranks.values()], find_or_create)
@@ -285,9 +340,7 @@ def _copy_files(
         res = d.execute(
             insert(SourceFile)
             .values(
-                run_id=run_id, rank_id=rank_map[f.rank_id], path=f.path, sha256=f.sha256, size_bytes=f.size_bytes,
-                format=f.format, content_kind=f.content_kind, rows=f.rows, time_base_ns=f.time_base_ns,
-                identity_origin=f.identity_origin, ingested_at=f.ingested_at,
+                **_file_values(f, run_id, rank_map[f.rank_id]),
                 rules_id=reclassify.copy_rules(s, d, f.rules_id, rules_map),
             )
             .returning(SourceFile.id)

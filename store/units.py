@@ -1,8 +1,25 @@
-"""Durations for people: the one formatter of nanoseconds (sentences, tables, the report)."""
+"""Values for people: the one formatter of nanoseconds (sentences, tables, the report), and the
+one escaping of control characters in names shown on a terminal or in a chart (``visible``)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
+
+#: C0 and C1 control characters (ESC, CSI 0x9b...), DEL, surrogates and the non-characters XML refuses
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+
+
+def visible(text: str) -> str:
+    """``text`` with each control character written as its escape (``\\x1b``, ``\\n``...), so a
+    name holding terminal escape sequences cannot recolour or rewrite the terminal, and an SVG chart
+    with it stays valid XML. Printable text, including any non-ASCII letter, is unchanged."""
+    return _CONTROL.sub(_escape, text) if _CONTROL.search(text) else text
+
+
+def _escape(m: re.Match[str]) -> str:
+    c = m.group()
+    return repr(c)[1:-1] if ord(c) < 0x100 else f"\\u{ord(c):04x}"
 
 _UNITS = (("s", 1e9), ("ms", 1e6), ("us", 1e3))
 

@@ -346,7 +346,8 @@ def test_sql_command(hand: Path, run_cli: Invoke) -> None:
     ]
     r = run_cli("sql", "select nope from run", "--db", hand, ok=False)
     assert r.exit_code == 1 and "SQL error" in r.stderr
-    run_cli("sql", "delete from summary", "--db", hand)  # read-only by default: rolled back
+    r = run_cli("sql", "delete from summary", "--db", hand, ok=False)  # read-only by default
+    assert r.exit_code == 1 and "opened read-only by this command" in r.stderr and "--write" in r.stderr, r.stderr
     assert sql(hand, "select count(*) from summary")[0][0] > 0
     run_cli("sql", "delete from step", "--db", hand, "--write")
     assert sql(hand, "select count(*) from step")[0][0] == 0

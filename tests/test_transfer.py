@@ -211,3 +211,30 @@ def test_run_tags_travel_and_merge(store_url: str, tmp_path: Path, job: Path) ->
 
     (meta,) = q(store_url, "select metadata_json from run where name = 'job'")[0]
     assert json.loads(meta) == {"branch": "main", "node": "a", "commit": "abc"}
+
+
+def test_a_conflict_in_a_later_run_commits_nothing(
+    store_url: str, tmp_path: Path, job: Path, run_cli: Any
+) -> None:
+    """One source with runs 'a-ok' and 'job', 'job' conflicting with the destination: neither is
+    copied (it was 'a-ok' committed, then the error). The same between two sources of one merge
+    into a new store."""
+    other_job = tmp_path / "other-job"
+    write_rocprof_run(other_job, ranks=1, dispatches=50, seed=99)
+    src = sqlite(tmp_path, "src.db")
+    ingest_paths([TORCHRUN4], src, run="a-ok")
+    ingest_paths([other_job], src, run="job", flags=IdentityFlags(hostname="nodeC"))
+    ingest_paths([job / "rank0000"], store_url, run="job", flags=IdentityFlags(hostname="nodeB"))
+    before = snapshot(store_url)
+    for args in (["--allow-duplicate-ranks"], []):  # rank facts, then duplicate profiles
+        r = run_cli("merge", src, "--db", store_url, *args, ok=False)
+        assert r.exit_code == 1 and "run 'job'" in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert snapshot(store_url) == before
+    assert "a-ok" not in run_cli("runs", "--db", store_url, "--format", "csv").stdout
+    # two sources: the second's 'job' conflicts with the first's; the new destination is not left behind
+    other = sqlite(tmp_path, "other.db")
+    ingest_paths([job / "rank0000"], other, run="job", flags=IdentityFlags(hostname="nodeB"))
+    new = tmp_path / "new.db"
+    r = run_cli("merge", src, other, "--db", new, "--allow-duplicate-ranks", ok=False)
+    assert r.exit_code == 1 and "hostname 'nodeC' in the destination but 'nodeB'" in r.stderr, r.stderr
+    assert not new.exists()

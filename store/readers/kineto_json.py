@@ -25,6 +25,7 @@ import ijson
 from ..errors import InputError
 from ..records import Activity, Record, RankHint, SourceInfo
 from .base import display_name, head, open_binary, tail
+from .json_guard import guarded
 
 NAME = "kineto"
 DESCRIPTION = (
@@ -86,6 +87,7 @@ _STR = rb'"(?:[^"\\]|\\.)*"'
 _EVENT_ARGS = re.compile(rb"\{((?:" + _STR + rb'|[^{}"])*)"args"\s*:\s*\{((?:' + _STR + rb'|[^{}"])*)\}')
 _GPU_CAT = re.compile(rb'"cat"\s*:\s*"(?:kernel|Kernel|gpu_memcpy|Memcpy|gpu_memset|Memset)"')
 _ARG_DEVICE = re.compile(rb'"device"\s*:\s*(\d+)')
+_EVENTS = re.compile(rb'"traceEvents"\s*:\s*(\S)')
 _TOP_MARK = re.compile(rb'"(traceEvents|schemaVersion|deviceProperties|distributedInfo)"\s*:')
 
 
@@ -138,6 +140,12 @@ def inspect(path: Path) -> SourceInfo:
         )
     # Header keys precede "traceEvents" in the head; trailer keys follow the events in the tail.
     # The keys looked up here never occur inside events, so the whole tail can be searched.
+    events = _EVENTS.search(h)
+    if events is not None and events.group(1) != b"[":
+        raise InputError(
+            f'{path}: "traceEvents" is not a list of events; the file is not a complete Chrome trace: '
+            "re-run the profiler or re-copy the file"
+        )
     head_part = h.split(b'"traceEvents"', 1)[0]
     tail_part = t
     meta: dict[str, Any] = {}
@@ -195,6 +203,9 @@ def _gpu_devices(*blobs: bytes) -> list[int]:
     return sorted(found)
 
 
+_DAMAGED = "the file is damaged or not a PyTorch profiler trace: re-run the profiler or re-copy the file"
+
+
 def _int_or_none(v: Any) -> int | None:
     if isinstance(v, int):
         return v
@@ -207,8 +218,10 @@ def read(path: Path, info: SourceInfo) -> Iterator[Record]:
     cats = _CATS
     keep = _KEEP_ARGS
     try:
-        with open_binary(path) as f:
+        with open_binary(path) as raw, guarded(raw, path) as f:
             for ev in ijson.items(f, "traceEvents.item", use_float=True):
+                if type(ev) is not dict:
+                    raise InputError(f"{path}: an entry of traceEvents is {str(ev)[:80]!r}, not an event object; {_DAMAGED}")
                 if ev.get("ph") != "X":
                     continue
                 kind = cats.get(ev.get("cat", ""))
@@ -218,6 +231,11 @@ def read(path: Path, info: SourceInfo) -> Iterator[Record]:
                 if ts is None:
                     continue
                 args = ev.get("args") or {}
+                if type(ts) not in (int, float) or type(args) is not dict or type(ev.get("dur") or 0) not in (int, float):
+                    raise InputError(
+                        f"{path}: event {str(ev.get('name'))[:80]!r} has ts {ts!r}, dur {ev.get('dur')!r}, args of type "
+                        f"{type(args).__name__} (numbers and an object expected); {_DAMAGED}"
+                    )
                 start = round(ts * 1000)
                 dur = round((ev.get("dur") or 0) * 1000)
                 extra = None

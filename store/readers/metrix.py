@@ -36,6 +36,7 @@ import ijson
 from ..errors import InputError
 from ..records import Aggregate, Counter, Record, RankHint, SourceInfo
 from .base import display_name, head, open_binary
+from .json_guard import guarded
 
 NAME = "metrix"
 DESCRIPTION = "AMD Metrix (IntelliKit) JSON/CSV: per-kernel or per-dispatch durations and metrics, per rank"
@@ -111,7 +112,7 @@ def _bad(path: Path, what: str) -> InputError:
 
 def _json_items(path: Path) -> Iterator[tuple[str, Any]]:
     try:
-        with open_binary(path) as f:
+        with open_binary(path) as raw, guarded(raw, path) as f:
             yield from ijson.kvitems(f, "")
     except ijson.common.IncompleteJSONError as e:
         raise _bad(path, f"invalid or truncated JSON ({e})") from e

@@ -112,6 +112,12 @@ def inspect(path: Path) -> SourceInfo:
             f"{path}: not a rocprofv3 CSV trace (header has none of kernel_trace, counter_collection, "
             "memory_copy_trace or API trace columns); check the file or pass --format"
         )
+    data = head(path, 8192)
+    if b"\n" not in data and len(data) < 8192:
+        raise InputError(
+            f"{path}: the file ends inside its header line (no line end, no rows); it was cut while being "
+            "written or copied: re-copy it from the profiler output"
+        )
     missing = _KINDS[kind][1] - set(cols)
     if missing:
         raise InputError(

@@ -27,6 +27,7 @@ import ijson
 from ..errors import InputError
 from ..records import Activity, Record, RankHint, SourceInfo
 from .base import head, open_binary, tail
+from .json_guard import guarded
 
 NAME = "rocprof-json"
 DESCRIPTION = "rocprofv3 JSON (--output-format json, rocprofiler-sdk-tool): kernel dispatches, memory copies"
@@ -73,7 +74,7 @@ def inspect(path: Path) -> SourceInfo:
         raise _not_rocprof(path, "the JSON is truncated (it does not end with a closing brace)")
     meta: dict[str, Any] | None = None
     try:
-        with open_binary(path) as f:
+        with open_binary(path) as raw, guarded(raw, path) as f:
             builder: ijson.ObjectBuilder | None = None
             for prefix, event, value in ijson.parse(f):
                 if builder is not None:
@@ -152,7 +153,7 @@ def _collect_tables(path: Path) -> list[_Tables]:
     out: list[_Tables] = []
     builder: ijson.ObjectBuilder | None = None
     target = ""
-    with open_binary(path) as f:
+    with open_binary(path) as raw, guarded(raw, path) as f:
         for prefix, event, value in ijson.parse(f):
             if builder is not None:
                 builder.event(event, value)
@@ -201,7 +202,7 @@ def _read(path: Path) -> Iterator[Record]:
     builder: ijson.ObjectBuilder | None = None
     target = ""
     cur = _Tables()
-    with open_binary(path) as f:
+    with open_binary(path) as raw, guarded(raw, path) as f:
         for prefix, event, value in ijson.parse(f):
             if builder is not None:
                 builder.event(event, value)

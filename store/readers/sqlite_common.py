@@ -24,6 +24,13 @@ from .base import SQLITE_MAGIC, head, is_gzip
 
 #: rows per fetchmany() batch
 BATCH = 5000
+#: SQLite virtual-machine steps a connection may run per byte of the database file (and at least
+#: STEPS_MIN): reading every row of a profiler's own views costs ~10 per byte, so only a view that
+#: is not the profiler's (a recursive one, a cross join) reaches this; it is then stopped with an
+#: InputError instead of running forever. Counted in steps, not seconds: no clock involved.
+STEPS_PER_BYTE = 10000
+STEPS_MIN = 10**9
+_PROGRESS_EVERY = 100000
 
 def is_sqlite(path: Path) -> bool:
     """True if the (possibly gzipped) file starts with the SQLite header."""
@@ -70,6 +77,8 @@ def open_ro(path: Path) -> Iterator[sqlite3.Connection]:
             target = Path(tmp)
         try:
             conn = _connect(target)
+            conn.set_authorizer(_no_recursion)
+            _limit_steps(conn, max(STEPS_MIN, STEPS_PER_BYTE * target.stat().st_size))
         except sqlite3.DatabaseError as e:
             raise InputError(
                 f"{path}: cannot open as an SQLite database ({e}); the file is damaged or not "
@@ -85,6 +94,23 @@ def open_ro(path: Path) -> Iterator[sqlite3.Connection]:
                 os.unlink(tmp)
             except OSError:
                 pass
+
+
+def _no_recursion(action: int, *_args: Any) -> int:
+    """Authorizer: a recursive common table expression (in a view of the input, or anywhere) is
+    refused when the statement is prepared. No profiler's schema uses one; a hostile one never ends."""
+    return sqlite3.SQLITE_DENY if action == sqlite3.SQLITE_RECURSIVE else sqlite3.SQLITE_OK
+
+
+def _limit_steps(conn: sqlite3.Connection, budget: int) -> None:
+    """Interrupt any statement on ``conn`` once the connection has run ``budget`` VM steps."""
+    left = [budget // _PROGRESS_EVERY]
+
+    def tick() -> int:
+        left[0] -= 1
+        return 1 if left[0] < 0 else 0
+
+    conn.set_progress_handler(tick, _PROGRESS_EVERY)
 
 
 def relations(conn: sqlite3.Connection) -> dict[str, str]:
@@ -119,6 +145,16 @@ def quote_ident(name: str) -> str:
 
 
 def db_error(path: Path, e: sqlite3.Error) -> InputError:
+    if "not authorized" in str(e):
+        return InputError(
+            f"{path}: a view in it is recursive (WITH RECURSIVE), which no profiler writes and profdb does not run "
+            "(it may never end); re-copy the profiler's original output"
+        )
+    if "interrupted" in str(e):
+        return InputError(
+            f"{path}: reading it was stopped after {STEPS_PER_BYTE} SQLite steps per byte of the file: one of its "
+            "views never ends (recursive) or is not the profiler's; re-copy the profiler's original output"
+        )
     return InputError(
         f"{path}: reading the database failed ({e}); the file is damaged or from an unsupported "
         "profiler version: re-copy it, or check it opens with `sqlite3`"

@@ -1,0 +1,102 @@
+"""A bound on the nesting depth of a JSON stream, checked on the bytes before a parser sees them.
+
+ijson builds each trace event as Python objects; a 205-byte .json.gz of nested arrays expands to
+millions of levels and ijson would build them all (24 GB and more). ``guarded(f, path)`` wraps a
+binary stream: every ``read`` passes the bytes on unchanged after checking that no array or object
+is nested more than ``MAX_JSON_DEPTH`` deep; deeper input raises InputError naming the file.
+
+How, at C speed: the text read so far, up to any string still open at its end, has its strings
+removed (one regular expression), every other byte but brackets deleted (``bytes.translate``) and
+``{}`` folded into ``[]``; then ``[]`` pairs are removed repeatedly, each pass peeling one level
+(``bytes.replace``). The passes plus the ``[`` left unmatched bound the depth reached; the unmatched
+``[`` are carried to the next read as levels still open. A string still open at the end of a read is
+carried as just its opening quote (and a pending backslash), so a huge string costs linear time."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import IO
+
+from ..errors import InputError
+
+#: deepest nesting of arrays/objects accepted in a JSON input (profilers write < 10)
+MAX_JSON_DEPTH = 64
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+#: the longest prefix made of complete strings and bytes outside strings
+_OUTSIDE = re.compile(rb'(?:[^"]+|"[^"\\]*(?:\\.[^"\\]*)*")*', re.DOTALL)
+_BRACKETS = bytes.maketrans(b"{}", b"[]")
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+class DepthGuard:
+    """A read-only binary stream that checks the nesting depth of what passes through it."""
+
+    def __init__(self, f: IO[bytes], path: Path, max_depth: int = MAX_JSON_DEPTH) -> None:
+        self.f = f
+        self.path = path
+        self.max_depth = max_depth
+        self.carry = b""  # an open string's quote (and pending backslash) from the previous read
+        self.open = 0  # levels open at the end of what was checked
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.f.read(size)
+        if not data:
+            return data
+        text = self.carry + data
+        if b"\\" not in text:
+            # no escapes (the usual case): strings are what lies between two quotes; an odd piece
+            # count means every string is closed, an even one that the last piece is an open string
+            parts = text.split(b'"')
+            self.carry = b'"' if len(parts) % 2 == 0 else b""
+            self._check(b"".join(parts[::2]))
+            return data
+        end = _OUTSIDE.match(text).end()  # type: ignore[union-attr]  # (matches at least "")
+        self._check(_STRING.sub(b"", text[:end]))
+        rest = text[end:]  # empty, or a string still open: starts with its quote
+        if rest:
+            backslashes = len(rest) - len(rest.rstrip(b"\\"))
+            self.carry = b'"' + b"\\" * (backslashes % 2)
+        else:
+            self.carry = b""
+        return data
+
+    def _check(self, outside: bytes) -> None:
+        """``outside``: the next text outside strings."""
+        seq = outside.translate(_BRACKETS, _NOT_BRACKETS)
+        if not seq:
+            return
+        seq = b"[" * self.open + seq
+        passes = 0
+        while True:
+            shorter = seq.replace(b"[]", b"")
+            if len(shorter) == len(seq):
+                break
+            passes += 1
+            seq = shorter
+            if passes > self.max_depth:
+                raise self._too_deep()
+        # a point's depth counts opens matched later (inside a peeled structure: <= passes) and
+        # opens never matched so far (<= those left over)
+        self.open = seq.count(b"[")  # (closing brackets left over are the parser's syntax error)
+        if passes + self.open > self.max_depth:
+            raise self._too_deep()
+
+    def _too_deep(self) -> InputError:
+        return InputError(
+            f"{self.path}: arrays or objects are nested more than {self.max_depth} levels deep, which no profiler "
+            "writes (profdb's limit, to bound memory); the file is damaged or not profiler output"
+        )
+
+    def close(self) -> None:
+        self.f.close()
+
+    def __enter__(self) -> DepthGuard:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def guarded(f: IO[bytes], path: Path) -> DepthGuard:
+    return DepthGuard(f, path)

@@ -1,0 +1,398 @@
+"""Hostile and damaged inputs (issue 14): every case ends in exit 1 with a message naming the file
+and the fix, never a traceback or a hang, and the store's bytes are unchanged.
+
+The inputs are the real samples in tests/data, edited in one place each (the edit is the test)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Invoke, file_bytes, sql
+from profdb.store import validate
+
+KINETO = Path(__file__).parent / "data" / "kineto" / "torchrun4_cpu" / "rank0_iter5_7.json.gz"
+CSV = Path(__file__).parent / "data" / "rocprofv3_csv" / "rocm-systems_2025-08" / "kernel_trace.csv"
+
+
+@pytest.fixture
+def seeded(data: Path, db_path: Path, run_cli: Invoke) -> bytes:
+    run_cli("ingest", "--db", db_path, data / "kineto" / "torchrun4_cpu" / "rank1_iter5_7.json.gz")
+    content = file_bytes(db_path)
+    assert content is not None
+    return content
+
+
+def _fails(run_cli: Invoke, db_path: Path, before: bytes, *args: object, match: str) -> str:
+    r = run_cli("ingest", "--db", db_path, *args, ok=False)
+    assert r.exit_code == 1, r.output + r.stderr
+    assert match in r.stderr, r.stderr
+    assert "Traceback" not in r.output + r.stderr
+    assert file_bytes(db_path) == before
+    return r.stderr
+
+
+def kineto(tmp_path: Path, edit: Callable[[dict[str, Any]], None], name: str = "rank0.json") -> Path:
+    """The real rank-0 trace with ``edit`` applied, written as ``name`` in its own folder."""
+    trace = json.loads(gzip.decompress(KINETO.read_bytes()))
+    edit(trace)
+    out = tmp_path / "in" / name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(trace))
+    return out
+
+
+def first_x(trace: dict[str, Any]) -> dict[str, Any]:
+    return next(e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "user_annotation")
+
+
+def test_negative_duration(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
+    f = kineto(tmp_path, lambda t: first_x(t).update(dur=-5.0))
+    _fails(run_cli, db_path, seeded, f, match=f"{f}: annotation 'gloo:all_reduce'")
+    _fails(run_cli, db_path, seeded, f, match="(negative duration)")
+
+
+@pytest.mark.parametrize(
+    "value, match",
+    [(1e16, "does not fit in 64 bits"), (1e400, "numeric (floating point) overflow")],
+)
+def test_time_out_of_range(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes, value: float, match: str) -> None:
+    f = kineto(tmp_path, lambda t: first_x(t).update(ts=value))
+    if value > 1e300:  # json.dumps writes Infinity for 1e400: write the literal the attacker would
+        f.write_text(f.read_text().replace("Infinity", "1e400"))
+    _fails(run_cli, db_path, seeded, f, match=match)
+
+
+def test_text_in_integer_column(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
+    def edit(t: dict[str, Any]) -> None:
+        t["traceEvents"].append(
+            {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": first_x(t)["ts"], "dur": 1.0,
+             "args": {"grid": ["lots", 1, 1], "block": [1, 1, 1]}}
+        )
+
+    f = kineto(tmp_path, edit)
+    _fails(run_cli, db_path, seeded, f, match=f"{f}: grid_x is 'lots' (str), not an integer")
+
+
+@pytest.mark.parametrize(
+    "rank, match",
+    [
+        (-1, "distributedInfo + host_name) gives global_rank = -1, outside 0.."),
+        (True, "gives global_rank = True (bool), not an integer"),
+        (10**30, "outside 0.."),
+    ],
+)
+def test_bad_rank_in_file(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes, rank: Any, match: str) -> None:
+    f = kineto(tmp_path, lambda t: t["distributedInfo"].update(rank=rank), name="trace.json")
+    _fails(run_cli, db_path, seeded, f, match=match)
+
+
+def test_huge_world_size(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
+    f = kineto(tmp_path, lambda t: t["distributedInfo"].update(world_size=10**9))
+    _fails(run_cli, db_path, seeded, f, match=f"world_size = 1000000000, outside 1..{validate.MAX_WORLD_SIZE}")
+
+
+def test_huge_rank_folder(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
+    d = tmp_path / ("rank" + "9" * 23)
+    d.mkdir()
+    trace = json.loads(gzip.decompress(KINETO.read_bytes()))
+    del trace["distributedInfo"]
+    (d / "trace.json").write_text(json.dumps(trace))
+    _fails(run_cli, db_path, seeded, d, match="path (rank99999999999999999999999/) gives global_rank")
+
+
+@pytest.mark.parametrize(
+    "field, value, match",
+    [
+        ("global_rank", -1, "rank manifest"),
+        ("global_rank", True, "no integer global_rank"),
+        ("world_size", "8", "field 'world_size' is '8', not int"),
+        ("hostname", 5, "field 'hostname' is 5, not str"),
+        ("command", "python train.py", "not a list of strings"),
+        ("run", ["a"], "field 'run' is ['a'], not str"),
+    ],
+)
+def test_bad_manifest_fields(
+    tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes, field: str, value: Any, match: str
+) -> None:
+    f = kineto(tmp_path, lambda t: t.pop("distributedInfo"), name="trace.json")
+    manifest = {"profdb_manifest": 1, "global_rank": 0, field: value}
+    (f.parent / "profdb-rank.json").write_text(json.dumps(manifest))
+    _fails(run_cli, db_path, seeded, f, match=match)
+
+
+def test_manifest_far_above_is_ignored(tmp_path: Path, db_path: Path, run_cli: Invoke) -> None:
+    """A stray manifest in a shared folder high above the inputs does not relabel them."""
+    far = tmp_path / "scratch"
+    deep = far / "a" / "b" / "c" / "d"
+    deep.mkdir(parents=True)
+    (far / "profdb-rank.json").write_text(
+        json.dumps({"profdb_manifest": 1, "global_rank": 0, "world_size": 1, "hostname": "elsewhere", "run": "stray"})
+    )
+    shutil.copy(KINETO, deep / "rank0.json.gz")
+    run_cli("ingest", "--db", db_path, deep)
+    assert sql(db_path, "select r.name, r.world_size, k.hostname from run r join rank k on k.run_id = r.id") == [
+        ("d", 4, json.loads(gzip.decompress(KINETO.read_bytes()))["host_name"])
+    ]
+
+
+def test_manifest_of_another_rank_is_ignored_with_rank_flag(tmp_path: Path, db_path: Path, run_cli: Invoke) -> None:
+    d = tmp_path / "out" / "rank0001"
+    d.mkdir(parents=True)
+    (d / "profdb-rank.json").write_text(
+        json.dumps({"profdb_manifest": 1, "global_rank": 1, "world_size": 2, "hostname": "other", "run": "stray"})
+    )
+    trace = json.loads(gzip.decompress(KINETO.read_bytes()))
+    del trace["distributedInfo"]
+    (d / "trace.json").write_text(json.dumps(trace))
+    run_cli("ingest", "--db", db_path, "--rank", "0", "--run", "mine", d / "trace.json")
+    assert sql(db_path, "select r.name, r.world_size, k.global_rank, k.hostname from run r join rank k on k.run_id = r.id") == [
+        ("mine", None, 0, trace["host_name"])
+    ]
+
+
+@pytest.mark.parametrize("events", [{}, "x", 3, None])
+def test_trace_events_not_a_list(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes, events: Any) -> None:
+    f = kineto(tmp_path, lambda t: t.update(traceEvents=events))
+    _fails(run_cli, db_path, seeded, f, match=f"{f}: \"traceEvents\" is not a list of events")
+
+
+@pytest.mark.parametrize("event", [[1, 2], "X", {"ph": "X", "cat": "kernel", "ts": "soon", "dur": 1}, {"ph": "X", "cat": "kernel", "ts": 1, "args": [1]}])
+def test_odd_event_shapes(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes, event: Any) -> None:
+    f = kineto(tmp_path, lambda t: t["traceEvents"].append(event))
+    _fails(run_cli, db_path, seeded, f, match=f"{f}: ")
+
+
+def test_fifo_in_a_folder_is_skipped(tmp_path: Path, db_path: Path, run_cli: Invoke) -> None:
+    d = tmp_path / "rank0"
+    d.mkdir()
+    shutil.copy(CSV, d / "kernel_trace.csv")
+    os.mkfifo(d / "zz_kernel_stats.csv")
+    run_cli("ingest", "--db", db_path, d)
+    assert sql(db_path, "select count(*) from source_file") == [(1,)]
+    r = run_cli("ingest", "--db", db_path, "--run", "x", d / "zz_kernel_stats.csv", ok=False)
+    assert r.exit_code == 1 and "zz_kernel_stats.csv: not a regular file or folder" in r.stderr
+
+
+def test_validate_counters_rejects_nan() -> None:
+    from profdb.store.errors import InputError
+    from profdb.store.records import Counter
+
+    with pytest.raises(InputError, match="x.csv: counter 'SQ_WAVES' of 'k' has the value nan"):
+        validate.counters([Counter("k", "SQ_WAVES", 1.0), Counter("k", "SQ_WAVES", float("nan"))], Path("x.csv"))
+
+
+def test_rank_flag_overrides_a_bad_rank_in_the_file(tmp_path: Path, db_path: Path, run_cli: Invoke) -> None:
+    f = kineto(tmp_path, lambda t: t["distributedInfo"].update(rank=-1), name="trace.json")
+    run_cli("ingest", "--db", db_path, "--rank", "0", f)
+    assert sql(db_path, "select global_rank from rank") == [(0,)]
+
+
+def test_record_output_placeholders_name_one_folder(tmp_path: Path) -> None:
+    """-o 'out-{hostname}': the manifest and the profiler's {rank_dir} are the same folder."""
+    from profdb.store.launch import detect_context
+    from profdb.store.record import plan_rank
+
+    context = detect_context({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}, hostname="nid7")
+    plan = plan_rank(tmp_path / "out-{hostname}", ["rocprofv3", "-d", "{rank_dir}", "--", "python", "t.py"], context)
+    assert plan.rank_dir == tmp_path / "out-nid7" / "rank0003"
+    assert plan.argv[2] == str(plan.rank_dir)
+
+
+def test_record_huge_rank_range_is_a_usage_error(tmp_path: Path, run_cli: Invoke) -> None:
+    r = run_cli("record", "-o", tmp_path / "o", "--ranks", "0-99999999999", "--", "true", ok=False)
+    assert r.exit_code == 2, r.output + r.stderr
+    assert "goes beyond rank" in r.stderr
+
+
+ROCM25 = CSV.parent
+
+
+def _rank_file(tmp_path: Path, name: str, content: bytes) -> Path:
+    out = tmp_path / "rank0000" / name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(content)
+    return out
+
+
+def test_csv_cut_inside_its_last_field(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
+    """The memcpy whose End_Timestamp lost its last digits would last -1,057,962 s."""
+    raw = (ROCM25 / "memory_copy_trace.csv").read_bytes().rstrip(b"\n")
+    f = _rank_file(tmp_path, "memory_copy_trace.csv", raw[:-10])
+    _fails(run_cli, db_path, seeded, "--run", "x", f, match=f"{f}: memcpy 'MEMORY_COPY_DEVICE_TO_HOST'")
+
+
+def test_csv_cut_inside_its_header(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
+    raw = CSV.read_bytes()
+    f = _rank_file(tmp_path, "kernel_trace.csv", raw[: raw.index(b"\n") - 5])
+    _fails(run_cli, db_path, seeded, "--run", "x", f, match=f"{f}: the file ends inside its header line")
+
+
+def test_csv_invalid_utf8_in_first_row(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
+    raw = (ROCM25 / "hip_trace.csv").read_bytes()
+    first = raw.index(b"\n") + 1
+    f = _rank_file(tmp_path, "hip_trace.csv", raw[:first + 1] + b"\xff\xfe" + raw[first + 1:])
+    run_cli("ingest", "--db", db_path, "--run", "x", f)  # undecodable bytes become U+FFFD, as in every row
+    assert sql(db_path, "select count(*) from source_file where path = ?", str(f)) == [(1,)]
+
+
+def test_recursive_view_in_an_rpd_input_is_stopped(
+    tmp_path: Path, data: Path, db_path: Path, run_cli: Invoke, seeded: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real RPD with its rocpd_string table replaced by a view that never ends: refused when
+    the query is prepared, instead of hanging."""
+    import sqlite3
+
+    f = tmp_path / "rank0" / "trace.rpd"
+    f.parent.mkdir()
+    shutil.copy(data / "legacy_rpd" / "matmul_result.rpd", f)
+    con = sqlite3.connect(f)
+    con.executescript(
+        "ALTER TABLE rocpd_string RENAME TO s0;"
+        "CREATE VIEW rocpd_string AS WITH RECURSIVE r(id, string) AS (SELECT id, string FROM s0 "
+        "UNION ALL SELECT id + 1000000, string FROM r) SELECT id, string FROM r WHERE id < 0;"
+    )
+    con.close()
+    _fails(run_cli, db_path, seeded, "--run", "x", f, match=f"{f}: a view in it is recursive")
+
+
+def test_endless_view_is_stopped_by_the_step_budget(
+    tmp_path: Path, data: Path, db_path: Path, run_cli: Invoke, seeded: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A view that is not recursive but enormous (a cross join of the file's strings, six deep):
+    stopped after the step budget (lowered here so the test is quick; the real file fits in it)."""
+    import sqlite3
+
+    from profdb.store.readers import sqlite_common
+
+    monkeypatch.setattr(sqlite_common, "STEPS_MIN", 10**7)
+    monkeypatch.setattr(sqlite_common, "STEPS_PER_BYTE", 10)
+    f = tmp_path / "rank0" / "trace.rpd"
+    f.parent.mkdir()
+    shutil.copy(data / "legacy_rpd" / "matmul_result.rpd", f)
+    run_cli("ingest", "--db", tmp_path / "ok.db", f)
+    con = sqlite3.connect(f)
+    con.executescript(
+        "ALTER TABLE rocpd_op RENAME TO o0;"
+        "CREATE VIEW rocpd_op AS SELECT o0.* FROM o0, s0 a, s0 b, s0 c, s0 d, s0 e WHERE a.id + b.id + c.id + d.id + e.id < 0;"
+        "CREATE TABLE s0 AS SELECT * FROM rocpd_string;"
+    )
+    con.close()
+    _fails(run_cli, db_path, seeded, "--run", "x", f, match=f"{f}: reading it was stopped after")
+
+
+def test_deeply_nested_json_gz(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
+    """A few hundred gzip bytes of nested arrays (millions of levels) inside traceEvents."""
+    n = 2_000_000
+    blob = gzip.compress(b'{"distributedInfo": {"rank": 0}, "traceEvents": [' + b"[" * n + b"]" * n + b"]}", 9)
+    assert len(blob) < 10_000
+    f = tmp_path / "rank0.json.gz"
+    f.write_bytes(blob)
+    _fails(run_cli, db_path, seeded, "--run", "x", f, match=f"{f}: arrays or objects are nested more than 64 levels")
+
+
+def test_long_name(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
+    f = kineto(tmp_path, lambda t: first_x(t).update(name="a" * (validate.MAX_NAME_CHARS + 1)))
+    _fails(run_cli, db_path, seeded, "--run", "x", f, match=f"{f}: a name is 65537 characters long")
+
+
+def test_rank_outside_the_world_names_the_file(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
+    f = kineto(tmp_path, lambda t: t["distributedInfo"].update(rank=7), name="trace.json")
+    _fails(run_cli, db_path, seeded, "--run", "x", f, match=f"{f}: rank 7 is outside the world size 4")
+
+
+@pytest.mark.parametrize("env, match", [
+    ({"RANK": "-1", "WORLD_SIZE": "2"}, "global_rank = -1, outside 0.."),
+    ({"RANK": "0", "WORLD_SIZE": "1000000000"}, "world_size = 1000000000, outside 1.."),
+])
+def test_rocpd_environment_with_bad_rank(
+    tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes, env: dict[str, str], match: str
+) -> None:
+    from fixtures_rocpd import sample_process, write_rocpd
+
+    f = write_rocpd(tmp_path / "7_results.db", [sample_process(7, env, n=3)])
+    _fails(run_cli, db_path, seeded, "--run", "x", f, match=match)
+    assert f"{f}: " in run_cli("ingest", "--db", db_path, "--run", "x", f, ok=False).stderr
+
+
+def test_nan_counter_is_refused_on_both_engines(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
+    """SQLite stored NaN as NULL (IntegrityError), PostgreSQL as NaN (then no export to SQLite): refused."""
+    import csv
+    import io
+
+    rows = list(csv.reader(io.StringIO((ROCM25 / "counter_collection.csv").read_text())))
+    rows[1][rows[0].index("Counter_Value")] = "nan"
+    out = io.StringIO()
+    csv.writer(out, quoting=csv.QUOTE_NONNUMERIC).writerows(rows)
+    f = _rank_file(tmp_path, "counter_collection.csv", out.getvalue().encode())
+    _fails(run_cli, db_path, seeded, "--run", "x", f, match="has the value nan, not a finite number")
+
+
+def test_deeply_nested_metrix_json(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
+    n = 1_000_000
+    f = tmp_path / "rank0" / "metrix_results.json"
+    f.parent.mkdir()
+    f.write_bytes(b'{"_rank": {"global_rank": 0}, "k": ' + b"[" * n + b"]" * n + b"}")
+    r = run_cli("ingest", "--db", db_path, "--run", "x", "--format", "metrix", f, ok=False)
+    assert r.exit_code == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"{f}: arrays or objects are nested more than 64 levels" in r.stderr and file_bytes(db_path) == seeded
+
+
+def test_nan_counter_is_refused_on_postgresql(tmp_path: Path, pg_url: str, run_cli: Invoke) -> None:
+    """PostgreSQL would store NaN (and then fail to export it to SQLite): refused at ingest, nothing stored."""
+    import csv
+    import io
+
+    run_cli("ingest", "--db", pg_url, "--run", "x", KINETO)
+    rows = list(csv.reader(io.StringIO((ROCM25 / "counter_collection.csv").read_text())))
+    rows[1][rows[0].index("Counter_Value")] = "nan"
+    out = io.StringIO()
+    csv.writer(out, quoting=csv.QUOTE_NONNUMERIC).writerows(rows)
+    f = _rank_file(tmp_path, "counter_collection.csv", out.getvalue().encode())
+    count = "select count(*) as n from counter"
+    assert run_cli("sql", count, "--db", pg_url, "--format", "csv").stdout == "n\n0\n"
+    r = run_cli("ingest", "--db", pg_url, "--run", "x", f, ok=False)
+    assert r.exit_code == 1 and f"{f}: " in r.stderr and "has the value nan, not a finite number" in r.stderr
+    assert run_cli("sql", count, "--db", pg_url, "--format", "csv").stdout == "n\n0\n"
+
+
+def _without_root_rights(argv: list[str]) -> list[str]:
+    """root reads every file: run ``argv`` without the capabilities that let it (as a user would)."""
+    if os.geteuid() != 0:
+        return argv
+    caps = "-dac_override,-dac_read_search"
+    if not shutil.which("setpriv"):
+        pytest.skip("running as root without setpriv: no file root cannot read")
+    return ["setpriv", "--bounding-set", caps, "--inh-caps", caps, "--", *argv]
+
+
+def test_unreadable_inputs_are_named(tmp_path: Path, db_path: Path, seeded: bytes) -> None:
+    """An unreadable file (given, or in a folder) and an unreadable folder: an error naming it, not
+    'not a profiler output' or a quiet skip."""
+    import subprocess
+    import sys
+
+    folder = tmp_path / "in"
+    (folder / "sub").mkdir(parents=True)
+    shutil.copy(KINETO, folder / "rank0.json.gz")
+    shutil.copy(KINETO.with_name("rank2_iter5_7.json.gz"), folder / "sub" / "rank2.json.gz")
+    profdb = [sys.executable, "-m", "profdb.cli.main", "ingest", "--db", str(db_path), "--run", "x"]
+    cases = [
+        (folder / "rank0.json.gz", folder / "rank0.json.gz", "cannot read it (Permission denied); check its permissions"),
+        (folder / "rank0.json.gz", folder, "rank0.json.gz: cannot read it (Permission denied)"),
+        (folder / "sub", folder, "sub: cannot list this folder (Permission denied); check its permissions"),
+    ]
+    for locked, given, message in cases:
+        locked.chmod(0)
+        try:
+            r = subprocess.run(_without_root_rights([*profdb, str(given)]), capture_output=True, text=True)
+        finally:
+            locked.chmod(0o755 if locked.is_dir() else 0o644)
+        assert r.returncode == 1 and message in r.stderr and "Traceback" not in r.stderr, (given, r.stderr)
+        assert file_bytes(db_path) == seeded
