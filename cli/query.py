@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from profdb.store import queries
+from profdb.store import queries, straggler
 from profdb.store.errors import QueryError
 
 from .options import connect, db_option, kind_option, name_option, output_options, run_option, top_option
@@ -34,9 +34,15 @@ class Question:
 #: the questions, in --help order; a new question is one entry here
 QUESTIONS: tuple[Question, ...] = (
     Question("imbalance", "Names imbalanced across ranks; the likely straggler.", queries.imbalance,
-             ("kind", "top", "name_like", "by")),
-    Question("hotspots", "Where the time goes, across all ranks.", queries.hotspots, ("kind", "top", "name_like")),
-    Question("steps", "Per step (ProfilerStep#N): slowest rank, how often.", queries.steps),
+             ("kind", "top", "name_like", "by", "inclusive")),
+    Question("hotspots", "Where the time goes, across all ranks.", queries.hotspots,
+             ("kind", "top", "name_like", "inclusive")),
+    Question("stragglers", "Per rank: collectives entered last, wait caused and suffered, busy, idle, exposed.",
+             straggler.stragglers, ("top",)),
+    Question("collectives", "Per collective instance: arrival skew, last rank, wait, bytes (largest skew first).",
+             straggler.collectives, ("top",)),
+    Question("steps", "Per step (ProfilerStep#N): the rank waited on and how long, beside the longest step.",
+             queries.steps),
     Question("ranks", "Per rank: compute / communication / memory time.", queries.rank_split, ("kind",)),
 )
 
@@ -56,6 +62,7 @@ class Option:
 #: checked in this order
 OPTIONS = (
     Option("by", "--by", "rank", shared=False),
+    Option("inclusive", "--inclusive", False, shared=False),
     Option("name_like", "--name", None, shared=True),
     Option("kind", "--kind", None, shared=True),
 )
@@ -103,6 +110,11 @@ def _question_flags(f: Callable[..., Any]) -> Callable[..., Any]:
     show_default=True,
     help="With --imbalance: per rank, or rolled up by host (slow node) or local-rank (slow GPU slot).",
 )
+@click.option(
+    "--inclusive",
+    is_flag=True,
+    help="With --imbalance/--hotspots: inclusive times of nested CPU ops and annotations (default: self time).",
+)
 @db_option
 @output_options
 def query_cmd(run: str | None, db: str | None, fmt: str, **params: Any) -> None:
@@ -112,7 +124,9 @@ def query_cmd(run: str | None, db: str | None, fmt: str, **params: Any) -> None:
       profdb query --imbalance                 # imbalanced kernels, likely straggler rank
       profdb query --imbalance --by host       # slow node?   (--by local-rank: slow GPU slot?)
       profdb query --hotspots --top 10
-      profdb query --steps                     # per-step time: which rank is slowest, how often
+      profdb query --stragglers                # per rank: entered collectives last, wait caused/suffered
+      profdb query --collectives --top 20      # per collective: arrival skew, the rank waited for
+      profdb query --steps                     # per step: the rank waited on, and how long
       profdb query --ranks                     # per-rank compute / communication / memory
     """
     question = _question(params)

@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
+from .collectives import RankTimeline
 from .ingest_workers import Parsed, Totals
 
 
@@ -113,20 +114,22 @@ def intern_names(
 
 
 def add_summaries(conn: Connection, rows: Iterable[Sequence[Any]]) -> None:
-    """Add (rank_id, name_id, kind, category, calls, total_ns, min_ns, max_ns, sum_sq_ns) rows to the
-    summary table: new keys are inserted, existing ones accumulate (calls and sums add, min/max
-    widen). Rows go in key order, so two transactions updating shared keys cannot deadlock."""
+    """Add (rank_id, name_id, kind, category, calls, total_ns, min_ns, max_ns, sum_sq_ns, self_ns) rows
+    to the summary table: new keys are inserted, existing ones accumulate (calls and sums add, min/max
+    widen; a NULL self_ns, from a store ingested before migration 0003, counts as its total). Rows go
+    in key order, so two transactions updating shared keys cannot deadlock."""
     data = sorted(tuple(r) for r in rows)
     if not data:
         return
     m = placeholder(conn)
     conn.exec_driver_sql(
-        "INSERT INTO summary (rank_id, name_id, kind, category, calls, total_ns, min_ns, max_ns, sum_sq_ns) "
-        f"VALUES ({', '.join([m] * 9)}) ON CONFLICT (rank_id, name_id, kind) DO UPDATE SET "
+        "INSERT INTO summary (rank_id, name_id, kind, category, calls, total_ns, min_ns, max_ns, sum_sq_ns, "
+        f"self_ns) VALUES ({', '.join([m] * 10)}) ON CONFLICT (rank_id, name_id, kind) DO UPDATE SET "
         "calls = summary.calls + excluded.calls, total_ns = summary.total_ns + excluded.total_ns, "
         "min_ns = CASE WHEN excluded.min_ns < summary.min_ns THEN excluded.min_ns ELSE summary.min_ns END, "
         "max_ns = CASE WHEN excluded.max_ns > summary.max_ns THEN excluded.max_ns ELSE summary.max_ns END, "
-        "sum_sq_ns = summary.sum_sq_ns + excluded.sum_sq_ns",
+        "sum_sq_ns = summary.sum_sq_ns + excluded.sum_sq_ns, "
+        "self_ns = COALESCE(summary.self_ns, summary.total_ns) + COALESCE(excluded.self_ns, excluded.total_ns)",
         data,
     )
 
@@ -212,6 +215,8 @@ class Writer:
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
+        #: rank_id -> the collective timelines of its files (the caller stores them: timeline.save_timelines)
+        self.timelines: dict[int, list[RankTimeline]] = {}
         self.dialect = conn.dialect.name
         self.names: dict[str, int] = {}
         # (rank_id, name_id, kind) -> [category, calls, total, min, max, sumsq]
@@ -262,11 +267,13 @@ class Writer:
             key = (rank_id, r.name_id, r.kind)
             s = self.summary.get(key)
             if s is None:
-                self.summary[key] = Totals(r.category, r.calls, r.total_ns, r.min_ns, r.max_ns, r.sum_sq_ns)
+                self.summary[key] = Totals(r.category, r.calls, r.total_ns, r.min_ns, r.max_ns, r.sum_sq_ns, r.self_ns)
             else:
-                s.add(r.calls, r.total_ns, r.min_ns, r.max_ns, r.sum_sq_ns)
+                s.add(r.calls, r.total_ns, r.min_ns, r.max_ns, r.sum_sq_ns, r.self_ns)
         for st in parsed.steps:
             self.steps[(rank_id, st.step)] = (source_id, st.start_ns, st.duration_ns)
+        if parsed.timeline is not None:
+            self.timelines.setdefault(rank_id, []).append(parsed.timeline)
 
     def finish(self) -> None:
         """Merge the in-memory summaries and steps into the store (adding to earlier ingests)."""
@@ -274,7 +281,7 @@ class Writer:
         add_summaries(
             self.conn,
             [
-                (rank_id, name_id, kind, t.category, t.calls, t.total_ns, t.min_ns, t.max_ns, t.sum_sq_ns)
+                (rank_id, name_id, kind, t.category, t.calls, t.total_ns, t.min_ns, t.max_ns, t.sum_sq_ns, t.self_ns)
                 for (rank_id, name_id, kind), t in self.summary.items()
             ],
         )

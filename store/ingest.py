@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, insert, update
 
-from . import bulk, classify, ingest_workers, reclassify, runs
+from . import bulk, classify, ingest_workers, reclassify, runs, timeline
 from .db import display_url, load_target, resolve_url
 from .errors import InputError, ProfdbError
 from .identity import Identity, IdentityFlags, RankPlan, missing_ranks
@@ -243,6 +243,8 @@ def _load(
         for sql in recreate:  # (temporary storage is in files meanwhile: see bulk.load_transaction)
             conn.exec_driver_sql(sql)
         writer.finish()
+        timeline.save_timelines(conn, run_id, writer.timelines)
+        timeline.store_clocks(conn, runs.resolve_run(conn, run_name))
         report.ranks, report.world_size = runs.ranks_of(conn, run_id)
         report.missing_ranks = missing_ranks([r[0] for r in report.ranks], report.world_size)
         report.ended_badly = [

@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol, cast
 
 from . import classify, lifetime, readers, validate
+from .collectives import RankTimeline, TimelineBuilder
+from .intervals import SelfTotals
 from .records import Activity, Aggregate, Counter, SourceInfo
 
 BATCH = 20000
@@ -34,6 +36,9 @@ _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 #: below this much input the files are parsed in the writer process (no start-up cost)
 PARALLEL_MIN_BYTES = 16 << 20
 ENV_WORKERS = "PROFDB_INGEST_WORKERS"
+#: kinds whose ranges nest on a lane (an op holds the ops it calls): their self time is kept beside the
+#: inclusive total (intervals.self_times); for every other kind self time is the total
+NESTED_KINDS = frozenset({"cpu_op", "annotation", "gpu_annotation", "python"})
 
 
 @dataclass(frozen=True)
@@ -49,19 +54,23 @@ class Task:
 
 
 class Totals:
-    """One (name, kind)'s running summary: calls, total, min, max and sum of squares of durations."""
+    """One (name, kind)'s running summary: calls, total, min, max and sum of squares of durations,
+    and self time (``self_ns``: the total less the time in nested children, NESTED_KINDS)."""
 
-    __slots__ = ("category", "calls", "total_ns", "min_ns", "max_ns", "sum_sq_ns")
+    __slots__ = ("category", "calls", "total_ns", "min_ns", "max_ns", "sum_sq_ns", "self_ns")
 
-    def __init__(self, category: str, calls: int, total_ns: int, min_ns: int, max_ns: int, sum_sq_ns: float) -> None:
+    def __init__(
+        self, category: str, calls: int, total_ns: int, min_ns: int, max_ns: int, sum_sq_ns: float, self_ns: int = 0
+    ) -> None:
         self.category = category
         self.calls = calls
         self.total_ns = total_ns
         self.min_ns = min_ns
         self.max_ns = max_ns
         self.sum_sq_ns = sum_sq_ns
+        self.self_ns = self_ns
 
-    def add(self, calls: int, total_ns: int, min_ns: int, max_ns: int, sum_sq_ns: float) -> None:
+    def add(self, calls: int, total_ns: int, min_ns: int, max_ns: int, sum_sq_ns: float, self_ns: int = 0) -> None:
         self.calls += calls
         self.total_ns += total_ns
         if min_ns < self.min_ns:
@@ -69,6 +78,7 @@ class Totals:
         if max_ns > self.max_ns:
             self.max_ns = max_ns
         self.sum_sq_ns += sum_sq_ns
+        self.self_ns += self_ns
 
 
 class SummaryRow(NamedTuple):
@@ -82,6 +92,7 @@ class SummaryRow(NamedTuple):
     min_ns: int
     max_ns: int
     sum_sq_ns: float
+    self_ns: int
 
 
 class StepTime(NamedTuple):
@@ -91,11 +102,13 @@ class StepTime(NamedTuple):
 
 
 class Parsed(NamedTuple):
-    """What parsing one file leaves besides its rows: row counts by kind, summary and steps."""
+    """What parsing one file leaves besides its rows: row counts by kind, summary, steps, and the
+    file's collective timeline (calls, busy time; None when it has no activity)."""
 
     counts: dict[str, int]
     summary: list[SummaryRow]
     steps: list[StepTime]
+    timeline: RankTimeline | None = None
 
 
 class NamesMsg(NamedTuple):
@@ -175,6 +188,9 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
     acts: list[Activity] = []
     ctrs: list[Counter] = []
     ids = names.ids
+    timeline = TimelineBuilder(task.info.time_base_ns)
+    nested = SelfTotals()
+    add_nested = nested.add
 
     def flush_acts() -> None:
         validate.activities(acts, task.path)
@@ -204,11 +220,14 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
                     s.max_ns = d
                 s.sum_sq_ns += float(d) * d
             counts[kind] = counts.get(kind, 0) + 1
+            if kind in NESTED_KINDS:
+                add_nested((kind, a[8], a[9], a[5]), a[2], d, (nid, kind))
             if kind == "annotation" and name.startswith("ProfilerStep#"):
                 m = _STEP.match(name)
                 if m:
                     steps.append(StepTime(int(m.group(1)), a[2], d))
         conn.send(RowsMsg(task.index, "activity", rows))
+        timeline.add_many(acts)
 
     def flush_ctrs() -> None:
         validate.counters(ctrs, task.path)
@@ -260,11 +279,14 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
         flush_acts()
     if ctrs:
         flush_ctrs()
+    own = nested.totals()
     rows = [
-        SummaryRow(nid, kind, t.category, t.calls, t.total_ns, t.min_ns, t.max_ns, t.sum_sq_ns)
+        SummaryRow(nid, kind, t.category, t.calls, t.total_ns, t.min_ns, t.max_ns, t.sum_sq_ns,
+                   own.get((nid, kind), t.total_ns) if kind in NESTED_KINDS else t.total_ns)
         for (nid, kind), t in summary.items()
     ]
-    conn.send(DoneMsg(task.index, Parsed(counts, rows, steps)))
+    tl = timeline.finish(-1) if timeline.first is not None else None
+    conn.send(DoneMsg(task.index, Parsed(counts, rows, steps, tl)))
 
 
 class _Here:

@@ -175,6 +175,9 @@ class Summary(Base):
     min_ns: Mapped[int] = mapped_column(BigInteger)
     max_ns: Mapped[int] = mapped_column(BigInteger)
     sum_sq_ns: Mapped[float] = mapped_column(Float)
+    #: exclusive time: total_ns less the time in nested children (cpu_op, annotation, gpu_annotation,
+    #: python; intervals.self_times); equal to total_ns for other kinds; NULL in stores ingested before 0003
+    self_ns: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class Step(Base):
@@ -186,3 +189,62 @@ class Step(Base):
     source_id: Mapped[int] = mapped_column(ForeignKey("source_file.id", ondelete="CASCADE"), index=True)
     start_ns: Mapped[int] = mapped_column(BigInteger)
     duration_ns: Mapped[int] = mapped_column(BigInteger)
+
+
+class CollectiveCall(Base):
+    """One rank's call of one collective (store/collectives.py), found at ingest: the k-th call
+    (``seq``) of (family, group, collective) on the rank. Times in ns on the rank's own clock (the
+    file's time base added); matched across ranks and aligned with ``host_clock`` at query time."""
+
+    __tablename__ = "collective_call"
+    __table_args__ = (Index("ix_collective_call_match", "run_id", "family", "collective", "group_name", "seq"),)
+    rank_id: Mapped[int] = mapped_column(ForeignKey("rank.id", ondelete="CASCADE"), primary_key=True)
+    family: Mapped[str] = mapped_column(String(20), primary_key=True)
+    group_name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    collective: Mapped[str] = mapped_column(String(60), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"))
+    start_ns: Mapped[int] = mapped_column(BigInteger)
+    end_ns: Mapped[int] = mapped_column(BigInteger)
+    bytes: Mapped[int | None] = mapped_column(BigInteger)
+    #: the rank's work in the window before the call (from its previous call's end), and that window
+    busy_before_ns: Mapped[int] = mapped_column(BigInteger)
+    window_ns: Mapped[int] = mapped_column(BigInteger)
+
+
+class RankTimeline(Base):
+    """Per rank, from one pass over its activity at ingest: span, busy time (interval union, per
+    device or thread), communication and the part of it not overlapped by work (exposed)."""
+
+    __tablename__ = "rank_timeline"
+    rank_id: Mapped[int] = mapped_column(ForeignKey("rank.id", ondelete="CASCADE"), primary_key=True)
+    first_ns: Mapped[int] = mapped_column(BigInteger)
+    last_ns: Mapped[int] = mapped_column(BigInteger)
+    #: "device" (kernels, copies), "cpu" (CPU ops), "" (neither)
+    work_domain: Mapped[str] = mapped_column(String(10))
+    busy_ns: Mapped[int] = mapped_column(BigInteger)
+    comm_ns: Mapped[int] = mapped_column(BigInteger)
+    exposed_comm_ns: Mapped[int] = mapped_column(BigInteger)
+
+
+class StepTimeline(Base):
+    """Per rank and step (ProfilerStep#N): busy time and exposed communication in the step."""
+
+    __tablename__ = "step_timeline"
+    rank_id: Mapped[int] = mapped_column(ForeignKey("rank.id", ondelete="CASCADE"), primary_key=True)
+    step: Mapped[int] = mapped_column(primary_key=True)
+    busy_ns: Mapped[int] = mapped_column(BigInteger)
+    exposed_comm_ns: Mapped[int] = mapped_column(BigInteger)
+
+
+class HostClock(Base):
+    """Per (run, host): its clock minus the reference host's (the host of the lowest rank), estimated
+    from the ends of blocking collectives, with a bound on its error; rewritten after every ingest
+    or transfer into the run. A host missing here has no estimate (see ``profdb ranks``)."""
+
+    __tablename__ = "host_clock"
+    run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), primary_key=True)
+    hostname: Mapped[str] = mapped_column(String(255), primary_key=True)
+    offset_ns: Mapped[int] = mapped_column(BigInteger)
+    error_ns: Mapped[int] = mapped_column(BigInteger)
+    samples: Mapped[int]

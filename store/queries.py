@@ -31,11 +31,14 @@ from sqlalchemy.sql import ColumnElement, text
 
 from . import reclassify
 from .errors import QueryError
+from .ingest_workers import NESTED_KINDS
 from .metrics import Spread, ratio, spread
 from .models import Name, Rank, Run, Step, Summary
 from .records import KINDS
 from .runs import RankRef, RunScope, scope_of, with_ranks
+from .timeline import RunVerdict, run_verdict, window_notes
 from .units import fmt_ns
+from .verdict import RankTotal
 
 COMM = "communication"
 #: ``--kind gpu``: everything that runs on the device
@@ -54,6 +57,13 @@ _rank = Rank.__table__
 _name = Name.__table__
 _sum = Summary.__table__
 _step = Step.__table__
+#: a summary row's time: self (exclusive) time, which for kinds that do not nest is the total; stores
+#: ingested before migration 0003 have no self time (NULL) and fall back to the inclusive total
+SELF_NS = func.coalesce(_sum.c.self_ns, _sum.c.total_ns)
+
+
+def _time(inclusive: bool) -> Any:
+    return _sum.c.total_ns if inclusive else SELF_NS
 
 
 @dataclass
@@ -137,7 +147,7 @@ class RunFacts:
 
 def run_facts(conn: Connection, scope: RunScope) -> RunFacts:
     rows = conn.execute(
-        select(_sum.c.kind, _sum.c.category, func.count(), func.sum(_sum.c.total_ns))
+        select(_sum.c.kind, _sum.c.category, func.count(), func.sum(SELF_NS))
         .select_from(_sum.join(_rank, _rank.c.id == _sum.c.rank_id))
         .where(_rank.c.run_id == scope.id)
         .group_by(_sum.c.kind, _sum.c.category)
@@ -204,7 +214,7 @@ RankTotals = dict[int, dict[tuple[str, str], int]]
 def rank_totals(conn: Connection, scope: RunScope, kinds: Iterable[str], pattern: str | None = None) -> RankTotals:
     """Per rank: total ns per (kind, category) over ``kinds`` (names LIKE ``pattern`` only, if given)."""
     rows = conn.execute(
-        select(_sum.c.rank_id, _sum.c.kind, _sum.c.category, func.sum(_sum.c.total_ns))
+        select(_sum.c.rank_id, _sum.c.kind, _sum.c.category, func.sum(SELF_NS))
         .select_from(_from(pattern is not None))
         .where(*_where(scope, kinds, pattern))
         .group_by(_sum.c.rank_id, _sum.c.kind, _sum.c.category)
@@ -234,23 +244,12 @@ def _in_category(totals: RankTotals, scope: RunScope, kinds: Iterable[str], cate
 
 @dataclass(frozen=True)
 class Verdict:
+    """The run's one straggler verdict (``timeline.run_verdict``), with the named rank resolved."""
+
     rank: RankRef | None
     line: str
-
-
-def _pct(value: int, mean: int) -> str:
-    if not mean:
-        return "n/a"
-    return f"{(value - mean) * 100 / mean:+.0f}%"
-
-
-_COMM_WHAT = {
-    "kernel": "communication kernels",
-    "gpu_annotation": "communication annotations on the device",
-    "annotation": "communication annotations",
-    "cpu_op": "communication ops",
-    "api": "communication API calls",
-}
+    #: the verdict's evidence and the collective timeline it came from (None for a single rank)
+    detail: RunVerdict | None = None
 
 
 def straggler(
@@ -260,47 +259,43 @@ def straggler(
     facts: RunFacts | None = None,
     totals: RankTotals | None = None,
 ) -> Verdict:
-    """The most likely straggler of the run: the rank that waits least in collectives (when the run
-    has communication on at least two ranks), else the rank with the most busy time in ``kinds``.
-    ``totals`` must cover ``kinds`` and the communication kind when given."""
+    """The one straggler verdict of the run (verdict.straggler_verdict): from the collective timeline
+    (who entered collectives last, who waited on whom) when the run has one; otherwise the documented
+    fallback on per-rank totals in ``kinds`` and communication (the rank that waits least in
+    collectives, else the busiest), saying so. ``totals`` must cover ``kinds`` and the communication
+    kind when given."""
     if len(scope.ranks) < 2:
-        return Verdict(None, f"run {scope.name!r} has {len(scope.ranks)} rank: no straggler to find")
+        return Verdict(None, f"no clear straggler: run {scope.name!r} has {len(scope.ranks)} rank, nothing to compare")
     ck = comm_kind(conn, scope, facts)
     if totals is None:
         totals = rank_totals(conn, scope, set(kinds) | ({ck} if ck else set()))
-    b = spread(_busy(totals, scope, kinds))
-    busiest = scope.ranks[b.argmax]
-    what = "/".join(kinds)
-    busy_why = f"the most {what} time ({fmt_ns(b.max)}, {_pct(b.max, b.mean)} vs mean {fmt_ns(b.mean)})"
-    balanced_busy = b.max - b.min <= 0.02 * max(b.mean, 1)
-    if ck is not None:
-        wait = _in_category(totals, scope, (ck,), COMM)
-        if sum(1 for w in wait if w > 0) >= 2:
-            c = spread(wait)
-            least = scope.ranks[c.argmin]
-            if c.max - c.min <= 0.02 * max(c.mean, 1) and balanced_busy:
-                return Verdict(
-                    None, f"no clear straggler in run {scope.name!r}: ranks within 2% in {what} and in collectives"
-                )
-            why = (
-                f"waits least in collectives ({_COMM_WHAT.get(ck, ck)} {fmt_ns(c.min)}, "
-                f"{_pct(c.min, c.mean)} vs mean {fmt_ns(c.mean)})"
-            )
-            if balanced_busy:
-                why += (
-                    f"; its {what} time is like the others' (within 2%), so the delay is outside the "
-                    "profiled activity (CPU work, data loading, launches)"
-                )
-            elif least.id == busiest.id:
-                why += f" and has {busy_why}"
-            else:
-                why += f"; rank {busiest.global_rank} has {busy_why}"
-            return Verdict(least, f"likely straggler: {least.label()}: {why}")
-    if balanced_busy:
-        return Verdict(
-            None, f"no clear straggler in run {scope.name!r}: ranks within 2% in {what} (no collectives to compare)"
-        )
-    return Verdict(busiest, f"likely straggler: {busiest.label()}: it has {busy_why} (no collectives to compare)")
+    busy = _busy(totals, scope, kinds)
+    wait = _in_category(totals, scope, (ck,), COMM) if ck else [0] * len(busy)
+    fallback = [
+        RankTotal(r.global_rank, busy[i], wait[i] if ck and wait[i] else None) for i, r in enumerate(scope.ranks)
+    ]
+    rv = run_verdict(conn, scope, fallback)
+    named = next((r for r in scope.ranks if r.global_rank == rv.verdict.rank), None)
+    return Verdict(named, rv.verdict.line, rv)
+
+
+def _verdict_notes(verdict: Verdict, scope: RunScope) -> list[str]:
+    """What the verdict's figures cover (the collective timeline's window and ranks), or why it fell back."""
+    if verdict.detail is None:
+        return []
+    a = verdict.detail.analysis
+    return window_notes(a, scope) if a.instances else list(a.notes)
+
+
+def _time_note(kinds: Iterable[str], inclusive: bool) -> str:
+    nested = sorted(set(kinds) & NESTED_KINDS)
+    if not nested:
+        return "times: total duration per (rank, name)"
+    if inclusive:
+        return (f"{'/'.join(nested)} times are inclusive (--inclusive): a nested op is counted again in each of its "
+                "parents")
+    return (f"{'/'.join(nested)} times are self time (the time in nested child ops is counted in the child only); "
+            "--inclusive for inclusive times")
 
 
 def _scope_notes(scope: RunScope) -> list[str]:
@@ -369,8 +364,11 @@ class NameGroup:
     max: int
 
 
-def name_groups(conn: Connection, scope: RunScope, kinds: Iterable[str], pattern: str | None) -> list[NameGroup]:
-    """Per (kind, name) of ``kinds`` in the run: calls, total and largest T_r (one GROUP BY)."""
+def name_groups(
+    conn: Connection, scope: RunScope, kinds: Iterable[str], pattern: str | None, inclusive: bool = False
+) -> list[NameGroup]:
+    """Per (kind, name) of ``kinds`` in the run: calls, total and largest T_r (one GROUP BY); T_r is
+    self time (``inclusive``: the inclusive total, which counts nested CPU ops in their parents)."""
     rows = conn.execute(
         select(
             _sum.c.kind,
@@ -378,8 +376,8 @@ def name_groups(conn: Connection, scope: RunScope, kinds: Iterable[str], pattern
             _name.c.value,
             func.min(_sum.c.category),
             func.sum(_sum.c.calls),
-            func.sum(_sum.c.total_ns),
-            func.max(_sum.c.total_ns),
+            func.sum(_time(inclusive)),
+            func.max(_time(inclusive)),
         )
         .select_from(_from(True))
         .where(*_where(scope, kinds, pattern))
@@ -398,7 +396,7 @@ def _top(groups: Iterable[NameGroup], n_ranks: int, top: int, by: str) -> list[N
 
 
 def rank_values(
-    conn: Connection, scope: RunScope, groups: Sequence[NameGroup]
+    conn: Connection, scope: RunScope, groups: Sequence[NameGroup], inclusive: bool = False
 ) -> dict[tuple[str, int], tuple[list[int], set[int]]]:
     """For each (kind, name_id): T_r in rank order (0 where absent) and the positions of the ranks
     that have the name."""
@@ -408,7 +406,7 @@ def rank_values(
     kinds = sorted({g.kind for g in groups})
     for chunk in (name_ids[i : i + 500] for i in range(0, len(name_ids), 500)):
         rows = conn.execute(
-            select(_sum.c.kind, _sum.c.name_id, _sum.c.rank_id, _sum.c.total_ns)
+            select(_sum.c.kind, _sum.c.name_id, _sum.c.rank_id, _time(inclusive))
             .select_from(_sum.join(_rank, _rank.c.id == _sum.c.rank_id))
             .where(_rank.c.run_id == scope.id, _sum.c.name_id.in_(chunk), _sum.c.kind.in_(kinds))
         ).all()
@@ -458,9 +456,11 @@ def imbalance(
     top: int = 20,
     name_like: str | None = None,
     by: str = "rank",
+    inclusive: bool = False,
 ) -> Result:
     """Which names are imbalanced across ranks, and which rank is the straggler (``by="rank"``);
-    or the same rolled up by hostname (slow node) or local_rank (slow GPU slot)."""
+    or the same rolled up by hostname (slow node) or local_rank (slow GPU slot). T_r of nested kinds
+    (cpu_op, annotation) is self time; ``inclusive``: the inclusive total instead."""
     if by not in GROUP_BY:
         raise QueryError(f"unknown grouping {by!r}; choose from {', '.join(GROUP_BY)}")
     scope = with_ranks(scope_of(conn, run))
@@ -471,13 +471,15 @@ def imbalance(
     ck = facts.comm_kind()
     if by != "rank":
         return _imbalance_by_group(conn, scope, kinds, ck, pattern, by, notes)
-    groups = name_groups(conn, scope, set(kinds) | ({ck} if ck else set()), pattern)
+    groups = name_groups(conn, scope, set(kinds) | ({ck} if ck else set()), pattern, inclusive)
     n = len(scope.ranks)
     compute = _top([g for g in groups if g.kind in kinds and g.category != COMM], n, top, "recoverable")
     comm = _top([g for g in groups if g.kind == ck and g.category == COMM], n, top, "recoverable")
-    values = rank_values(conn, scope, compute + comm)
+    values = rank_values(conn, scope, compute + comm, inclusive)
+    notes.append(_time_note(kinds, inclusive))
     rows = [_imbalance_row(scope, g, *values[(g.kind, g.name_id)]) for g in compute + comm]
     verdict = straggler(conn, scope, kinds, facts)
+    notes += _verdict_notes(verdict, scope)
     if ck is not None:
         notes.append(
             f"communication ({ck} rows, after the {'/'.join(kinds)} rows) is read inverted: the rank that "
@@ -534,7 +536,7 @@ def _imbalance_by_group(
     # per (name, group) totals, for the name that most exceeds its run-wide mean on each group
     col = _rank.c.hostname if by == "host" else _rank.c.local_rank
     per_name = conn.execute(
-        select(_name.c.value, col, func.sum(_sum.c.total_ns))
+        select(_name.c.value, col, func.sum(SELF_NS))
         .select_from(_from(True))
         .where(*_where(scope, kinds, pattern), _sum.c.category != COMM)
         .group_by(_sum.c.kind, _sum.c.name_id, _name.c.value, col)
@@ -633,16 +635,22 @@ def hotspots(
     kind: str | Sequence[str] | None = None,
     top: int = 20,
     name_like: str | None = None,
+    inclusive: bool = False,
 ) -> Result:
     """Where the time goes: total across ranks, share of the kinds' total, calls, mean duration,
-    and how the name's time is spread over the ranks."""
+    and how the name's time is spread over the ranks. Nested kinds (cpu_op, annotation) count self
+    time, so the shares of one kind add up to 100%; ``inclusive``: inclusive totals (they do not)."""
     scope = with_ranks(scope_of(conn, run))
     facts = run_facts(conn, scope)
     kinds, notes = select_kinds(conn, scope, kind, ("kernel",), facts)
     notes += _scope_notes(scope)
     grand_total = facts.kind_total(kinds)
-    groups = _top(name_groups(conn, scope, kinds, like_pattern(name_like)), len(scope.ranks), top, "total")
-    values = rank_values(conn, scope, groups)
+    if inclusive:
+        q = select(func.coalesce(func.sum(_sum.c.total_ns), 0)).select_from(_from(False))
+        grand_total = int(conn.execute(q.where(*_where(scope, kinds, None))).scalar() or 0)
+    groups = _top(name_groups(conn, scope, kinds, like_pattern(name_like), inclusive), len(scope.ranks), top, "total")
+    values = rank_values(conn, scope, groups, inclusive)
+    notes.append(_time_note(kinds, inclusive))
     rows = []
     for g in groups:
         v, present = values[(g.kind, g.name_id)]
@@ -682,6 +690,11 @@ def hotspots(
 STEP_HEADERS = [
     "step",
     "ranks",
+    "waited_on_rank",
+    "waited_on_host",
+    "waited_on_local_rank",
+    "wait_caused_ns",
+    "entered_last",
     "mean_per_rank_ns",
     "max_ns",
     "min_ns",
@@ -692,10 +705,13 @@ STEP_HEADERS = [
 
 
 def steps(conn: Connection, run: str | RunScope | None = None) -> Result:
-    """Per step (ProfilerStep#N), how long each rank took: which rank is slowest, and how often."""
+    """Per step (ProfilerStep#N): the rank the others waited on in the step's collectives (most wait
+    caused; empty when none or tied) and how long, beside the step durations, whose longest is
+    usually a *victim* (it waited) rather than the cause. Headline: the run's one verdict."""
     scope = scope_of(conn, run)
     notes = _scope_notes(scope)
     by_id = {r.id: r for r in scope.ranks}
+    by_global = {r.global_rank: r for r in scope.ranks}
     data = conn.execute(
         select(_step.c.step, _step.c.rank_id, _step.c.duration_ns)
         .select_from(_step.join(_rank, _rank.c.id == _step.c.rank_id))
@@ -705,8 +721,18 @@ def steps(conn: Connection, run: str | RunScope | None = None) -> Result:
     per_step: dict[int, list[tuple[RankRef, int]]] = defaultdict(list)
     for step, rank_id, dur in data:
         per_step[int(step)].append((by_id[rank_id], int(dur)))
+    if not per_step:
+        notes.append(
+            f"run {scope.name!r} has no steps: steps come from ProfilerStep#N annotations "
+            "(torch.profiler with a schedule and prof.step())"
+        )
+        return Result(list(STEP_HEADERS), [], None, notes)
+    verdict = straggler(conn, scope, select_kinds(conn, scope, None, ("kernel",))[0]) if len(scope.ranks) > 1 else None
+    analysis = verdict.detail.analysis if verdict is not None and verdict.detail is not None else None
+    attributed = {s.step: s for s in analysis.steps} if analysis is not None else {}
     rows = []
     slowest_count: dict[int, int] = defaultdict(int)
+    waited_count: dict[int, int] = defaultdict(int)
     for step in sorted(per_step):
         entries = per_step[step]
         s = spread([d for _r, d in entries])
@@ -714,10 +740,19 @@ def steps(conn: Connection, run: str | RunScope | None = None) -> Result:
         fast = entries[s.argmin][0]
         if len(entries) > 1:
             slowest_count[slow.global_rank] += 1
+        att = attributed.get(step)
+        on = by_global.get(att.waited_on) if att is not None and att.waited_on is not None else None
+        if on is not None:
+            waited_count[on.global_rank] += 1
         rows.append(
             (
                 step,
                 len(entries),
+                on.global_rank if on else None,
+                on.hostname if on else None,
+                on.local_rank if on else None,
+                att.wait_caused_ns if att is not None and on is not None else None,
+                att.ranks[on.global_rank].last if att is not None and on is not None else None,
                 s.mean,
                 s.max,
                 s.min,
@@ -731,38 +766,35 @@ def steps(conn: Connection, run: str | RunScope | None = None) -> Result:
                 fast.local_rank,
             )
         )
-    if not rows:
-        notes.append(
-            f"run {scope.name!r} has no steps: steps come from ProfilerStep#N annotations "
-            "(torch.profiler with a schedule and prof.step())"
-        )
-        return Result(list(STEP_HEADERS), rows, None, notes)
     compared = sum(slowest_count.values())
     if not compared:
-        return Result(list(STEP_HEADERS), rows, "each step was seen on one rank only: nothing to compare", notes)
-    ranked = sorted(slowest_count.items(), key=lambda kv: (-kv[1], kv[0]))
-    g, count = ranked[0]
-    ref = next(r for r in scope.ranks if r.global_rank == g)
-    worst = max((r[5] for r in rows if r[5] is not None), default=1.0)
-    if worst < 1.02:
-        headline = (
-            f"steps are balanced across ranks (largest step imbalance {worst:.3f}); "
-            f"slowest most often: rank {g} in {count} of {compared} steps"
-        )
-    elif len(ranked) > 1 and ranked[1][1] == count:
-        tied = ", ".join(f"rank {gg} in {c}" for gg, c in ranked[:6])
-        headline = f"no rank is the slowest more often than the others; slowest: {tied} of {compared} steps"
+        notes.append("each step was seen on one rank only: nothing to compare")
     else:
-        others = ", ".join(f"rank {gg} in {c}" for gg, c in ranked[1:4])
-        headline = f"{ref.label()} is the slowest in {count} of {compared} steps"
-        if others:
-            headline += f" (then {others})"
+        if waited_count:
+            ranked_w = sorted(waited_count.items(), key=lambda kv: (-kv[1], kv[0]))
+            notes.append(
+                "waited on (the rank whose late arrival at the step's collectives caused the most wait): "
+                + ", ".join(f"rank {g} in {c}" for g, c in ranked_w[:6]) + f" of {len(rows)} steps"
+            )
+        elif analysis is not None and not analysis.has_timeline:
+            notes.append("no collective timeline: waited_on_* are empty (" + "; ".join(analysis.notes) + ")")
+        ranked = sorted(slowest_count.items(), key=lambda kv: (-kv[1], kv[0]))
+        g, count = ranked[0]
+        worst = max((r[10] for r in rows if r[10] is not None), default=1.0)
+        notes.append(
+            f"longest step (slowest_rank) most often: rank {g} in {count} of {compared} steps"
+            + (f" (then {', '.join(f'rank {gg} in {c}' for gg, c in ranked[1:4])})" if len(ranked) > 1 else "")
+            + f"; largest step imbalance {worst:.3f}. The longest step is usually a rank that waited, not the one "
+            "waited on"
+        )
+    if analysis is not None:
+        notes += [n for n in analysis.notes if n not in notes]
     partial = [st for st, e in per_step.items() if len(e) < len(scope.ranks)]
     if partial:
         notes.append(
             f"{len(partial)} step(s) were not recorded on every rank; their figures use the ranks that have them"
         )
-    return Result(list(STEP_HEADERS), rows, headline, notes)
+    return Result(list(STEP_HEADERS), rows, verdict.line if verdict is not None else None, notes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -811,12 +843,13 @@ def rank_split(conn: Connection, run: str | RunScope | None = None, kind: str | 
         for i, r in enumerate(scope.ranks)
     ]
     verdict = straggler(conn, scope, kinds, facts, totals)
+    notes += _verdict_notes(verdict, scope)
     notes.append(
         f"compute/memory: {'/'.join(kinds)} rows; communication: "
         + (f"{ck} rows of category communication" if ck else "none in this run")
     )
-    if "cpu_op" in kinds:
-        notes.append("cpu_op totals count nested operators in each of their parents (aten::linear holds aten::addmm)")
+    if set(kinds) & NESTED_KINDS:
+        notes.append(_time_note(kinds, False).replace("; --inclusive for inclusive times", ""))
     return Result(list(RANK_HEADERS), rows, verdict.line, notes)
 
 

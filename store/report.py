@@ -30,7 +30,8 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from . import queries, runs
+from . import queries, runs, straggler
+from .collectives import Analysis
 from .errors import InputError, ProfdbError
 from .identity import rank_ranges
 from .metrics import spread
@@ -88,6 +89,9 @@ class ReportData:
     hotspots: queries.Result
     steps: queries.Result
     rank_split: queries.Result
+    #: per rank from the collective timeline (straggler.stragglers) and its analysis (None: a single rank)
+    stragglers: queries.Result
+    analysis: Analysis | None
     by_host: queries.Result
     by_local_rank: queries.Result
     heatmap: Heatmap
@@ -195,6 +199,8 @@ def build_report(
         hotspots=queries.hotspots(conn, scope, kind=kind, top=15),
         steps=queries.steps(conn, scope),
         rank_split=queries.rank_split(conn, scope, kind=kind),
+        stragglers=straggler.stragglers(conn, scope),
+        analysis=verdict.detail.analysis if verdict.detail is not None else None,
         by_host=queries.imbalance(conn, scope, kind=kind, by="host"),
         by_local_rank=queries.imbalance(conn, scope, kind=kind, by="local-rank"),
         heatmap=_heatmap(conn, scope, imb, kinds, verdict),
@@ -337,6 +343,35 @@ def _rank_split_svg(data: ReportData) -> str:
     ax.set_title(f"time per rank ({'/'.join(data.kinds)}; communication is mostly waiting)", fontsize=9)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     return _svg(fig)
+
+
+def skew_figure(a: Analysis, straggler_rank: int | None) -> Any:
+    """The evidence chart: arrival skew of each matched collective instance in time order, colored
+    where the named rank was the last to arrive; beside it, per rank, the wait it caused the others
+    and the wait it suffered."""
+    _matplotlib()
+    fig = _figure(11.0, 3.2)
+    left, right = fig.subplots(1, 2, width_ratios=[3, 2])
+    inst = a.instances
+    colors = ["#b2182b" if i.last_rank is not None and i.last_rank == straggler_rank
+              else ("#999999" if i.last_rank is None else "#4575b4") for i in inst]
+    left.bar(range(len(inst)), [i.skew_ns / 1e6 for i in inst], color=colors, width=0.85)
+    left.set_xlabel("collective instance, in time order" + (
+        f" (red: rank {straggler_rank} arrived last; grey: tie)" if straggler_rank is not None else " (grey: tie)"))
+    left.set_ylabel("arrival skew, ms")
+    left.set_title(f"arrival skew per {a.family} collective (last arrival - first)", fontsize=9)
+    ranks = sorted(a.ranks)
+    x = list(range(len(ranks)))
+    right.bar([i - 0.2 for i in x], [a.ranks[r].wait_caused_ns / 1e6 for r in ranks], width=0.4,
+              label="wait caused (others waited on it)", color="#d95f02")
+    right.bar([i + 0.2 for i in x], [a.ranks[r].wait_suffered_ns / 1e6 for r in ranks], width=0.4,
+              label="wait suffered", color="#7570b3")
+    _rank_ticks(right, ranks)
+    right.set_xlabel("global rank")
+    right.set_ylabel("ms")
+    right.set_title("wait per rank", fontsize=9)
+    right.legend(fontsize=7, frameon=False)
+    return fig
 
 
 def _steps_svg(data: ReportData) -> str | None:
@@ -559,6 +594,18 @@ def render_html(data: ReportData, store: str = "") -> str:
             f"{len(data.ranks)} ranks · {'/'.join(data.kinds)}"
         ),
         "verdict": html.escape(data.verdict),
+        "evidence_notes": _notes(data.stragglers.notes),
+        "skew_chart": _figure_html(
+            _svg(skew_figure(data.analysis, data.straggler))
+            if data.analysis is not None and data.analysis.instances else None,
+            "skew",
+            "Left: how far apart the ranks arrived at each collective. Right: the time the other ranks waited "
+            "for each rank (it arrived last) and the time it waited for them.",
+            "no collective timeline in this run: the verdict above comes from per-rank totals",
+        ),
+        "stragglers_table": html_table(
+            data.stragglers.headers, data.stragglers.rows, "stragglers", data.straggler, "global_rank"
+        ),
         "notes": _notes(data.notes),
         "cards": cards_html,
         "heatmap": _figure_html(

@@ -26,7 +26,8 @@ from . import bulk
 from .errors import QueryError, RankIdentityError
 from .identity import missing_ranks, rank_ranges, rank_spans, span_text
 from .manifest import ABNORMAL, RankEnd, describe_end
-from .models import ClassificationRules, Rank, Run, SourceFile
+from .models import ClassificationRules, HostClock, Rank, Run, SourceFile
+from .units import fmt_ns
 
 _run = Run.__table__
 _rank = Rank.__table__
@@ -294,6 +295,19 @@ def _fmt_ended(ends: list[tuple[int, str]]) -> str:
     return "; ".join(f"{status}: {rank_ranges(gs)}" for status, gs in sorted(by.items()))
 
 
+def _clock_summary(conn: Connection) -> dict[int, str]:
+    """Per run: its hosts' clock offsets against the reference host, with their error bounds (host_clock,
+    written at ingest); "" for runs on one host or without a collective timeline."""
+    out: dict[int, list[str]] = {}
+    for run_id, host, off, err in conn.execute(
+        select(HostClock.run_id, HostClock.hostname, HostClock.offset_ns, HostClock.error_ns)
+        .where(HostClock.samples > 0)
+        .order_by(HostClock.run_id, HostClock.hostname)
+    ):
+        out.setdefault(run_id, []).append(f"{host} {fmt_ns(int(off))} +- {fmt_ns(int(err))}")
+    return {k: "; ".join(v) for k, v in out.items()}
+
+
 def list_runs(conn: Connection) -> Table:
     headers = [
         "run",
@@ -305,7 +319,9 @@ def list_runs(conn: Connection) -> Table:
         "ended_abnormally",
         "sources",
         "rows",
+        "clock_offsets",
     ]
+    clocks = _clock_summary(conn)
     ranks: dict[int, int] = {
         run_id: n for run_id, n in conn.execute(select(Rank.run_id, func.count()).group_by(Rank.run_id))
     }
@@ -340,6 +356,7 @@ def list_runs(conn: Connection) -> Table:
                 _fmt_ended(ended.get(run.id, [])),
                 n_src,
                 int(n_rows),
+                clocks.get(run.id, ""),
             )
         )
     return headers, rows
@@ -367,8 +384,16 @@ def list_ranks(conn: Connection, run: str | None = None) -> tuple[list[str], lis
     killed or never ended get a note too: their profiles may be cut short."""
     name = run or latest_run(conn)
     rid = run_id(conn, name)
-    headers = ["global_rank", "hostname", "local_rank", "pid", "device", "end", "rows", "sources", "files"]
+    headers = ["global_rank", "hostname", "local_rank", "pid", "device", "end", "rows", "sources", "clock_offset_ns",
+               "clock_error_ns", "files"]
     notes: list[str] = []
+    present_hosts: set[str] = set()
+    clocks = {
+        h: (int(o), int(e))
+        for h, o, e in conn.execute(
+            select(HostClock.hostname, HostClock.offset_ns, HostClock.error_ns).where(HostClock.run_id == rid)
+        )
+    }
     world = conn.execute(select(Run.world_size).where(Run.id == rid)).scalar()
     files: dict[int, list[str]] = {}
     rows_by: dict[int, int] = {}
@@ -403,20 +428,35 @@ def list_ranks(conn: Connection, run: str | None = None) -> tuple[list[str], lis
         end_text = describe_end(end) if r.end_status else ""
         if end.abnormal:
             abnormal.append(f"rank {r.global_rank} {end_text}")
+        off, err = clocks.get(r.hostname or "", (None, None))
+        present_hosts.add(r.hostname or "")
         out.append(
             (
                 r.global_rank,
                 (r.global_rank, r.hostname, r.local_rank, r.pid, r.device, end_text, rows_by.get(r.id, 0), len(fl),
-                 "; ".join(fl)),
+                 off, err, "; ".join(fl)),
             )
         )
     missing = missing_ranks(present, world)
     for first, last in rank_spans(missing):
         what = "this rank" if first == last else f"these {last - first + 1} ranks"
         label: int | str = first if first == last else span_text(first, last)
-        out.append((first, (label, None, None, None, None, "", 0, 0, f"MISSING: no profile ingested for {what}")))
+        out.append(
+            (first, (label, None, None, None, None, "", 0, 0, None, None, f"MISSING: no profile ingested for {what}"))
+        )
     out.sort(key=lambda t: t[0])
     notes.append(f"run {name}: {len(present)} ranks" + (f" of world size {world}" if world else ""))
+    if clocks:
+        unknown = sorted(h for h in present_hosts if h not in clocks)
+        notes.append(
+            "clock_offset: the host's clock minus the reference host's, from the ends of blocking collectives "
+            "(clock_error: its bound); used for every cross-rank time comparison"
+        )
+        if unknown:
+            notes.append(
+                f"no clock offset for host(s) {', '.join(unknown)}: no blocking collective in common with the "
+                "other hosts; their ranks are left out of cross-rank time comparisons"
+            )
     if missing:
         notes.append(f"missing ranks: {_fmt_missing(missing)}")
     if abnormal:

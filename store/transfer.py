@@ -19,10 +19,14 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, Float, cast, func, insert, select
 
-from . import bulk, reclassify, runs
+from . import bulk, reclassify, runs, timeline
+from .collectives import RankTimeline, TimelineBuilder
 from .db import display_url, load_target, open_db, resolve_url, sqlite_path
 from .errors import ProfdbError, QueryError, StoreError
+from .ingest_workers import NESTED_KINDS
+from .intervals import SelfTotals
 from .models import Activity, Counter, Name, Rank, Run, SourceFile, Step, Summary
+from .records import Activity as ActivityRecord
 
 BATCH = 20000
 
@@ -359,6 +363,61 @@ def _copy_files(
     bulk.add_steps(d, [(rank_map[r[0]], r[1], source_map[r[2]], r[3], r[4]) for r in steps])
     rows["step"] = len(steps)
     rows["summary"] = _copy_summaries(s, d, run, files, todo, ranks, rank_map, names)
+    rows["collective_call"] = _copy_timelines(s, d, run_id, files, todo, ranks, rank_map)
+    timeline.store_clocks(d, runs.resolve_run(d, run.name))
+
+
+def _copy_timelines(
+    s: Connection,
+    d: Connection,
+    run_id: int,
+    files: list[Any],
+    todo: list[Any],
+    ranks: dict[int, Any],
+    rank_map: dict[int, int],
+) -> int:
+    """The collective timelines of the copied ranks: a rank whose files are all copied brings its
+    stored timeline as it is; a rank with some files in the destination already gets the new files'
+    timelines computed from their activity rows (as ingest does), merged there (timeline.save_timelines).
+    Returns the number of collective calls copied."""
+    todo_by_rank: dict[int, list[Any]] = {}
+    for f in todo:
+        todo_by_rank.setdefault(f.rank_id, []).append(f)
+    all_by_rank: dict[int, int] = {}
+    for f in files:
+        all_by_rank[f.rank_id] = all_by_rank.get(f.rank_id, 0) + 1
+    whole = [rid for rid, fs in todo_by_rank.items() if len(fs) == all_by_rank[rid]]
+    stored = timeline.load_timelines(s, {rid: ranks[rid].global_rank for rid in whole})
+    new: dict[int, list[RankTimeline]] = {rank_map[rid]: [t] for rid, t in stored.items()}
+    for rid, fs in todo_by_rank.items():
+        if rid in whole:
+            continue
+        for f in fs:
+            t, _own = _from_activity(s, f)
+            if t is not None:
+                new.setdefault(rank_map[rid], []).append(t)
+    timeline.save_timelines(d, run_id, new)
+    return sum(len(c) for ts in new.values() for t in ts for c in t.calls.values())
+
+
+def _from_activity(s: Connection, f: Any) -> tuple[RankTimeline | None, dict[tuple[int, str], int]]:
+    """One source file's collective timeline and self time per (name id, kind), from its activity rows
+    (for a transfer that cannot copy them as they are)."""
+    b = TimelineBuilder(int(f.time_base_ns or 0))
+    nested = SelfTotals()
+    q = (
+        select(_ACT.c.kind, Name.value, _ACT.c.start_ns, _ACT.c.duration_ns, _ACT.c.category, _ACT.c.device,
+               _ACT.c.stream, _ACT.c.correlation, _ACT.c.pid, _ACT.c.tid, _ACT.c.args, _ACT.c.name_id)
+        .select_from(_ACT.join(Name.__table__, Name.__table__.c.id == _ACT.c.name_id))
+        .where(_ACT.c.source_id == f.id)
+    )
+    for r in s.execute(q.execution_options(yield_per=BATCH)):
+        a = ActivityRecord(r[0], r[1], int(r[2]), int(r[3]), r[4], r[5], r[6], r[7], r[8], r[9], args=r[10])
+        b.add(a)
+        if a.kind in NESTED_KINDS:
+            nested.add((a.kind, a.pid, a.tid, a.device), a.start_ns, a.duration_ns, (int(r[11]), a.kind))
+    own = {k: v for k, v in nested.totals().items() if isinstance(k, tuple)}
+    return (b.finish(-1) if b.first is not None else None), own
 
 
 def _stream(
@@ -419,8 +478,8 @@ def _copy_summaries(
     for rid, fs in sorted(todo_by_rank.items()):
         if len(fs) == all_by_rank[rid]:
             q = select(S.c.name_id, S.c.kind, S.c.category, S.c.calls, S.c.total_ns, S.c.min_ns, S.c.max_ns,
-                       S.c.sum_sq_ns).where(S.c.rank_id == rid)
-            part = s.execute(q).all()
+                       S.c.sum_sq_ns, S.c.self_ns).where(S.c.rank_id == rid)
+            part: list[tuple[Any, ...]] = [tuple(r) for r in s.execute(q).all()]
         else:
             ids = [f.id for f in fs]
             counted: dict[int, int] = dict(s.execute(
@@ -443,9 +502,14 @@ def _copy_summaries(
                 .where(_ACT.c.source_id.in_(ids))
                 .group_by(_ACT.c.name_id, _ACT.c.kind)
             )
-            part = s.execute(q).all()
+            own: dict[tuple[int, str], int] = {}
+            for f in fs:
+                for k, v in _from_activity(s, f)[1].items():
+                    own[k] = own.get(k, 0) + v
+            part = [(*r, own.get((int(r[0]), r[1]), int(r[4]))) for r in s.execute(q).all()]
         names.ensure(r[0] for r in part)
-        out += [(rank_map[rid], names.ids[r[0]], r[1], r[2], int(r[3]), int(r[4]), int(r[5]), int(r[6]), float(r[7]))
+        out += [(rank_map[rid], names.ids[r[0]], r[1], r[2], int(r[3]), int(r[4]), int(r[5]), int(r[6]), float(r[7]),
+                 None if r[8] is None else int(r[8]))
                 for r in part]
     bulk.add_summaries(d, out)
     return len(out)

@@ -12,7 +12,7 @@ from . import queries
 from .compare import imbalance_of, kinds_for, ratio_of, slowest_rank
 from .errors import QueryError
 from .models import Name, Rank, Summary
-from .queries import COMM, Result, like_pattern
+from .queries import COMM, SELF_NS, Result, like_pattern
 from .runs import all_runs, find_run, matches, resolve_run
 from .units import fmt_ns
 
@@ -73,7 +73,7 @@ def trend(
     calls: dict[int, int] = defaultdict(int)
     comm_names: dict[int, bool] = {}
     for run_id, g, cat, n_calls, total in conn.execute(
-        select(_rank.c.run_id, _rank.c.global_rank, _sum.c.category, func.sum(_sum.c.calls), func.sum(_sum.c.total_ns))
+        select(_rank.c.run_id, _rank.c.global_rank, _sum.c.category, func.sum(_sum.c.calls), func.sum(SELF_NS))
         .select_from(joined)
         .where(*cond)
         .group_by(_rank.c.run_id, _rank.c.global_rank, _sum.c.category)

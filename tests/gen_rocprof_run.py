@@ -59,20 +59,44 @@ def generate(
     slow_all_ranks: bool = False,
 ) -> GeneratedRun:
     """``slow_rank`` runs ``slow_kernel`` ``slow_factor`` (3x) longer; every rank of ``slow_host`` (index)
-    runs 1.5x longer. Communication kernels run *shorter* on the slow rank (it waits less: the others wait
+    runs 1.5x longer. The all-reduce blocks: it ends at one instant on every rank (on each node's own
+    clock, shifted 7 ms per node), so it runs *shorter* on the slow rank (it waits less: the others wait
     for it). ``slow_all_ranks``: every rank runs ``slow_kernel`` ``slow_factor`` longer (a regression
     of the kernel itself, not a straggler)."""
     rnd = random.Random(seed)
     world = nodes * gpus_per_node
     hosts = [f"node{n:02d}" for n in range(nodes)]
     run = GeneratedRun(root, world, hosts)
+    # the timeline first, on one true clock: every rank runs the kernels in order; the all-reduce blocks,
+    # so it ends at the same instant on every rank (the last arrival + its own time); ranks that arrive
+    # early wait in it (a longer all-reduce kernel), the slow rank waits least
+    clock = [1_000_000_000] * world
+    events: list[list[tuple[int, str, int, int]]] = [[] for _ in range(world)]  # (kernel index, name, start, end)
+    for _ in range(calls):
+        for ki, name in enumerate(KERNELS):
+            base = 10_000 * (ki + 1)
+            if name.startswith("nccl"):
+                end = max(clock) + base + rnd.randint(0, 500)
+                for g in range(world):
+                    events[g].append((ki, name, clock[g], end))
+                    clock[g] = end + 1000
+                continue
+            for g in range(world):
+                node = g // gpus_per_node
+                dur = base + rnd.randint(0, 500)
+                if (g == slow_rank or slow_all_ranks) and name == slow_kernel:
+                    dur = int(dur * slow_factor)
+                if slow_host is not None and node == slow_host:
+                    dur = dur * 3 // 2
+                events[g].append((ki, name, clock[g], clock[g] + dur))
+                clock[g] += dur + 1000
     for g in range(world):
         node, local = divmod(g, gpus_per_node)
         host = hosts[node]
         pid = 1000 + g
         d = root / f"rank{g:04d}" / host
         d.mkdir(parents=True, exist_ok=True)
-        t = 1_000_000_000 + node * 7_000_000  # per-node BOOTTIME clocks differ
+        shift = node * 7_000_000  # per-node BOOTTIME clocks differ
         dispatch = 0
         with open(d / f"{pid}_kernel_trace.csv", "w", newline="") as kf, open(
             d / f"{pid}_counter_collection.csv", "w", newline=""
@@ -81,34 +105,26 @@ def generate(
             cw = csv.writer(cf, quoting=csv.QUOTE_NONNUMERIC)
             kw.writerow(KERNEL_HEADER)
             cw.writerow(COUNTER_HEADER)
-            for _ in range(calls):
-                for ki, name in enumerate(KERNELS):
-                    base = 10_000 * (ki + 1)
-                    dur = base + rnd.randint(0, 500)
-                    if (g == slow_rank or slow_all_ranks) and name == slow_kernel:
-                        dur = int(dur * slow_factor)
-                    if slow_host is not None and node == slow_host and not name.startswith("nccl"):
-                        dur = dur * 3 // 2
-                    if g == slow_rank and name.startswith("nccl"):
-                        dur //= 4
-                    dispatch += 1
-                    kw.writerow(
-                        ["KERNEL_DISPATCH", f"Agent {local + 2}", 1, 1, pid, dispatch, ki + 1, name, dispatch, t, t + dur,
-                         0, 0, 8, 0, 16, 256, 1, 1, 4096, 1, 1]
-                    )
-                    if counters:
-                        for cname in ("SQ_WAVES", "GRBM_GUI_ACTIVE"):
-                            cw.writerow(
-                                [dispatch, dispatch, f"Agent {local + 2}", 1, pid, pid, 4096, ki + 1, name, 256, 0, 0, 8, 0,
-                                 16, cname, float(dispatch * 10), t, t + dur]
-                            )
-                            run.counters += 1
-                    c, tot = run.totals.get((g, name), (0, 0))
-                    run.totals[(g, name)] = (c + 1, tot + dur)
-                    t += dur + 1000
+            for ki, name, start, end in events[g]:
+                t, dur = start + shift, end - start
+                dispatch += 1
+                kw.writerow(
+                    ["KERNEL_DISPATCH", f"Agent {local + 2}", 1, 1, pid, dispatch, ki + 1, name, dispatch, t, t + dur,
+                     0, 0, 8, 0, 16, 256, 1, 1, 4096, 1, 1]
+                )
+                if counters:
+                    for cname in ("SQ_WAVES", "GRBM_GUI_ACTIVE"):
+                        cw.writerow(
+                            [dispatch, dispatch, f"Agent {local + 2}", 1, pid, pid, 4096, ki + 1, name, 256, 0, 0, 8, 0,
+                             16, cname, float(dispatch * 10), t, t + dur]
+                        )
+                        run.counters += 1
+                c, tot = run.totals.get((g, name), (0, 0))
+                run.totals[(g, name)] = (c + 1, tot + dur)
         with open(d / f"{pid}_memory_copy_trace.csv", "w", newline="") as mf:
             mw = csv.writer(mf, quoting=csv.QUOTE_NONNUMERIC)
             mw.writerow(COPY_HEADER)
-            mw.writerow(["MEMORY_COPY", "MEMORY_COPY_HOST_TO_DEVICE", 0, "Agent 0", f"Agent {local + 2}", 1, 500, 900])
+            t0 = 1_000_000_000 + shift - 5000  # just before the first kernel, on the node's clock
+            mw.writerow(["MEMORY_COPY", "MEMORY_COPY_HOST_TO_DEVICE", 0, "Agent 0", f"Agent {local + 2}", 1, t0, t0 + 400])
             run.copies += 1
     return run

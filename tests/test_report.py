@@ -115,6 +115,7 @@ def test_report_is_self_contained(torchrun_report: Path) -> None:
     # the charts are inline SVG (heatmap, per-rank split, steps, hotspots)
     assert text.count("<svg") >= 4
     assert 'id="heatmap"' in text and 'id="steps-chart"' in text and 'id="rank-split"' in text
+    assert 'id="skew"' in text and text.index('id="skew"') < text.index('id="heatmap"')
     assert len(text) < 1_000_000
 
 
@@ -125,7 +126,7 @@ def test_report_in_headless_chromium(torchrun_report: Path, tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr[-2000:]
     dom = Dom()
     dom.feed(done.stdout)
-    assert dom.text["straggler"].startswith("likely straggler: rank 2 (host vm)")
+    assert dom.text["straggler"].startswith("likely straggler: rank 2 (host vm, local_rank ?)")
     assert dom.text["run-name"] == "torchrun4_cpu"
     heat = dom.tags["heatmap"]
     assert "svg" in heat and "image" in heat  # matplotlib's imshow: an embedded raster in the SVG
@@ -133,6 +134,12 @@ def test_report_in_headless_chromium(torchrun_report: Path, tmp_path: Path) -> N
     assert "aten::mm" in heat_text and "gloo:all_reduce" in heat_text
     assert "outlined: the likely straggler, rank 2" in heat_text
     assert "no missing ranks" in dom.text["missing-ranks"]
+    # the evidence leads (issue 12): the skew chart and the per-rank wait right after the verdict
+    evidence = dom.text["evidence"]
+    assert "arrival skew per annotation collective" in evidence and "wait per rank" in evidence
+    assert "svg" in dom.tags["skew"]
+    assert "window: 3 matched collective instances" in evidence
+    assert list(dom.text).index("straggler") < list(dom.text).index("evidence") < list(dom.text).index("heatmap")
     assert "rank2_iter5_7.json.gz" in dom.text["provenance"]
     assert "slowest" in dom.text["steps"] and "svg" in dom.tags["steps-chart"]
     # and a picture of it

@@ -29,10 +29,18 @@ VIEWS = {
     "rank_v": "run, hostname, global_rank, local_rank, node_rank, pid, device, sources, rows",
     "activity_v": "run, hostname, global_rank, local_rank, kind, category, name, start_ns, end_ns, duration_ns, "
     "device, stream, correlation, pid, tid, grid_x, grid_y, grid_z, block_x, block_y, block_z, args",
-    "summary_v": "run, hostname, global_rank, local_rank, kind, category, name, calls, total_ns, mean_ns, min_ns, max_ns",
+    "summary_v": "run, hostname, global_rank, local_rank, kind, category, name, calls, total_ns, mean_ns, min_ns, max_ns, "
+    "self_ns",
     "counter_v": "run, hostname, global_rank, local_rank, kernel, counter, value, dispatch_id, samples, min_value, max_value",
     "step_v": "run, hostname, global_rank, local_rank, step, start_ns, duration_ns",
     "source_v": "run, hostname, global_rank, local_rank, path, format, content_kind, rows, size_bytes, sha256, identity_origin",
+    # the collective timeline (issue 12)
+    "collective_call_v": "run, hostname, global_rank, local_rank, family, group_name, collective, seq, start_ns, end_ns, "
+    "bytes, arrival_ns, clock_error_ns, busy_before_ns, window_ns",
+    "rank_timeline_v": "run, hostname, global_rank, local_rank, work_domain, first_ns, last_ns, busy_ns, comm_ns, "
+    "exposed_comm_ns, clock_offset_ns, clock_error_ns",
+    "step_timeline_v": "run, hostname, global_rank, local_rank, step, start_ns, duration_ns, busy_ns, exposed_comm_ns",
+    "host_clock_v": "run, hostname, offset_ns, error_ns, samples",
 }
 
 

@@ -1,0 +1,793 @@
+"""Collectives on the timeline: who arrived last, who waited, on which clock.
+
+Pure functions over typed records (no database): phase 2 feeds them from the store, tests from the
+readers. Three stages, each usable alone:
+
+1. ``summarize_rank(rank, activities, time_base_ns)`` -> ``RankTimeline``: one pass over one rank's
+   activity. Finds its collective calls (see FAMILIES), numbers the k-th call of each (process group,
+   collective) ``seq``, and measures per call the work done since the previous call ended
+   (``busy_before_ns`` in ``window_ns``); also the rank's busy time (interval union, per device or
+   thread, never a sum over streams), exposed communication and its ``ProfilerStep#N`` ranges.
+   Everything here is in the rank's own clock, so it can be computed at ingest, rank by rank.
+2. ``match_instances`` + ``estimate_offsets``: the k-th call of one collective in one group is matched
+   across ranks (an *instance*). Ranks on one host share a clock; each other host gets one offset,
+   estimated from the instants at which blocking collectives complete (every participant leaves
+   within microseconds), with a residual that bounds its error.
+3. ``attribute``: per instance the arrival skew, the last rank (ties are ties) and each rank's wait;
+   per rank and per step the times entered last, the wait caused to the others and the wait suffered.
+
+Definitions (ns; a_{i,r} = arrival of rank r at instance i on the common clock, i.e. its call's start
+minus its host's offset; L_i = the last rank, when unique):
+
+- skew_i = max_r a_{i,r} - min_r a_{i,r}
+- wait_{i,r} = a_{i,L_i} - a_{i,r} (time rank r waited in instance i for the last rank)
+- wait caused by rank c = sum over the instances where c is last of sum_r wait_{i,r}
+- wait suffered by rank r = sum_i wait_{i,r}
+- busy = union of the rank's non-communication work (device kernels/copies if it has any, else CPU ops)
+- idle = span - busy (span: first to last activity of the rank)
+- exposed communication = union(communication) minus the part overlapped by busy
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import json
+import re
+import statistics
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from .classify import category as _category
+from .intervals import Coverage, merge, union_length
+from .records import Activity
+
+#: Call families, best first: where a collective's arrival is observed. A device kernel starts when
+#: the device reaches the collective; a CPU-side annotation or c10d op when the host does.
+FAMILIES = ("kernel", "annotation", "api", "cpu_op")
+
+_KERNEL = re.compile(r"^(?:nccl|rccl)(?:Dev)?(?:Kernel)?_?([A-Za-z]+)", re.IGNORECASE)
+_ANNOTATION = re.compile(r"^(?:nccl|gloo|ucc|mpi):(.+)$", re.IGNORECASE)
+_API = re.compile(r"^(?:nccl|rccl)([A-Z][A-Za-z]+)$")
+_C10D = re.compile(r"^c10d::(.+?)_?$")
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+#: API calls that are not collectives (communicator setup, groups, queries)
+_NOT_COLLECTIVE = {"commcount", "commuserrank", "commcudevice", "comminitrank", "comminitall", "commdestroy",
+                   "commabort", "commfinalize", "commsplit", "groupstart", "groupend", "getuniqueid",
+                   "getversion", "geterrorstring", "getlasterror", "commgetasyncerror", "meminit", "memalloc",
+                   "memfree", "redopcreatepremulsum", "redopdestroy", "commregister", "commderegister"}
+_DTYPE_BYTES = {"float": 4, "float32": 4, "int": 4, "int32": 4, "double": 8, "float64": 8, "long": 8, "int64": 8,
+                "half": 2, "float16": 2, "bfloat16": 2, "byte": 1, "char": 1, "int8": 1, "uint8": 1, "bool": 1}
+
+
+
+class RankIdentity(NamedTuple):
+    """Where a rank ran: the host whose clock it uses, and its slot on that host."""
+
+    host: str
+    local_rank: int | None = None
+
+
+class CollectiveCall(NamedTuple):
+    """One rank's call of one collective. Times in ns on the rank's own clock (time base added)."""
+
+    rank: int
+    family: str
+    group: str
+    name: str
+    #: the k-th call (0-based) of (family, group, name) on this rank
+    seq: int
+    start_ns: int
+    end_ns: int
+    #: message size in bytes where the profiler says (elements x dtype size), else None
+    bytes: int | None
+    #: work (see ``RankTimeline.work_domain``) done in the window before this call: from the end of
+    #: the rank's previous call of the same family (or its first activity) to this call's start
+    busy_before_ns: int
+    window_ns: int
+
+
+class Step(NamedTuple):
+    """One ``ProfilerStep#N`` range of a rank, with the rank's busy time and exposed communication in it."""
+
+    number: int
+    start_ns: int
+    end_ns: int
+    busy_ns: int = 0
+    exposed_comm_ns: int = 0
+
+    @property
+    def idle_ns(self) -> int:
+        return max(self.end_ns - self.start_ns - self.busy_ns, 0)
+
+
+@dataclass(frozen=True)
+class RankTimeline:
+    """What the cross-rank analysis needs of one rank, computed in one pass over its activity."""
+
+    rank: int
+    calls: Mapping[str, tuple[CollectiveCall, ...]]
+    steps: tuple[Step, ...]
+    first_ns: int
+    last_ns: int
+    #: "device" when the rank has device work (kernels, copies), else "cpu" (CPU ops), "" for none
+    work_domain: str
+    busy_ns: int
+    comm_ns: int
+    exposed_comm_ns: int
+
+    @property
+    def span_ns(self) -> int:
+        return max(self.last_ns - self.first_ns, 0)
+
+    @property
+    def idle_ns(self) -> int:
+        return max(self.span_ns - self.busy_ns, 0)
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def _args(text: str | None) -> dict[str, object]:
+    if not text:
+        return {}
+    try:
+        v = json.loads(text)
+    except ValueError:
+        return {}
+    return v if isinstance(v, dict) else {}
+
+
+def _bytes(args: Mapping[str, object]) -> int | None:
+    n = args.get("In msg nelems")
+    dtype = args.get("dtype")
+    if isinstance(n, int) and isinstance(dtype, str) and dtype.lower() in _DTYPE_BYTES:
+        return n * _DTYPE_BYTES[dtype.lower()]
+    b = args.get("bytes")
+    return b if isinstance(b, int) else None
+
+
+@functools.lru_cache(maxsize=65536)
+def call_name(kind: str, name: str) -> tuple[str, str] | None:
+    """(family, collective) if an activity of ``kind`` named ``name`` is a collective call, else None
+    (the name part of ``collective_of``; cached: millions of rows repeat a few thousand names)."""
+    if kind == "kernel":
+        m = _KERNEL.match(name)
+        return ("kernel", _norm(m.group(1))) if m else None
+    if kind == "annotation":
+        # PyTorch's "nccl:all_reduce" / "gloo:all_reduce"; NCCL's own NVTX ranges (nsys) "ncclAllReduce"
+        m = _ANNOTATION.match(name) or _API.match(name)
+    elif kind == "api":
+        m = _API.match(name)
+    elif kind == "cpu_op":
+        m = _C10D.match(name)
+    else:
+        return None
+    if not m or _norm(m.group(1)) in _NOT_COLLECTIVE:
+        return None
+    return (kind, _norm(m.group(1)))
+
+
+def collective_of(a: Activity) -> tuple[str, str, str, int | None] | None:
+    """(family, process group, collective, bytes) if ``a`` is a collective call, else None.
+
+    Device kernels ``nccl*``/``rccl*`` (name from the "Collective name" arg where present, else from
+    the kernel name: ``ncclKernel_AllReduce_RING_LL_Sum_float`` -> ``allreduce``); annotations
+    ``nccl:*``/``gloo:*`` and NCCL's NVTX ranges ``ncclAllReduce``; RCCL/NCCL API calls (rocprofv3
+    ``ncclAllReduce``); c10d ops (``c10d::allreduce_``). ``record_param_comms`` is not a call of its
+    own (it sits inside the c10d op); setup calls (``ncclCommInitAll``, ``ncclGroupStart``) are not
+    collectives."""
+    found = call_name(a.kind, a.name)
+    if found is None:
+        return None
+    family, coll = found
+    if family in ("api", "cpu_op") or not a.args:
+        return (family, "", coll, None)
+    args = _args(a.args)
+    named = args.get("Collective name") if family == "kernel" else None
+    group = args.get("Process Group Name")
+    return (family, str(group) if group is not None else "", _norm(str(named)) if named else coll, _bytes(args))
+
+
+def summarize_rank(rank: int, activities: Iterable[Activity], time_base_ns: int = 0) -> RankTimeline:
+    """One pass over one rank's activity (any order): its collective calls, steps and busy time."""
+    b = TimelineBuilder(time_base_ns)
+    for a in activities:
+        b.add(a)
+    return b.finish(rank)
+
+
+@functools.lru_cache(maxsize=65536)
+def _classify(kind: str, name: str, category: str | None) -> tuple[int, bool, int | None]:
+    """Where an activity's interval goes (0 nowhere, 1 device work, 2 device communication, 3 CPU work,
+    4 host communication), whether it can be a collective call, and its ProfilerStep number. Cached:
+    a worker sees the same few thousand names in every file."""
+    is_call = call_name(kind, name) is not None
+    is_comm = (category or _category(kind, name)) == "communication"
+    where = 0
+    if kind in ("kernel", "memcpy", "memset"):
+        where = 2 if is_comm else 1
+    elif kind == "cpu_op":
+        where = 4 if is_comm else 3
+    elif kind in ("annotation", "api") and is_call:
+        where = 4
+    m = _STEP.match(name) if kind == "annotation" else None
+    return where, is_call, int(m.group(1)) if m else None
+
+
+#: work intervals kept unmerged before they are folded into the running union (bounds memory)
+_COMPACT = 1 << 18
+
+
+class _Union:
+    """A growing set of intervals, folded into their union every _COMPACT additions, so nested or
+    overlapping work (CPU ops in their parents, kernels on several streams) costs no memory.
+    ``pending`` is appended to directly by ``TimelineBuilder.add_many`` (the same list for the
+    builder's life), which then calls ``compact``."""
+
+    __slots__ = ("merged", "pending")
+
+    def __init__(self) -> None:
+        self.merged: list[tuple[int, int]] = []
+        self.pending: list[tuple[int, int]] = []
+
+    def add(self, start: int, end: int) -> None:
+        self.pending.append((start, end))
+        self.compact()
+
+    def compact(self) -> None:
+        if len(self.pending) >= _COMPACT:
+            self.merged = merge([*self.merged, *self.pending])
+            self.pending.clear()
+
+    def intervals(self) -> list[tuple[int, int]]:
+        return [*self.merged, *self.pending]
+
+    def __bool__(self) -> bool:
+        return bool(self.merged or self.pending)
+
+
+class TimelineBuilder:
+    """``summarize_rank`` one activity at a time (``add``), for the ingest workers: they see a file's
+    activities in batches and keep only what the timeline needs (the calls, the work intervals folded
+    into their union, the step ranges), never the activities themselves."""
+
+    def __init__(self, time_base_ns: int = 0) -> None:
+        self.base = time_base_ns
+        self.raw: dict[str, list[tuple[int, int, str, str, int | None]]] = {f: [] for f in FAMILIES}
+        self.device_work = _Union()
+        self.cpu_work = _Union()
+        self.device_comm = _Union()
+        self.host_comm = _Union()
+        self.step_ranges: dict[int, tuple[int, int]] = {}
+        self.first: int | None = None
+        self.last: int | None = None
+        # per (kind, name, category): where its intervals go, whether it can be a call, its step number
+        self.seen: dict[tuple[str, str, str | None], tuple[_Union | None, bool, int | None]] = {}
+        # the same for add_many: the bound append of the bucket's pending list
+        self.fast: dict[tuple[str, str, str | None], tuple[Callable[[tuple[int, int]], None] | None, bool,
+                                                           int | None]] = {}
+
+    def add(self, a: Activity) -> None:
+        start = a.start_ns + self.base
+        end = start + max(a.duration_ns, 0)
+        if self.first is None or start < self.first:
+            self.first = start
+        if self.last is None or end > self.last:
+            self.last = end
+        key = (a.kind, a.name, a.category)
+        how = self.seen.get(key)
+        if how is None:
+            how = self.seen[key] = self._classify(a.kind, a.name, a.category)
+        bucket, is_call, step = how
+        if bucket is not None:
+            bucket.add(start, end)
+        if is_call:
+            found = collective_of(a)
+            if found is not None:
+                family, group, coll, nbytes = found
+                self.raw[family].append((start, end, group, coll, nbytes))
+        if step is not None:
+            self.step_ranges[step] = (start, end)
+
+    def add_many(self, activities: Sequence[Activity]) -> None:
+        """``add`` for a batch (the ingest workers' hot loop: the lookups bound once per batch)."""
+        if not activities:
+            return
+        base = self.base
+        seen = self.fast
+        raw = self.raw
+        lo = self.first
+        hi = self.last
+        steps = self.step_ranges
+        for a in activities:
+            start = a[2] + base
+            end = start + (a[3] if a[3] > 0 else 0)
+            if lo is None or start < lo:
+                lo = start
+            if hi is None or end > hi:
+                hi = end
+            key = (a[0], a[1], a[4])
+            how = seen.get(key)
+            if how is None:
+                bucket, is_call, step = self._classify(a[0], a[1], a[4])
+                how = seen[key] = (bucket.pending.append if bucket is not None else None, is_call, step)
+            append, is_call, step = how
+            if append is not None:
+                append((start, end))
+            if is_call:
+                found = collective_of(a)
+                if found is not None:
+                    family, group, coll, nbytes = found
+                    raw[family].append((start, end, group, coll, nbytes))
+            if step is not None:
+                steps[step] = (start, end)
+        self.first = lo
+        self.last = hi
+        for u in (self.device_work, self.cpu_work, self.device_comm, self.host_comm):
+            u.compact()
+
+    def _classify(self, kind: str, name: str, category: str | None) -> tuple[_Union | None, bool, int | None]:
+        where, is_call, step = _classify(kind, name, category)
+        buckets = (None, self.device_work, self.device_comm, self.cpu_work, self.host_comm)
+        return buckets[where], is_call, step
+
+    def finish(self, rank: int) -> RankTimeline:
+        comm: list[tuple[int, int]]
+        if self.device_work or self.device_comm:
+            domain, work, comm = "device", Coverage(self.device_work.intervals()), self.device_comm.intervals()
+        elif self.cpu_work or self.host_comm:
+            domain, work, comm = "cpu", Coverage(self.cpu_work.intervals()), self.host_comm.intervals()
+        else:
+            domain, work, comm = "", Coverage(()), []
+        comm_union = union_length(comm)
+        both = Coverage([*comm, *zip(work.starts, work.ends)]) if comm else work
+        exposed = both.total - work.total
+        first_ns = self.first if self.first is not None else 0
+        calls: dict[str, tuple[CollectiveCall, ...]] = {}
+        for family, items in self.raw.items():
+            if not items:
+                continue
+            items.sort(key=lambda x: (x[0], x[1]))
+            seqs: dict[tuple[str, str], int] = {}
+            prev_end = first_ns
+            out = []
+            for start, end, group, coll, nbytes in items:
+                k = seqs.get((group, coll), 0)
+                seqs[(group, coll)] = k + 1
+                lo = min(prev_end, start)
+                busy = work.within(lo, start)
+                out.append(CollectiveCall(rank, family, group, coll, k, start, end, nbytes, busy, start - lo))
+                prev_end = max(prev_end, end)
+            calls[family] = tuple(out)
+        return RankTimeline(
+            rank=rank,
+            calls=calls,
+            steps=tuple(Step(n, s, e, work.within(s, e), both.within(s, e) - work.within(s, e))
+                        for n, (s, e) in sorted(self.step_ranges.items())),
+            first_ns=first_ns,
+            last_ns=self.last if self.last is not None else 0,
+            work_domain=domain,
+            busy_ns=work.total,
+            comm_ns=comm_union,
+            exposed_comm_ns=exposed,
+        )
+
+
+class Instance(NamedTuple):
+    """The k-th call of one collective in one group, matched across the ranks that made it (a
+    NamedTuple: a run can have hundreds of thousands)."""
+
+    group: str
+    name: str
+    seq: int
+    #: one call per participating rank, in rank order
+    calls: tuple[CollectiveCall, ...]
+
+    @property
+    def bytes(self) -> int | None:
+        sizes = [c.bytes for c in self.calls if c.bytes is not None]
+        return max(sizes) if sizes else None
+
+
+@dataclass(frozen=True)
+class Matching:
+    family: str
+    instances: tuple[Instance, ...]
+    #: ranks whose calls were used
+    ranks: tuple[int, ...]
+    notes: tuple[str, ...] = ()
+
+
+def choose_family(timelines: Sequence[RankTimeline]) -> tuple[str, tuple[int, ...]]:
+    """The best call family (FAMILIES order) that every rank has; else the one most ranks have
+    ("" when fewer than two ranks have any calls)."""
+    best = ("", ())  # type: tuple[str, tuple[int, ...]]
+    for family in FAMILIES:
+        ranks = tuple(t.rank for t in timelines if t.calls.get(family))
+        if len(ranks) == len(timelines) and len(ranks) >= 2:
+            return family, ranks
+        if len(ranks) >= 2 and len(ranks) > len(best[1]):
+            best = (family, ranks)
+    return best
+
+
+def match_instances(timelines: Sequence[RankTimeline], family: str | None = None) -> Matching:
+    """Match the k-th call of each (group, collective) across ranks. Ranks with fewer calls of a
+    collective than others (a truncated profile, different profiling windows) take part in the
+    instances they have; what could not be matched is said in ``notes``."""
+    notes: list[str] = []
+    if family is None:
+        family, ranks = choose_family(timelines)
+    else:
+        ranks = tuple(t.rank for t in timelines if t.calls.get(family))
+    if not family:
+        with_calls = [t.rank for t in timelines if any(t.calls.values())]
+        if len(timelines) < 2:
+            notes.append("a single rank: no cross-rank comparison is possible")
+        elif not with_calls:
+            notes.append(
+                "no collective calls on any rank (no NCCL/RCCL/gloo kernels, annotations, API calls or c10d ops)"
+            )
+        else:
+            notes.append(f"collective calls on rank {with_calls[0]} only: nothing to match them with")
+        return Matching("", (), (), tuple(notes))
+    missing = [t.rank for t in timelines if t.rank not in ranks]
+    if missing:
+        notes.append(
+            f"no {family} collective calls on rank(s) {_ranges(missing)}: left out of the collective timeline"
+        )
+    by_key: dict[tuple[str, str], dict[int, list[CollectiveCall]]] = {}
+    for t in timelines:
+        mine: dict[tuple[str, str], list[CollectiveCall]] = {}
+        for c in t.calls.get(family, ()):
+            key = (c.group, c.name)
+            lst = mine.get(key)
+            if lst is None:
+                lst = mine[key] = []
+            lst.append(c)
+        for key, lst in mine.items():
+            by_key.setdefault(key, {})[t.rank] = lst
+    instances: list[tuple[int, Instance]] = []
+    for (group, name), per_rank in sorted(by_key.items()):
+        label = f"{name}" + (f" (group {group})" if group else "")
+        if len(per_rank) < 2:
+            (only,) = per_rank
+            notes.append(f"{label}: called on rank {only} only ({len(per_rank[only])} calls), not matched")
+            continue
+        counts = {r: len(v) for r, v in per_rank.items()}
+        if len(set(counts.values())) > 1:
+            lo, hi = min(counts.values()), max(counts.values())
+            notes.append(
+                f"{label}: ranks made {lo}-{hi} calls ("
+                + ", ".join(f"rank {r}: {n}" for r, n in sorted(counts.items()))
+                + f"); matched in call order, the first {lo} on all of them, later calls on the ranks that have them"
+            )
+        lists = [v for _, v in sorted(per_rank.items())]
+        for k in range(max(counts.values())):
+            calls = tuple(v[k] for v in lists if k < len(v))
+            if len(calls) >= 2:
+                instances.append((min(c.start_ns for c in calls), Instance(group, name, k, calls)))
+    instances.sort(key=lambda x: x[0])
+    return Matching(family, tuple(i for _, i in instances), ranks, tuple(notes))
+
+
+def _ranges(ranks: Sequence[int]) -> str:
+    return ", ".join(str(r) for r in sorted(ranks))
+
+
+class ClockOffset(NamedTuple):
+    """A host's clock minus the reference host's clock, and how well it is known."""
+
+    host: str
+    offset_ns: int
+    #: the largest deviation of one instance's estimate from ``offset_ns`` (after rejecting outliers):
+    #: a bound on the offset's error, 0 for the reference host
+    error_ns: int
+    #: blocking collectives the estimate rests on (0 for the reference host)
+    samples: int
+
+
+@dataclass(frozen=True)
+class Clocks:
+    reference: str
+    offsets: Mapping[str, ClockOffset]
+    notes: tuple[str, ...] = ()
+
+    def offset(self, host: str) -> int | None:
+        o = self.offsets.get(host)
+        return o.offset_ns if o is not None else None
+
+
+#: ranks of one host leaving a collective further apart than this did not leave it together: the
+#: instance is not used to estimate clocks (gloo ring steps and NCCL kernels end within ~50 us)
+BLOCKING_TOLERANCE_NS = 100_000
+#: at most this many instances, evenly spread over the run, are used to estimate the clocks (a median
+#: of thousands of estimates does not move with more; the error bound covers the ones used)
+CLOCK_SAMPLES = 4000
+
+
+def estimate_offsets(instances: Sequence[Instance], hosts: Mapping[int, str]) -> Clocks:
+    """One clock offset per host, from the instants at which collectives complete.
+
+    Each instance in which host h and an already-aligned host take part gives one estimate:
+    (median end on h) - (median aligned end on the aligned hosts). An instance is used only where the
+    ranks of each host end within BLOCKING_TOLERANCE_NS of each other (they share a clock, so a
+    wider spread means the call did not block until every participant arrived). The offset is the
+    median estimate; estimates further than 5 median absolute deviations (and 10 us) from it are
+    rejected; the error bound is the largest remaining deviation. Hosts are aligned outward from the
+    host of the lowest rank, so hosts that share no collective with it can go through another host.
+    Runs with more than CLOCK_SAMPLES instances use that many, evenly spread."""
+    if len(instances) > CLOCK_SAMPLES:
+        step = len(instances) / CLOCK_SAMPLES
+        instances = [instances[int(i * step)] for i in range(CLOCK_SAMPLES)]
+    all_hosts = sorted({hosts[r] for i in instances for r in (c.rank for c in i.calls) if r in hosts})
+    ranked = sorted(hosts.items())
+    if not ranked:
+        return Clocks("", {}, ("no rank identities: clocks not aligned",))
+    reference = ranked[0][1]
+    known: dict[str, ClockOffset] = {reference: ClockOffset(reference, 0, 0, 0)}
+    notes: list[str] = []
+    if all_hosts == [reference] or not all_hosts:
+        return Clocks(reference, known, ())
+    ends: list[dict[str, int]] = []  # per instance: host -> median end, for hosts whose ranks left together
+    for inst in instances:
+        per_host: dict[str, list[int]] = {}
+        for c in inst.calls:
+            if c.rank in hosts:
+                per_host.setdefault(hosts[c.rank], []).append(c.end_ns)
+        row = {h: int(statistics.median(v)) for h, v in per_host.items() if max(v) - min(v) <= BLOCKING_TOLERANCE_NS}
+        if len(row) >= 2:
+            ends.append(row)
+    progress = True
+    while progress:
+        progress = False
+        for h in all_hosts:
+            if h in known:
+                continue
+            est = []
+            for row in ends:
+                if h in row:
+                    ref = [row[k] - known[k].offset_ns for k in row if k in known]
+                    if ref:
+                        est.append(row[h] - int(statistics.median(ref)))
+            if not est:
+                continue
+            med = int(statistics.median(est))
+            mad = statistics.median(abs(e - med) for e in est)
+            keep = [e for e in est if abs(e - med) <= max(5 * mad, 10_000)]
+            offset = int(statistics.median(keep))
+            known[h] = ClockOffset(h, offset, max(abs(e - offset) for e in keep), len(keep))
+            progress = True
+    for h in all_hosts:
+        if h not in known:
+            notes.append(
+                f"host {h}: no blocking collective in common with the other hosts, so its clock offset cannot be "
+                "estimated; its ranks are left out of cross-rank time comparisons"
+            )
+    return Clocks(reference, known, tuple(notes))
+
+
+#: two arrivals closer than this (or than twice the clock error of their hosts) are a tie
+TIE_NS = 1_000
+
+
+class InstanceResult(NamedTuple):
+    """One matched instance on the common clock (a NamedTuple, for the same reason as Instance)."""
+
+    group: str
+    name: str
+    seq: int
+    #: (rank, arrival ns on the common clock), earliest first
+    arrivals: tuple[tuple[int, int], ...]
+    skew_ns: int
+    #: the rank every other participant waited for; None when the latest arrivals tie
+    last_rank: int | None
+    #: ranks tied for last (empty when ``last_rank`` is set)
+    tied: tuple[int, ...]
+    #: rank -> time it waited for the latest arrival
+    waits: Mapping[int, int]
+    bytes: int | None
+    #: the sum of ``waits``: the time the other participants waited for the last arrival
+    wait_total_ns: int = 0
+
+
+@dataclass(frozen=True)
+class RankResult:
+    rank: int
+    host: str
+    local_rank: int | None
+    instances: int
+    #: instances it entered last (alone)
+    last: int
+    #: instances it tied for last
+    tied_last: int
+    wait_caused_ns: int
+    wait_suffered_ns: int
+    busy_ns: int
+    idle_ns: int
+    span_ns: int
+    comm_ns: int
+    exposed_comm_ns: int
+    work_domain: str
+
+
+@dataclass(frozen=True)
+class StepResult:
+    step: int
+    #: the rank the others waited on in this step (largest wait caused), None when none or tied
+    waited_on: int | None
+    wait_caused_ns: int
+    #: the rank with the longest ProfilerStep range: usually a *victim* (it waited), shown for contrast
+    longest_rank: int
+    longest_ns: int
+    ranks: Mapping[int, StepRank]
+
+
+class StepRank(NamedTuple):
+    """One rank in one step. An instance counts in the step (of each rank) holding that rank's arrival."""
+
+    duration_ns: int
+    last: int
+    wait_caused_ns: int
+    wait_suffered_ns: int
+    busy_ns: int
+    idle_ns: int
+    exposed_comm_ns: int
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Everything the collective timeline says about a run."""
+
+    family: str
+    instances: tuple[InstanceResult, ...]
+    ranks: Mapping[int, RankResult]
+    steps: tuple[StepResult, ...]
+    clocks: Clocks
+    #: per rank per used instance: (busy_before_ns, window_ns) in instance order, for the cause
+    windows: Mapping[int, Mapping[int, tuple[int, int]]]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def has_timeline(self) -> bool:
+        return bool(self.instances)
+
+
+def analyze(
+    timelines: Sequence[RankTimeline], identities: Mapping[int, RankIdentity], clocks: Clocks | None = None
+) -> Analysis:
+    """Match, align and attribute (module doc). Ranks missing from ``identities`` share the clock
+    of the host named ``""``. ``clocks``: offsets estimated before from the same timelines (the
+    store keeps them), else estimated here. Never raises for the shape of the data: what could not
+    be answered is in ``notes``."""
+    hosts = {t.rank: identities[t.rank].host if t.rank in identities else "" for t in timelines}
+    matching = match_instances(timelines)
+    if clocks is None:
+        clocks = estimate_offsets(matching.instances, hosts)
+    notes = list(matching.notes) + list(clocks.notes)
+    results: list[InstanceResult] = []
+    caused = {t.rank: 0 for t in timelines}
+    suffered = {t.rank: 0 for t in timelines}
+    last = {t.rank: 0 for t in timelines}
+    tied = {t.rank: 0 for t in timelines}
+    seen = {t.rank: 0 for t in timelines}
+    dropped = 0
+    # per rank: its host's offset and error (None: the host's clock is unknown)
+    clock_of: dict[int, tuple[int, int] | None] = {}
+    for t in timelines:
+        off = clocks.offsets.get(hosts[t.rank])
+        clock_of[t.rank] = (off.offset_ns, off.error_ns) if off is not None else None
+    rank_windows: dict[int, dict[int, tuple[int, int]]] = {t.rank: {} for t in timelines}
+    for inst in matching.instances:
+        aligned: list[tuple[int, int, int]] = []  # (arrival, rank, clock error)
+        for c in inst.calls:
+            oe = clock_of[c.rank]
+            if oe is not None:
+                aligned.append((c.start_ns - oe[0], c.rank, oe[1]))
+        if len(aligned) < 2:
+            dropped += 1
+            continue
+        aligned.sort()
+        latest = aligned[-1][0]
+        err = max(e for _, _, e in aligned) if len(clocks.offsets) > 1 else 0
+        tie_ns = TIE_NS if 2 * err < TIE_NS else 2 * err
+        if latest - aligned[-2][0] > tie_ns:
+            last_rank: int | None = aligned[-1][1]
+            tops: tuple[int, ...] = ()
+        else:
+            last_rank = None
+            tops = tuple(sorted(r for a, r, _ in aligned if latest - a <= tie_ns))
+        waits = {r: latest - a for a, r, _ in aligned}
+        total_wait = latest * len(aligned) - sum(a for a, _, _ in aligned)
+        idx = len(results)
+        results.append(
+            InstanceResult(inst.group, inst.name, inst.seq, tuple((r, a) for a, r, _ in aligned),
+                           latest - aligned[0][0], last_rank, tops, waits, inst.bytes, total_wait)
+        )
+        for c in inst.calls:
+            if c.rank in waits:
+                rank_windows[c.rank][idx] = (c.busy_before_ns, c.window_ns)
+        for r, w in waits.items():
+            suffered[r] += w
+            seen[r] += 1
+        if last_rank is not None:
+            last[last_rank] += 1
+            caused[last_rank] += total_wait
+        else:
+            for r in tops:
+                tied[r] += 1
+    if dropped:
+        notes.append(f"{dropped} instance(s) had fewer than two ranks on a known clock and were left out")
+    ranks = {
+        t.rank: RankResult(
+            t.rank, hosts[t.rank], identities[t.rank].local_rank if t.rank in identities else None, seen[t.rank],
+            last[t.rank], tied[t.rank], caused[t.rank], suffered[t.rank], t.busy_ns, t.idle_ns, t.span_ns,
+            t.comm_ns, t.exposed_comm_ns, t.work_domain,
+        )
+        for t in timelines
+    }
+    steps = _steps(timelines, results, hosts, clocks)
+    windows = {r: w for r, w in rank_windows.items() if w}
+    return Analysis(matching.family, tuple(results), ranks, steps, clocks, windows, tuple(notes))
+
+
+def _steps(timelines: Sequence[RankTimeline], results: Sequence[InstanceResult], hosts: Mapping[int, str],
+           clocks: Clocks) -> tuple[StepResult, ...]:
+    """Per ProfilerStep#N present on at least two ranks: who the others waited on, and, for
+    contrast, whose step was longest; per rank its figures in that step."""
+    by_step: dict[int, dict[int, Step]] = {}
+    for t in timelines:
+        for s in t.steps:
+            by_step.setdefault(s.number, {})[t.rank] = s
+
+    if not by_step:
+        return ()
+    # per rank: its steps by start, and its clock offset (arrivals back on the rank's own clock)
+    starts: dict[int, list[int]] = {}
+    ordered: dict[int, list[Step]] = {}
+    for t in timelines:
+        ss = sorted(t.steps, key=lambda s: s.start_ns)
+        ordered[t.rank] = ss
+        starts[t.rank] = [s.start_ns for s in ss]
+    shift = {t.rank: clocks.offset(hosts[t.rank]) or 0 for t in timelines}
+
+    def step_of(rank: int, arrival: int) -> int | None:
+        t = arrival + shift[rank]
+        k = bisect.bisect_right(starts[rank], t) - 1
+        if k >= 0:
+            s = ordered[rank][k]
+            if s.start_ns <= t < s.end_ns:
+                return s.number
+        return None
+
+    last: dict[tuple[int, int], int] = {}
+    caused: dict[tuple[int, int], int] = {}
+    suffered: dict[tuple[int, int], int] = {}
+    for res in results:
+        for r, a in res.arrivals:
+            n = step_of(r, a)
+            if n is None:
+                continue
+            suffered[(n, r)] = suffered.get((n, r), 0) + res.waits[r]
+            if r == res.last_rank:
+                last[(n, r)] = last.get((n, r), 0) + 1
+                caused[(n, r)] = caused.get((n, r), 0) + res.wait_total_ns
+    out = []
+    for n, per_rank in sorted(by_step.items()):
+        if len(per_rank) < 2:
+            continue
+        ranks = {
+            r: StepRank(s.end_ns - s.start_ns, last.get((n, r), 0), caused.get((n, r), 0), suffered.get((n, r), 0),
+                        s.busy_ns, s.idle_ns, s.exposed_comm_ns)
+            for r, s in sorted(per_rank.items())
+        }
+        top = max(x.wait_caused_ns for x in ranks.values())
+        leaders = [r for r, x in ranks.items() if x.wait_caused_ns == top]
+        waited_on = leaders[0] if top > 0 and len(leaders) == 1 else None
+        longest = max(x.duration_ns for x in ranks.values())
+        longest_rank = min(r for r, x in ranks.items() if x.duration_ns == longest)
+        out.append(StepResult(n, waited_on, top, longest_rank, longest, ranks))
+    return tuple(out)

@@ -1,0 +1,128 @@
+"""Time on a timeline, counted once: self (exclusive) time of nested ranges, busy time as an interval
+union. Pure functions over plain integers (ns); no database here.
+
+Self time. CPU ops and annotations nest on a thread (``aten::linear`` holds ``aten::addmm``;
+``ProfilerStep#3`` holds everything): summing their inclusive durations counts a nested op once per
+ancestor. The self time of a range is the part of it covered by none of its children, where the
+ranges of one *lane* (the caller's key, typically (kind, pid, tid)) form a stack:
+
+- ordered by start, then longest first (equal starts: the longer range is the parent), then input
+  order (equal start and end: the first one given is the parent), so the result is deterministic;
+- a child that runs past its parent's end is clipped at the parent's end (profilers round ends, and
+  a record_function may outlive its caller); the clipped part is counted nowhere;
+- a zero-length range has zero self time and takes none from its parent.
+
+Consequence (tested on real traces): per lane, the self times add up to the union of the (clipped)
+ranges, so hotspot shares of one kind add up to 100%, where inclusive totals add up to 200% or more.
+
+Busy time. Work on several streams of one device, or several ops at once on one thread, overlaps;
+the busy time of a lane is the length of the union of its intervals, never the sum."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Hashable, Iterable, Sequence
+
+
+def self_times(spans: Sequence[tuple[Hashable, int, int]]) -> list[int]:
+    """Self time of each ``(lane, start_ns, duration_ns)``, in input order (see the module doc)."""
+    lanes: dict[Hashable, list[int]] = {}
+    for i, span in enumerate(spans):
+        lanes.setdefault(span[0], []).append(i)
+    result = [0] * len(spans)
+    for members in lanes.values():
+        members.sort(key=lambda i: (spans[i][1], -spans[i][2], i))
+        stack: list[tuple[int, int]] = []  # (clipped end_ns, index) of the open ranges, innermost last
+        for i in members:
+            _, start, dur = spans[i]
+            end = start + max(dur, 0)
+            while stack and stack[-1][0] <= start:
+                stack.pop()
+            if stack:
+                end = min(end, stack[-1][0])
+            own = max(end - start, 0)
+            result[i] = own
+            if own:
+                if stack:
+                    result[stack[-1][1]] -= own
+                stack.append((end, i))
+    return result
+
+
+def merge(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The union of ``(start_ns, end_ns)`` intervals as sorted, disjoint, non-touching intervals.
+    Empty intervals (end <= start) are dropped."""
+    out: list[tuple[int, int]] = []
+    cur_s = cur_e = None
+    for s, e in sorted(intervals):
+        if e <= s:
+            continue
+        if cur_e is not None and s <= cur_e:
+            if e > cur_e:
+                cur_e = e
+        else:
+            if cur_e is not None:
+                out.append((cur_s, cur_e))  # type: ignore[arg-type]
+            cur_s, cur_e = s, e
+    if cur_e is not None:
+        out.append((cur_s, cur_e))  # type: ignore[arg-type]
+    return out
+
+
+def union_length(intervals: Iterable[tuple[int, int]]) -> int:
+    """Length of the union of ``(start_ns, end_ns)`` intervals: busy time, never a sum."""
+    return sum(e - s for s, e in merge(intervals))
+
+
+class Coverage:
+    """A merged interval set that answers "how much of [a, b) is covered" in O(log n)."""
+
+    __slots__ = ("ends", "prefix", "starts")
+
+    def __init__(self, intervals: Iterable[tuple[int, int]]) -> None:
+        merged = merge(intervals)
+        self.starts = [s for s, _ in merged]
+        self.ends = [e for _, e in merged]
+        self.prefix = [0]
+        for s, e in merged:
+            self.prefix.append(self.prefix[-1] + e - s)
+
+    @property
+    def total(self) -> int:
+        return self.prefix[-1]
+
+    def covered_before(self, t: int) -> int:
+        """Covered length in (-inf, t)."""
+        k = bisect.bisect_right(self.starts, t)  # intervals starting at or before t
+        if k == 0:
+            return 0
+        full = self.prefix[k - 1]
+        return full + min(self.ends[k - 1], t) - self.starts[k - 1]
+
+    def within(self, a: int, b: int) -> int:
+        """Covered length of [a, b) (0 when b <= a)."""
+        if b <= a:
+            return 0
+        return self.covered_before(b) - self.covered_before(a)
+
+
+class SelfTotals:
+    """Self time summed per key (e.g. (name_id, kind)), for the nested ranges of a file, fed one range
+    at a time. Keeps every range until ``totals()`` (self time needs a lane's ranges in time order):
+    about 100 bytes per CPU op or annotation of the file, none for other kinds."""
+
+    __slots__ = ("keys", "spans")
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[Hashable, int, int]] = []
+        self.keys: list[Hashable] = []
+
+    def add(self, lane: Hashable, start_ns: int, duration_ns: int, key: Hashable) -> None:
+        self.spans.append((lane, start_ns, duration_ns))
+        self.keys.append(key)
+
+    def totals(self) -> dict[Hashable, int]:
+        out: dict[Hashable, int] = {}
+        for key, own in zip(self.keys, self_times(self.spans)):
+            out[key] = out.get(key, 0) + own
+        return out

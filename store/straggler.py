@@ -1,0 +1,112 @@
+"""The straggler questions from the collective timeline: ``stragglers`` (per rank: collectives entered
+last, wait caused, wait suffered, busy, idle, exposed communication) and ``collectives`` (per matched
+instance: arrival skew, the last rank, the wait, bytes). Both read only the small tables ingest fills
+(``collective_call``, ``rank_timeline``, ``step``/``step_timeline``), never ``activity``; the headline
+is the run's one verdict (timeline.run_verdict). Metrics are defined in store/collectives.py and the
+README ("Metrics")."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from sqlalchemy import Connection
+
+from . import queries
+from .queries import Result
+from .runs import RunScope, scope_of, with_ranks
+from .timeline import RunVerdict, run_verdict, window_notes
+
+STRAGGLER_HEADERS = [
+    "global_rank",
+    "hostname",
+    "local_rank",
+    "clock_offset_ns",
+    "collectives",
+    "entered_last",
+    "tied_last",
+    "wait_caused_ns",
+    "wait_suffered_ns",
+    "busy_ns",
+    "idle_ns",
+    "exposed_comm_ns",
+    "work_domain",
+]
+
+COLLECTIVE_HEADERS = [
+    "collective",
+    "group",
+    "seq",
+    "ranks",
+    "at_ns",
+    "skew_ns",
+    "last_rank",
+    "last_host",
+    "last_local_rank",
+    "wait_ns",
+    "bytes",
+]
+
+
+def _verdict(conn: Connection, scope: RunScope) -> RunVerdict:
+    """The run's one verdict (with the totals of its default kinds for the fallback)."""
+    kinds, _ = queries.select_kinds(conn, scope, None, ("kernel",))
+    v = queries.straggler(conn, scope, kinds)
+    if v.detail is not None:
+        return v.detail
+    rv = run_verdict(conn, scope)  # a single rank: the analysis says what is missing, the line why
+    return replace(rv, verdict=replace(rv.verdict, line=v.line))
+
+
+def stragglers(conn: Connection, run: str | RunScope | None = None, top: int = 0) -> Result:
+    """Per rank: collectives entered last (alone and tied), the wait it caused the others and the
+    wait it suffered, its busy and idle time and its exposed communication; headline: the verdict."""
+    scope = with_ranks(scope_of(conn, run))
+    rv = _verdict(conn, scope)
+    a = rv.analysis
+    notes = list(a.notes) + window_notes(a, scope)
+    rows: list[tuple[Any, ...]] = []
+    for r in scope.ranks:
+        x = a.ranks.get(r.global_rank)
+        off = a.clocks.offsets.get(r.hostname or "")
+        if x is None:
+            rows.append((r.global_rank, r.hostname, r.local_rank, None, 0, 0, 0, 0, 0, None, None, None, None))
+            continue
+        rows.append((r.global_rank, r.hostname, r.local_rank, off.offset_ns if off else None, x.instances, x.last,
+                     x.tied_last, x.wait_caused_ns, x.wait_suffered_ns, x.busy_ns, x.idle_ns, x.exposed_comm_ns,
+                     x.work_domain))
+    rows.sort(key=lambda t: (-(t[7] or 0), t[0]))
+    if top > 0:
+        rows = rows[:top]
+    if not a.instances:
+        notes.append("no collective timeline: the verdict is from per-rank totals (profdb query --ranks)")
+    return Result(list(STRAGGLER_HEADERS), rows, rv.verdict.line, notes)
+
+
+def collectives(conn: Connection, run: str | RunScope | None = None, top: int = 20) -> Result:
+    """Per matched collective instance, largest arrival skew first: when it started (at_ns: the first
+    arrival, from the run's first arrival), the skew, the rank the others waited for (empty on a
+    tie), the total wait it caused and the message size where the profiler records it."""
+    scope = with_ranks(scope_of(conn, run))
+    rv = _verdict(conn, scope)
+    a = rv.analysis
+    notes = list(a.notes) + window_notes(a, scope)
+    by_rank = {r.global_rank: r for r in scope.ranks}
+    t0 = min((t for i in a.instances for _, t in i.arrivals), default=0)
+    ordered = sorted(a.instances, key=lambda i: (-i.skew_ns, i.arrivals[0][1]))
+    if top > 0:
+        ordered = ordered[:top]
+    rows: list[tuple[Any, ...]] = []
+    for i in ordered:
+        last = by_rank.get(i.last_rank) if i.last_rank is not None else None
+        rows.append((
+            i.name, i.group, i.seq, len(i.arrivals), i.arrivals[0][1] - t0, i.skew_ns,
+            i.last_rank if i.last_rank is not None else "tie " + ",".join(map(str, i.tied)),
+            last.hostname if last else None, last.local_rank if last else None, i.wait_total_ns, i.bytes,
+        ))
+    if not a.instances:
+        notes.append("no collective instances to show (see the notes above)")
+    else:
+        notes.append("wait_ns: total time the other ranks waited for the last arrival; bytes: largest message "
+                     "size any rank recorded (empty when the profiler does not say)")
+    return Result(list(COLLECTIVE_HEADERS), rows, rv.verdict.line, notes)

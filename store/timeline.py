@@ -1,0 +1,273 @@
+"""The collective timeline in the store: what ingest keeps per rank (``save_timelines``), the per-host
+clock offsets (``store_clocks``), and the one straggler verdict of a run (``run_analysis``).
+
+Ingest computes each rank's ``collectives.RankTimeline`` in the workers (one pass over the rank's
+activity, in its own clock) and stores it in ``collective_call``, ``rank_timeline`` and
+``step_timeline``; the cross-rank part (matching, clocks, attribution, verdict) is computed here from
+those small tables, never from ``activity``: a run's calls are ~0.1% of its rows. The clock offsets
+are also written to ``host_clock`` after every ingest or transfer into the run, so `profdb runs` /
+`profdb ranks` and the SQL views show them."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from sqlalchemy import Connection, delete, insert, select
+
+from . import collectives, verdict
+from .bulk import insert_rows
+from .collectives import Analysis, ClockOffset, Clocks, CollectiveCall, RankIdentity, RankTimeline, Step
+from .models import CollectiveCall as CallRow
+from .models import HostClock, Rank, SourceFile
+from .models import RankTimeline as TimelineRow
+from .models import Step as StepRow
+from .models import StepTimeline as StepTimelineRow
+from .runs import RunScope
+from .units import fmt_ns
+
+_tl = TimelineRow.__table__
+_stl = StepTimelineRow.__table__
+_step = StepRow.__table__
+_rank = Rank.__table__
+_src = SourceFile.__table__
+
+
+CALL_COLS = ("rank_id", "family", "group_name", "collective", "seq", "run_id", "start_ns", "end_ns", "bytes",
+             "busy_before_ns", "window_ns")
+
+
+def combine(parts: Sequence[RankTimeline], rank: int) -> RankTimeline:
+    """One rank's timeline from the timelines of its files (a rank may have several: a kernel trace
+    and an API trace, or files ingested at different times). Calls of a family are put in time order
+    and numbered again; busy, communication and exposed time come from the files of the rank's work
+    domain (device beats CPU) and are added (files of one domain hold different kinds, so they do
+    not overlap); steps are merged by number, the same way."""
+    parts = [p for p in parts if p.work_domain or p.calls or p.steps]
+    if len(parts) == 1:  # one file: as it is (its calls are numbered already; ``rank`` is not stored per call)
+        return replace(parts[0], rank=rank)
+    domain = "device" if any(p.work_domain == "device" for p in parts) else (
+        "cpu" if any(p.work_domain == "cpu" for p in parts) else "")
+    work = [p for p in parts if p.work_domain == domain]
+    by_family: dict[str, list[CollectiveCall]] = defaultdict(list)
+    for p in parts:
+        for family, some in p.calls.items():
+            by_family[family].extend(some)
+    calls: dict[str, tuple[CollectiveCall, ...]] = {}
+    for family, items in by_family.items():
+        items.sort(key=lambda c: (c.start_ns, c.end_ns))
+        seqs: dict[tuple[str, str], int] = {}
+        out = []
+        for c in items:
+            k = seqs.get((c.group, c.name), 0)
+            seqs[(c.group, c.name)] = k + 1
+            out.append(c._replace(rank=rank, seq=k))
+        calls[family] = tuple(out)
+    steps: dict[int, Step] = {}
+    for p in parts:
+        for s in p.steps:
+            have = steps.get(s.number)
+            if have is None:
+                steps[s.number] = s if p.work_domain == domain else s._replace(busy_ns=0, exposed_comm_ns=0)
+            elif p.work_domain == domain:
+                steps[s.number] = have._replace(busy_ns=have.busy_ns + s.busy_ns,
+                                                exposed_comm_ns=have.exposed_comm_ns + s.exposed_comm_ns)
+    return RankTimeline(
+        rank=rank,
+        calls=calls,
+        steps=tuple(s for _, s in sorted(steps.items())),
+        first_ns=min((p.first_ns for p in parts), default=0),
+        last_ns=max((p.last_ns for p in parts), default=0),
+        work_domain=domain,
+        busy_ns=sum(p.busy_ns for p in work),
+        comm_ns=sum(p.comm_ns for p in work),
+        exposed_comm_ns=sum(p.exposed_comm_ns for p in work),
+    )
+
+
+def load_timelines(conn: Connection, rank_ids: Mapping[int, int]) -> dict[int, RankTimeline]:
+    """The stored timelines of ``rank_ids`` (rank id -> global rank), keyed by rank id. Ranks with
+    nothing stored (ingested before migration 0003, or without timed activity) are absent."""
+    ids = sorted(rank_ids)
+    if not ids:
+        return {}
+    calls: dict[int, dict[str, list[CollectiveCall]]] = defaultdict(lambda: defaultdict(list))
+    heads: dict[int, tuple[int, int, str, int, int, int]] = {}
+    steps: dict[int, list[Step]] = defaultdict(list)
+    for chunk in (ids[i : i + 500] for i in range(0, len(ids), 500)):
+        marks = ", ".join(["?" if conn.dialect.paramstyle == "qmark" else "%s"] * len(chunk))
+        # the driver's own cursor and tuples: a run's calls can be many (this is the questions' only large read)
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        cur = raw.cursor()
+        try:
+            cur.execute(
+                "SELECT rank_id, family, group_name, collective, seq, start_ns, end_ns, bytes, busy_before_ns, "
+                f"window_ns FROM collective_call WHERE rank_id IN ({marks}) "
+                "ORDER BY rank_id, family, group_name, collective, seq",  # the primary key's order: no sort
+                tuple(chunk),
+            )
+            rows = cur.fetchall()
+        finally:
+            cur.close()
+        make = CollectiveCall._make
+        for rid, family, group, coll, seq, start, end, nbytes, busy, window in rows:
+            calls[rid][family].append(make((rank_ids[rid], family, group, coll, seq, start, end, nbytes, busy, window)))
+        for h in conn.execute(
+            select(_tl.c.rank_id, _tl.c.first_ns, _tl.c.last_ns, _tl.c.work_domain, _tl.c.busy_ns, _tl.c.comm_ns,
+                   _tl.c.exposed_comm_ns).where(_tl.c.rank_id.in_(chunk))
+        ):
+            heads[h[0]] = (int(h[1]), int(h[2]), str(h[3]), int(h[4]), int(h[5]), int(h[6]))
+        for st in conn.execute(
+            select(_step.c.rank_id, _step.c.step, _step.c.start_ns + _src.c.time_base_ns, _step.c.duration_ns,
+                   _stl.c.busy_ns, _stl.c.exposed_comm_ns)
+            .select_from(
+                _step.join(_src, _src.c.id == _step.c.source_id)
+                .outerjoin(_stl, (_stl.c.rank_id == _step.c.rank_id) & (_stl.c.step == _step.c.step))
+            )
+            .where(_step.c.rank_id.in_(chunk))
+            .order_by(_step.c.rank_id, _step.c.step)
+        ):
+            steps[st[0]].append(Step(int(st[1]), int(st[2]), int(st[2]) + int(st[3]), int(st[4] or 0),
+                                     int(st[5] or 0)))
+    out: dict[int, RankTimeline] = {}
+    for rid in ids:
+        if rid not in heads and rid not in calls:
+            continue
+        first, last, domain, busy, comm, exposed = heads.get(rid, (0, 0, "", 0, 0, 0))
+        out[rid] = RankTimeline(rank_ids[rid], {f: tuple(v) for f, v in calls.get(rid, {}).items()},
+                                tuple(steps.get(rid, ())), first, last, domain, busy, comm, exposed)
+    return out
+
+
+def save_timelines(conn: Connection, run_id: int, new: Mapping[int, Sequence[RankTimeline]]) -> None:
+    """Store the timelines ingest computed per file (rank id -> the rank's files' timelines), merged
+    with what the store already holds for those ranks (``combine``)."""
+    if not new:
+        return
+    globals_ = dict(conn.execute(select(_rank.c.id, _rank.c.global_rank).where(_rank.c.id.in_(sorted(new)))).all())
+    stored = load_timelines(conn, {rid: int(globals_[rid]) for rid in new})
+    call_rows: list[tuple[object, ...]] = []
+    tl_rows: list[dict[str, object]] = []
+    step_rows: list[dict[str, object]] = []
+    for rid in sorted(new):
+        parts = [*([stored[rid]] if rid in stored else []), *new[rid]]
+        t = combine(parts, int(globals_[rid]))
+        for family_calls in t.calls.values():
+            call_rows.extend(
+                (rid, c.family, c.group[:255], c.name[:60], c.seq, run_id, c.start_ns, c.end_ns, c.bytes,
+                 c.busy_before_ns, c.window_ns)
+                for c in family_calls
+            )
+        tl_rows.append(dict(rank_id=rid, first_ns=t.first_ns, last_ns=t.last_ns, work_domain=t.work_domain,
+                            busy_ns=t.busy_ns, comm_ns=t.comm_ns, exposed_comm_ns=t.exposed_comm_ns))
+        step_rows.extend(dict(rank_id=rid, step=s.number, busy_ns=s.busy_ns, exposed_comm_ns=s.exposed_comm_ns)
+                         for s in t.steps)
+    ids = sorted(new)
+    conn.execute(delete(CallRow).where(CallRow.rank_id.in_(ids)))
+    conn.execute(delete(TimelineRow).where(TimelineRow.rank_id.in_(ids)))
+    conn.execute(delete(StepTimelineRow).where(StepTimelineRow.rank_id.in_(ids)))
+    # a run's calls can be many: the bulk path (executemany of tuples, COPY on PostgreSQL)
+    insert_rows(conn, "collective_call", CALL_COLS, call_rows)
+    for model, rows in ((TimelineRow, tl_rows), (StepTimelineRow, step_rows)):
+        if rows:
+            conn.execute(insert(model), rows)
+
+
+def identities(scope: RunScope) -> dict[int, RankIdentity]:
+    """Global rank -> (host, local_rank): ranks without a hostname share the host named ''."""
+    return {r.global_rank: RankIdentity(r.hostname or "", r.local_rank) for r in scope.ranks}
+
+
+def stored_clocks(conn: Connection, scope: RunScope, hosts: set[str]) -> Clocks | None:
+    """The run's clock offsets as the last ingest or transfer estimated them (``host_clock``), when
+    they cover ``hosts`` (else None: estimate them again). A host the estimate could not place is
+    absent from the table, so a run with such a host is estimated again, and its note given."""
+    rows = conn.execute(
+        select(HostClock.hostname, HostClock.offset_ns, HostClock.error_ns, HostClock.samples)
+        .where(HostClock.run_id == scope.id)
+    ).all()
+    offsets = {h: ClockOffset(h, int(o), int(e), int(n)) for h, o, e, n in rows}
+    refs = [h for h, o in offsets.items() if o.samples == 0]
+    if not offsets or not hosts <= set(offsets) or len(refs) != 1:
+        return None
+    return Clocks(refs[0], offsets)
+
+
+def analyze_run(conn: Connection, scope: RunScope, fresh_clocks: bool = False) -> Analysis:
+    """Match, align and attribute the run's collectives (collectives.analyze) from the stored
+    timelines, with the stored clock offsets unless ``fresh_clocks`` (or they do not cover the run)."""
+    stored = load_timelines(conn, {r.id: r.global_rank for r in scope.ranks})
+    timelines = [stored[r.id] for r in scope.ranks if r.id in stored]
+    if not timelines:
+        return Analysis("", (), {}, (), collectives.Clocks("", {}), {}, (
+            "no collective timeline stored for this run (its profiles have no timed activity, or were ingested "
+            "before this profdb version: re-ingest them)",))
+    ids = identities(scope)
+    clocks = None if fresh_clocks else stored_clocks(conn, scope, {ids[t.rank].host for t in timelines})
+    a = collectives.analyze(timelines, ids, clocks)
+    missing = [r.global_rank for r in scope.ranks if r.id not in stored]
+    if missing and timelines:
+        shown = ", ".join(map(str, missing[:20])) + (" ..." if len(missing) > 20 else "")
+        note = (f"rank(s) {shown} have no stored timeline (ingested before this profdb version, or no timed "
+                "activity): left out of the collective timeline; re-ingest them to include them")
+        a = Analysis(a.family, a.instances, a.ranks, a.steps, a.clocks, a.windows, (*a.notes, note))
+    return a
+
+
+def store_clocks(conn: Connection, scope: RunScope) -> None:
+    """Rewrite ``host_clock`` for the run from its stored timelines (after an ingest or a transfer)."""
+    run_id = scope.id
+    conn.execute(delete(HostClock).where(HostClock.run_id == run_id))
+    a = analyze_run(conn, scope, fresh_clocks=True)
+    rows = [dict(run_id=run_id, hostname=o.host[:255], offset_ns=o.offset_ns, error_ns=o.error_ns, samples=o.samples)
+            for o in a.clocks.offsets.values()]
+    if rows and a.instances:
+        conn.execute(insert(HostClock), rows)
+
+
+@dataclass(frozen=True)
+class RunVerdict:
+    analysis: Analysis
+    verdict: verdict.Verdict
+    identities: Mapping[int, RankIdentity]
+
+
+def run_verdict(
+    conn: Connection, scope: RunScope, totals: Iterable[verdict.RankTotal] = (), analysis: Analysis | None = None
+) -> RunVerdict:
+    """The one verdict of the run (verdict.straggler_verdict): from the collective timeline when the
+    run has one, else from ``totals`` (per-rank busy and communication time), saying so."""
+    a = analysis if analysis is not None else analyze_run(conn, scope)
+    ids = identities(scope)
+    return RunVerdict(a, verdict.straggler_verdict(a, ids, list(totals)), ids)
+
+
+def window_notes(a: Analysis, scope: RunScope) -> list[str]:
+    """Which window and which ranks the figures cover: the call family matched, the instances, the
+    ranks, and the clock offsets used."""
+    if not a.instances:
+        return []
+    ranks = sorted({r for i in a.instances for r, _ in i.arrivals})
+    start = min(t for i in a.instances for _, t in i.arrivals)
+    end = max(t for i in a.instances for _, t in i.arrivals)
+    notes = [
+        f"window: {len(a.instances)} matched collective instances ({a.family} calls) over {fmt_ns(end - start)} "
+        f"of the common clock, ranks {_ranks(ranks)} of {len(scope.ranks)}; busy/idle/exposed: each rank's whole "
+        "profile"
+    ]
+    hosts = sorted(a.clocks.offsets.values(), key=lambda o: o.host)
+    if len(hosts) > 1:
+        notes.append(
+            "clock offsets vs host " + (a.clocks.reference or "''") + ": "
+            + ", ".join(f"{o.host} {fmt_ns(o.offset_ns)} +- {fmt_ns(o.error_ns)} ({o.samples} samples)"
+                        for o in hosts if o.host != a.clocks.reference)
+        )
+    return notes
+
+
+def _ranks(ranks: list[int]) -> str:
+    if ranks and ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 2:
+        return f"{ranks[0]}-{ranks[-1]}"
+    return ", ".join(map(str, ranks))

@@ -1,0 +1,293 @@
+"""The one straggler verdict, with its confidence, from the collective timeline (store/collectives.py);
+per-rank totals only when a run has no collective timeline, and then it says so.
+
+The rule, from ``Analysis`` (a_{i,r}, wait, wait caused as defined in store/collectives.py):
+
+1. **Candidate**: the rank c that caused the most wait. If another rank caused at least
+   1/TIE_RATIO (80%) as much, the ranks tie: "no clear straggler", naming the tied ranks (never the
+   lowest one).
+2. **Material**: the others spent at least MATERIAL (5%) of their profiled time waiting on c
+   (wait caused / sum of the other ranks' spans), and c is typically late by at least LATE_SHARE
+   (10%) of its window between collectives (``lateness``: a median, so a few stalls do not count).
+   Below that, c may be systematically last (launch jitter, a busy core now and then), but nobody
+   loses time worth chasing. Measured (tests/test_straggler_calibration.py's jobs, 2 ranks on a
+   shared 2-core machine, 14 unplanted runs): the leading rank of unplanted runs -2% to 41% late
+   (median 6%), planted late or 3x-compute ranks 34-76%; the real DLRM rank 7 14%. So this gate only
+   removes small systematic lateness (one unplanted run: last at 18 of 20, p=0.0004, but 6% late);
+   machine noise is removed by 3.
+3. **Not chance**, either of:
+   a. *the timeline*: under "last arrivals spread evenly" (each participant of instance i is last with
+      probability 1/n_i), P(c is last at >= k_c of the instances) times the number of ranks (a
+      Bonferroni correction: c was picked as the worst) is at most ALPHA (0.01: with two ranks last
+      arrival is a coin flip per instance, and 0.01 keeps false alarms under 1 in 100 unplanted runs);
+   b. *the timeline and the work agree*: c entered last more often than any other rank, and it did
+      at least COMPUTE_RATIO (1.5x) the peers' work before its collectives (below). With few
+      collectives (3 steps of DDP: one all_reduce each) (a) can never pass, and a rank doing half
+      again as much work as every peer before the collectives it is last at is the straggler.
+4. **Cause**: work ratio = median over instances (the first left out when there are 3 or more: its
+   window starts where the rank's profile does) of c's busy time in the window before the collective
+   over the median of the other ranks' busy time in theirs (``work_ratio``). >= COMPUTE_RATIO: "device
+   compute" (or "CPU compute" when the ranks have no device work): its own work is longer. Also
+   compute when its extra work explains at least EXPLAINED (half) of its lateness (``extra_work``: the
+   median over instances of c's busy time before the collective minus the peers' median, against the
+   median of how late c arrives): a rank 1.2x slower in every step is late by exactly that. Else
+   "host side": it does no more work, it starts late (data loading, host code, launches).
+
+Confidence reported with every verdict: k_c of n instances, the p-value of 3a, c's share of all the
+wait, the share of the others' time spent waiting on it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import NamedTuple
+
+from .collectives import TIE_NS, Analysis, RankIdentity
+from .metrics import p_at_least
+
+TIE_RATIO = 1.25
+MATERIAL = 0.05
+LATE_SHARE = 0.10
+ALPHA = 0.01
+COMPUTE_RATIO = 1.5
+EXPLAINED = 0.5
+
+
+@dataclass(frozen=True)
+class Verdict:
+    #: the straggler's global rank, None for "no clear straggler"
+    rank: int | None
+    #: the stderr line: "likely straggler: rank N (host H, local_rank L): ..." or "no clear straggler: ..."
+    line: str
+    #: "timeline" (collective arrival order) or "totals" (per-rank totals: no collective timeline)
+    basis: str
+    #: "compute", "host", or None (no rank named, or the totals rule)
+    cause: str | None = None
+    #: instances the named (or leading) rank entered last, out of ``instances``
+    last: int = 0
+    instances: int = 0
+    #: P(last at >= ``last`` of ``instances``) under "last arrivals spread evenly", Bonferroni-corrected
+    p_value: float | None = None
+    #: share of all wait caused by the named/leading rank, and share of the others' time spent waiting on it
+    wait_share: float | None = None
+    time_share: float | None = None
+    work_ratio: float | None = None
+    #: the rank's typical lateness as a share of its window between collectives (``lateness``)
+    lateness: float | None = None
+
+
+def fmt_ns(ns: float) -> str:
+    v = float(ns)
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if abs(v) >= scale:
+            return f"{v / scale:.3g} {unit}"
+    return f"{v:.0f} ns"
+
+
+def label(rank: int, ident: RankIdentity | None) -> str:
+    """``rank N (host H, local_rank L)``; ``?`` for what is unknown."""
+    if ident is None:
+        return f"rank {rank}"
+    lr = "?" if ident.local_rank is None else str(ident.local_rank)
+    return f"rank {rank} (host {ident.host or '?'}, local_rank {lr})"
+
+
+def work_ratio(analysis: Analysis, rank: int) -> float | None:
+    """The median over instances of: c's busy time in the window before the collective, over the
+    median of the peers' busy time in theirs (the first instance left out when there are 3 or more:
+    its window starts where the rank's profile does; instances where the peers did no work are left
+    out). A median, not a ratio of sums: a planted slow rank is slower at every collective, a rank
+    that lost its core to another process for a moment only at a few. None when unknown."""
+    mine = analysis.windows.get(rank, {})
+    idx = sorted(mine)
+    if len(idx) >= 3:
+        idx = idx[1:]
+    peers_w = [w for r, w in analysis.windows.items() if r != rank]
+    ratios: list[float] = []
+    for i in idx:
+        peers = [w[i][0] for w in peers_w if i in w]
+        if peers:
+            m = _median(peers)
+            if m > 0:
+                ratios.append(mine[i][0] / m)
+    return _median(ratios) if ratios else None
+
+
+def extra_work(analysis: Analysis, rank: int) -> tuple[float, float] | None:
+    """(median extra busy time of ``rank`` before its collectives over the peers' median, median of
+    how late it arrives vs the others' median arrival), in ns; the first instance left out when there
+    are 3 or more (as ``work_ratio``). None when unknown."""
+    mine = analysis.windows.get(rank, {})
+    idx = set(sorted(mine)[1:] if len(mine) >= 3 else mine)
+    peers_w = [w for r, w in analysis.windows.items() if r != rank]
+    extra: list[float] = []
+    late: list[float] = []
+    for i, inst in enumerate(analysis.instances):
+        if i not in idx:
+            continue
+        peers = [w[i][0] for w in peers_w if i in w]
+        others = [a for r, a in inst.arrivals if r != rank]
+        at = [a for r, a in inst.arrivals if r == rank]
+        if peers and others and at:
+            extra.append(mine[i][0] - _median(peers))
+            late.append(at[0] - _median(others))
+    if not extra:
+        return None
+    return _median(extra), _median(late)
+
+
+def _median(values: list[float] | list[int]) -> float:
+    """The median of a non-empty list (sorts it in place; statistics.median is slower per call)."""
+    values.sort()
+    n = len(values)
+    mid = n // 2
+    return float(values[mid]) if n % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def lateness(analysis: Analysis, rank: int) -> float | None:
+    """How late ``rank`` typically is: the median over instances of its arrival minus the median
+    arrival of the other participants, as a share of its median window between collectives (the
+    time it had to get there). Robust to a few instances where the machine stalled one rank."""
+    late: list[float] = []
+    for inst in analysis.instances:
+        mine = None
+        others = []
+        for r, a in inst.arrivals:
+            if r == rank:
+                mine = a
+            else:
+                others.append(a)
+        if mine is not None and others:
+            late.append(mine - _median(others))
+    windows = [w for _, w in analysis.windows.get(rank, {}).values()]
+    if not late or not windows or _median(windows) <= 0:
+        return None
+    return _median(late) / _median(windows)
+
+
+def decide(analysis: Analysis, identities: Mapping[int, RankIdentity]) -> Verdict:
+    """The verdict from the collective timeline (module doc). ``analysis`` must have instances;
+    use ``decide_from_totals`` otherwise."""
+    ranks = analysis.ranks
+    n = sum(1 for i in analysis.instances if i.last_rank is not None)
+    total_wait = sum(r.wait_caused_ns for r in ranks.values())
+    ident = identities.get
+    if n == 0 or total_wait == 0:
+        ties = len(analysis.instances) - n
+        return Verdict(None, f"no clear straggler: no collective had a single last rank ({ties} of "
+                       f"{len(analysis.instances)} ended in a tie)", "timeline", instances=len(analysis.instances))
+    order = sorted(ranks.values(), key=lambda r: (-r.wait_caused_ns, r.rank))
+    c = order[0]
+    probs = [1 / len(i.arrivals) for i in analysis.instances if i.last_rank is not None]
+    p = min(1.0, p_at_least(c.last, probs) * len(ranks))
+    wait_share = c.wait_caused_ns / total_wait
+    others_time = sum(r.span_ns for r in ranks.values() if r.rank != c.rank)
+    time_share = c.wait_caused_ns / others_time if others_time else None
+    ratio = work_ratio(analysis, c.rank)
+    base = Verdict(None, "", "timeline", last=c.last, instances=n, p_value=p, wait_share=wait_share,
+                   time_share=time_share, work_ratio=ratio, lateness=lateness(analysis, c.rank))
+    counts = sorted((r.last for r in ranks.values() if r.last), reverse=True)
+    spread = (f"last arrivals spread over {len(counts)} rank(s), {counts[-1]}-{counts[0]} of {n} each"
+              if counts else "")
+    if len(order) > 1 and order[1].wait_caused_ns * TIE_RATIO >= c.wait_caused_ns:
+        tied = [r.rank for r in order if r.wait_caused_ns * TIE_RATIO >= c.wait_caused_ns]
+        return replace(base, line="no clear straggler: ranks " + ", ".join(map(str, tied)) + " tie: the others waited "
+                       + ", ".join(fmt_ns(ranks[r].wait_caused_ns) for r in tied) + f" on each ({spread})")
+    evidence = (f"entered last at {c.last} of {n} collectives (p={p:.2g} that last arrivals are spread evenly); "
+                f"the others waited {fmt_ns(c.wait_caused_ns)} on it ({wait_share:.0%} of all the wait"
+                + (f", {time_share:.1%} of their profiled time)" if time_share is not None else ")"))
+    late = base.lateness
+    if (time_share is not None and time_share < MATERIAL) or (late is not None and late < LATE_SHARE):
+        typical = f"it is typically late by {late:.0%} of its time between collectives" if late is not None else (
+            "the wait is a small share of the others' time")
+        return replace(base, line=f"no clear straggler: {label(c.rank, ident(c.rank))} {evidence}, but {typical} "
+                       f"(a straggler worth chasing: at least {LATE_SHARE:.0%} late and {MATERIAL:.0%} of the "
+                       "others' time)")
+    plurality = len(counts) >= 1 and c.last == counts[0] and (len(counts) == 1 or counts[1] < c.last)
+    compute = ratio is not None and ratio >= COMPUTE_RATIO
+    explained = extra_work(analysis, c.rank)
+    explains = explained is not None and explained[1] > 0 and explained[0] >= EXPLAINED * explained[1]
+    if not (p <= ALPHA or (plurality and compute)):
+        return replace(base, line=f"no clear straggler: {spread}; rank {c.rank} entered last at {c.last} of {n} and "
+                       "caused the most wait, but "
+                       f"p={p:.2g} (> {ALPHA}) and its work before collectives is "
+                       + (f"{ratio:.2f}x" if ratio is not None else "unknown vs") + " the others'")
+    domain = c.work_domain or "device"
+    what = "device" if domain == "device" else "CPU"
+    if compute or explains:
+        cause = "compute"
+        why = f"cause: {what} compute: it did {ratio or 0:.2f}x the others' {what} work before its collectives"
+        if explained is not None and not compute:
+            why += (f" ({fmt_ns(explained[0])} more per collective, against {fmt_ns(explained[1])} late: the extra "
+                    "work explains the lateness)")
+    else:
+        cause = "host"
+        shown = f"{ratio:.2f}x" if ratio is not None else "no"
+        why = (f"cause: host side: no longer {what} work on this rank ({shown} the others' before its collectives); "
+               "it reaches them late (data loading, host code, launches)")
+    return replace(base, rank=c.rank, line=f"likely straggler: {label(c.rank, ident(c.rank))}: {evidence}; {why}",
+                   cause=cause)
+
+
+class RankTotal(NamedTuple):
+    """Per-rank totals for runs without a collective timeline (Metrix aggregates, no collectives)."""
+
+    rank: int
+    #: busy time in the kinds asked about (e.g. kernels)
+    busy_ns: int
+    #: time in communication (collective kernels/annotations), None when the run has none
+    comm_ns: int | None = None
+
+
+#: per-rank totals within this share of the mean count as equal (today's rule, queries.straggler)
+BALANCED = 0.02
+
+
+def decide_from_totals(
+    totals: Sequence[RankTotal], identities: Mapping[int, RankIdentity], why_no_timeline: str
+) -> Verdict:
+    """Today's totals rule, kept for runs without a collective timeline, and saying so: the rank that
+    waits least in collectives (communication time inverts: long is waiting), else the busiest rank.
+    Equal extremes are ties, never the lowest rank."""
+    note = f" (from per-rank totals: {why_no_timeline})"
+    if len(totals) < 2:
+        return Verdict(None, f"no clear straggler: {len(totals)} rank, nothing to compare{note}", "totals")
+    comm = [t for t in totals if t.comm_ns]
+    if len(comm) >= 2:
+        values = [t.comm_ns or 0 for t in comm]
+        lo, mean = min(values), sum(values) / len(values)
+        if max(values) - lo > BALANCED * max(mean, 1):
+            least = [t.rank for t in comm if t.comm_ns == lo]
+            if len(least) > 1:
+                return Verdict(None, "no clear straggler: ranks " + ", ".join(map(str, least))
+                               + f" tie for the least time in collectives ({fmt_ns(lo)}){note}", "totals")
+            r = least[0]
+            return Verdict(r, f"likely straggler: {label(r, identities.get(r))}: waits least in collectives "
+                           f"({fmt_ns(lo)} vs mean {fmt_ns(mean)}){note}", "totals")
+    values = [t.busy_ns for t in totals]
+    hi, mean = max(values), sum(values) / len(values)
+    if hi - min(values) <= BALANCED * max(mean, 1):
+        return Verdict(None, f"no clear straggler: ranks within {BALANCED:.0%} in busy time{note}", "totals")
+    top = [t.rank for t in totals if t.busy_ns == hi]
+    if len(top) > 1:
+        return Verdict(None, "no clear straggler: ranks " + ", ".join(map(str, top))
+                       + f" tie for the most busy time ({fmt_ns(hi)}){note}", "totals")
+    r = top[0]
+    return Verdict(r, f"likely straggler: {label(r, identities.get(r))}: the most busy time ({fmt_ns(hi)} vs mean "
+                   f"{fmt_ns(mean)}){note}", "totals")
+
+
+def straggler_verdict(analysis: Analysis | None, identities: Mapping[int, RankIdentity],
+                      totals: Sequence[RankTotal] = ()) -> Verdict:
+    """The one verdict: from the timeline when there is one, else from ``totals``, saying why. A
+    timeline in which every collective ended in a tie (all ranks arrived within the tie margin, as in
+    generated traces) says nothing of arrival order: with ``totals`` the totals rule decides, saying so."""
+    if analysis is not None and analysis.has_timeline:
+        ties = sum(1 for i in analysis.instances if i.last_rank is None)
+        if ties < len(analysis.instances) or not totals:
+            return decide(analysis, identities)
+        why = (f"every one of the {ties} matched collectives ended in a tie (the last arrivals within "
+               f"{fmt_ns(TIE_NS)} or the clock error): the timeline does not say who is late")
+        return decide_from_totals(totals, identities, why)
+    why = "; ".join(analysis.notes) if analysis is not None and analysis.notes else "no collective timeline"
+    return decide_from_totals(totals, identities, why)

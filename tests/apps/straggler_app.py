@@ -1,0 +1,91 @@
+"""A two-phase training-like loop with an optional planted straggler, for the straggler calibration
+tests (tests/test_straggler_calibration.py). Run under torchrun with gloo, profiled by torch.profiler.
+
+Every step does ``LAYERS`` blocks of (matmuls, then a blocking all_reduce), so the trace holds
+``steps * LAYERS`` collective instances per rank. ``--plant`` chooses a straggler:
+
+- ``none``: every rank does the same work;
+- ``compute:R``: rank R does 3x the matmuls of each block (its ops are longer: a compute straggler);
+- ``late:R``: rank R sleeps before each block (a slow data loader: its ops are the same length, it is
+  only late to every collective).
+
+Each rank pins itself to one core (``local_rank % cores``) and uses one intra-op thread, so on a
+two-core machine the two ranks do not take each other's time and the machine makes no straggler of
+its own. The trace goes to ``$PROFDB_RANK_DIR/trace.json`` (``profdb record``) or ``--trace PATH``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+LAYERS = 3
+#: matmuls per block for an ordinary rank; a compute straggler does 3x this many
+MATMULS = 4
+#: matrix size: one block of MATMULS matmuls takes a few ms on one core, far above scheduling jitter
+SIZE = 256
+#: seconds a late rank sleeps before each block (about the length of one block's compute)
+LATE_S = 0.004
+
+
+def parse_plant(text: str) -> tuple[str, int | None]:
+    if text == "none":
+        return "none", None
+    kind, _, rank = text.partition(":")
+    if kind not in ("compute", "late") or not rank.isdigit():
+        raise SystemExit(f"--plant {text!r}: expected none, compute:R or late:R")
+    return kind, int(rank)
+
+
+def train(steps: int, rank: int, plant: tuple[str, int | None], prof: profile) -> None:
+    torch.manual_seed(rank)
+    w = torch.randn(SIZE, SIZE) / SIZE**0.5
+    x = torch.randn(SIZE, SIZE)
+    kind, who = plant
+    matmuls = MATMULS * 3 if kind == "compute" and who == rank else MATMULS
+    for _ in range(steps):
+        for layer in range(LAYERS):
+            if kind == "late" and who == rank:
+                time.sleep(LATE_S)
+            with record_function(f"block{layer}"):
+                y = x
+                for _ in range(matmuls):
+                    y = torch.tanh(y @ w)
+            grad = y.sum(dim=0)
+            dist.all_reduce(grad)
+        prof.step()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trace", default=None)
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--plant", default="none")
+    args = ap.parse_args()
+    plant = parse_plant(args.plant)
+    torch.set_num_threads(1)
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    cores = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cores[local_rank % len(cores)]})
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    trace = args.trace or str(Path(os.environ["PROFDB_RANK_DIR"]) / "trace.json")
+    try:
+        with profile(
+            activities=[ProfilerActivity.CPU],
+            schedule=schedule(wait=0, warmup=1, active=args.steps - 1, repeat=1),
+            on_trace_ready=lambda p: p.export_chrome_trace(trace),
+        ) as prof:
+            train(args.steps, rank, plant, prof)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

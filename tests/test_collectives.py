@@ -1,0 +1,356 @@
+"""The collective timeline (store/collectives.py) and the one verdict (store/verdict.py) on real traces.
+
+Every figure is checked against sums computed here from the raw JSON with json.load and a few lines,
+independently of the readers and of the code under test."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import tarfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gen_collective_run import generate
+from profdb.store.collectives import (
+    Analysis,
+    RankIdentity,
+    RankTimeline,
+    analyze,
+    summarize_rank,
+)
+from profdb.store.readers import kineto_json, rocprof_csv
+from profdb.store.records import Activity
+from profdb.store.verdict import RankTotal, straggler_verdict
+
+DATA = Path(__file__).parent / "data"
+
+
+def _load(paths: list[Path]) -> tuple[list[RankTimeline], dict[int, RankIdentity]]:
+    timelines, ids = [], {}
+    for p in paths:
+        info = kineto_json.inspect(p)
+        rank = info.hint.global_rank
+        assert rank is not None
+        acts = [a for a in kineto_json.read(p, info) if isinstance(a, Activity)]
+        timelines.append(summarize_rank(rank, acts, info.time_base_ns))
+        ids[rank] = RankIdentity(info.hint.hostname or "", rank)
+    return timelines, ids
+
+
+def _raw(path: Path) -> dict[str, Any]:
+    opener: Any = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        return json.load(f)  # type: ignore[no-any-return]
+
+
+def _raw_calls(doc: dict[str, Any], cat: str, prefixes: tuple[str, ...]) -> list[tuple[int, int]]:
+    """(start_ns, end_ns) of the X events of ``cat`` whose name starts with one of ``prefixes``, in time order."""
+    base = doc.get("baseTimeNanoseconds", 0)
+    out = [
+        (base + round(e["ts"] * 1000), base + round(e["ts"] * 1000) + round(e["dur"] * 1000))
+        for e in doc["traceEvents"]
+        if e.get("ph") == "X" and e.get("cat") == cat and e["name"].startswith(prefixes)
+    ]
+    return sorted(out)
+
+
+def _raw_lasts(calls: dict[int, list[tuple[int, int]]]) -> tuple[list[int], dict[int, int]]:
+    """Per k-th call: the rank with the latest start; and per rank the wait it caused."""
+    lasts, caused = [], {r: 0 for r in calls}
+    for k in range(min(len(v) for v in calls.values())):
+        starts = {r: v[k][0] for r, v in calls.items()}
+        last = max(starts, key=lambda r: starts[r])
+        lasts.append(last)
+        caused[last] += sum(starts[last] - s for s in starts.values())
+    return lasts, caused
+
+
+# --- the real 8-rank DLRM job (NCCL, V100, one step) the issue quotes --------------------------------
+
+
+@pytest.fixture(scope="module")
+def dlrm(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    out = tmp_path_factory.mktemp("dlrm")
+    with tarfile.open(DATA / "kineto/dlrm_8rank/dlrm_kineto.tar.gz") as tar:
+        tar.extractall(out, filter="data")
+    return sorted((out / "dlrm_kineto").glob("worker*.json"))
+
+
+def test_dlrm_rank7_enters_most_collectives_last_and_the_longest_step_is_a_victim(dlrm: list[Path]) -> None:
+    # Cross-checked by hand (not a test dependency): HolisticTraceAnalysis 0.5.0's
+    # TraceAnalysis(trace_dir=...).get_potential_stragglers(num_candidates=1) on these files names rank 7 too.
+    raw = {_raw(p)["distributedInfo"]["rank"]: _raw(p) for p in dlrm}
+    kernels = {r: _raw_calls(d, "kernel", ("ncclKernel",)) for r, d in raw.items()}
+    raw_lasts, raw_caused = _raw_lasts(kernels)
+    assert [len(v) for v in kernels.values()] == [8] * 8
+    assert raw_lasts.count(7) == 5  # the issue: rank 7 enters most collectives last
+
+    timelines, ids = _load(dlrm)
+    a = analyze(timelines, ids)
+    assert a.family == "kernel" and len(a.instances) == 8 and not a.notes
+    assert [i.last_rank for i in a.instances] == raw_lasts
+    assert {r: x.wait_caused_ns for r, x in a.ranks.items()} == raw_caused
+    assert a.ranks[7].last == 5
+    # the step: rank 1's ProfilerStep is the longest (the victim that --steps used to name), rank 7 the shortest;
+    # the rank the others waited on is 7
+    steps = {r: next(e["dur"] for e in d["traceEvents"] if e["name"].startswith("ProfilerStep")) for r, d in raw.items()}
+    assert max(steps, key=lambda r: steps[r]) == 1 and min(steps, key=lambda r: steps[r]) == 7
+    (step,) = a.steps
+    assert (step.step, step.waited_on, step.longest_rank) == (10, 7, 1)
+    assert step.wait_caused_ns == raw_caused[7]
+    assert step.ranks[7].last == 5 and step.ranks[7].duration_ns == min(x.duration_ns for x in step.ranks.values())
+    assert sum(x.wait_suffered_ns for x in step.ranks.values()) == sum(i.wait_total_ns for i in a.instances)
+    assert all(0 < x.busy_ns <= x.duration_ns and x.idle_ns == x.duration_ns - x.busy_ns for x in step.ranks.values())
+    v = straggler_verdict(a, ids)
+    assert v.rank == 7 and v.cause == "host" and v.basis == "timeline", v.line
+    assert v.line.startswith("likely straggler: rank 7 (host ?, local_rank 7): entered last at 5 of 8 collectives")
+    assert "cause: host side" in v.line
+
+
+def test_busy_time_is_a_union_not_a_sum_over_streams(data: Path) -> None:
+    path = data / "kineto/rank0.json.gz"  # a real A100 rank whose compute kernels overlap on streams 7, 25, 27
+    gpu = sorted(
+        (e["ts"] * 1000, (e["ts"] + e["dur"]) * 1000)
+        for e in _raw(path)["traceEvents"]
+        if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "nccl" not in e["name"].lower()
+    )
+    union, cur_s, cur_e = 0, gpu[0][0], gpu[0][1]
+    for s, e in gpu[1:]:  # a plain sweep, written here on purpose
+        if s > cur_e:
+            union += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    union += cur_e - cur_s
+    info = kineto_json.inspect(path)
+    t = summarize_rank(0, [a for a in kineto_json.read(path, info) if isinstance(a, Activity)], info.time_base_ns)
+    assert t.work_domain == "device"
+    assert t.busy_ns == union == 253_853_000
+    assert sum(e - s for s, e in gpu) == 259_418_000  # the sum over streams counts the overlap twice
+    assert t.idle_ns == t.span_ns - t.busy_ns
+
+
+# --- real CPU torchrun job, rank 2 planted with a 3x batch -------------------------------------------
+
+
+def test_torchrun4_cpu_names_rank2_with_a_compute_cause(data: Path) -> None:
+    paths = sorted((data / "kineto/torchrun4_cpu").glob("*.json.gz"))
+    raw = {_raw(p)["distributedInfo"]["rank"]: _raw(p) for p in paths}
+    calls = {r: _raw_calls(d, "user_annotation", ("gloo:",)) for r, d in raw.items()}
+    raw_lasts, raw_caused = _raw_lasts(calls)
+    timelines, ids = _load(paths)
+    a = analyze(timelines, ids)
+    assert a.family == "annotation" and len(a.instances) == 3
+    assert [i.last_rank for i in a.instances] == raw_lasts == [2, 3, 2]
+    assert {r: x.wait_caused_ns for r, x in a.ranks.items()} == raw_caused
+    # one DDP all_reduce per step: the rank waited on per step is that step's last arrival
+    assert [(s.step, s.waited_on) for s in a.steps] == [(4, 2), (5, 3), (6, 2)]
+    v = straggler_verdict(a, ids)
+    assert v.rank == 2 and v.cause == "compute", v.line
+    assert v.line.startswith("likely straggler: rank 2 (host vm, local_rank 2): entered last at 2 of 3 collectives")
+    assert v.work_ratio is not None and v.work_ratio >= 1.5
+
+
+# --- HTA's 2-rank set (2 of 128 ranks of one NCCL job) -----------------------------------------------
+
+
+def test_hta_two_ranks_rank1_enters_last_at_most_collectives(data: Path) -> None:
+    paths = sorted((data / "kineto/hta_trace_filter_2ranks").glob("*.json.gz"))
+    raw = {_raw(p)["distributedInfo"]["rank"]: _raw(p) for p in paths}
+    kernels = {r: _raw_calls(d, "kernel", ("ncclKernel",)) for r, d in raw.items()}
+    raw_lasts, raw_caused = _raw_lasts(kernels)
+    timelines, ids = _load(paths)
+    a = analyze(timelines, ids)
+    assert [i.last_rank for i in a.instances] == raw_lasts
+    assert {r: x.wait_caused_ns for r, x in a.ranks.items()} == raw_caused
+    assert a.ranks[1].last == raw_lasts.count(1) == 8 and a.ranks[0].last == 2
+    v = straggler_verdict(a, ids)
+    # 8 of 10 with two ranks is p=0.11 (two-sided by Bonferroni), and rank 1 does not do 1.5x the work
+    # before its collectives: the evidence does not single it out, and the verdict must not pretend
+    assert v.rank is None and v.line.startswith("no clear straggler: last arrivals spread over 2 rank(s), 2-8 of 10")
+
+
+# --- clocks: a generated multi-host rocprofv3 run, one host's clock shifted by seconds ----------------
+
+
+def _rocprof_timelines(run: Any) -> tuple[list[RankTimeline], dict[int, RankIdentity]]:
+    timelines, ids = [], {}
+    for g, path in sorted(run.files.items()):
+        info = rocprof_csv.inspect(path)
+        acts = [a for a in rocprof_csv.read(path, info) if isinstance(a, Activity)]
+        timelines.append(summarize_rank(g, acts, info.time_base_ns))
+        ids[g] = RankIdentity(run.host_of[g], g % 2)
+    return timelines, ids
+
+
+def test_clock_offsets_recovered_within_their_bound_and_arrival_order_kept(tmp_path: Path) -> None:
+    plain = generate(tmp_path / "plain", nodes=3, late_rank=3, clock_ns={0: 0, 1: 0, 2: 0})
+    shifted = generate(tmp_path / "shifted", nodes=3, late_rank=3, clock_ns={0: 0, 1: 3_250_000_000, 2: -1_700_000_000})
+    results = []
+    for run in (plain, shifted):
+        timelines, ids = _rocprof_timelines(run)
+        a = analyze(timelines, ids)
+        assert a.family == "kernel" and len(a.instances) == 30 and not a.notes
+        for host, true in run.clock_ns.items():
+            off = a.clocks.offsets[host]
+            assert abs(off.offset_ns - true) <= off.error_ns, (host, off, true)
+            assert off.error_ns < 20_000  # collectives end within a few us: the bound is tight
+        assert [[r for r, _ in i.arrivals] for i in a.instances] == run.arrival_order
+        v = straggler_verdict(a, ids)
+        assert v.rank == 3 and v.cause == "host", v.line
+        assert "rank 3 (host node01, local_rank 1)" in v.line
+        results.append(a)
+    assert [i.last_rank for i in results[0].instances] == [i.last_rank for i in results[1].instances]
+    bound = 2 * max(o.error_ns for o in results[1].clocks.offsets.values())
+    assert all(abs(x.skew_ns - y.skew_ns) <= bound for x, y in zip(results[0].instances, results[1].instances))
+
+
+def test_compute_straggler_on_a_generated_multi_host_run(tmp_path: Path) -> None:
+    run = generate(tmp_path, nodes=2, slow_rank=2)
+    timelines, ids = _rocprof_timelines(run)
+    v = straggler_verdict(analyze(timelines, ids), ids)
+    assert v.rank == 2 and v.cause == "compute", v.line
+    assert v.work_ratio is not None and 2.5 < v.work_ratio < 3.5  # the planted 3x GEMM work
+
+
+def test_unplanted_generated_run_has_no_clear_straggler(tmp_path: Path) -> None:
+    run = generate(tmp_path, nodes=2)
+    timelines, ids = _rocprof_timelines(run)
+    v = straggler_verdict(analyze(timelines, ids), ids)
+    assert v.rank is None and v.line.startswith("no clear straggler:"), v.line
+
+
+def test_a_host_whose_offset_cannot_be_estimated_is_left_out_and_said(tmp_path: Path) -> None:
+    run = generate(tmp_path, nodes=2, late_rank=1, clock_ns={0: 0, 1: 2_000_000_000})
+    timelines, ids = _rocprof_timelines(run)
+    # node01's two ranks never leave a collective together (rank 3's ends 1 ms later): no instance
+    # shows when node01 completed a blocking collective, so its clock cannot be placed
+    t3 = timelines[3]
+    timelines[3] = replace(t3, calls={f: tuple(c._replace(end_ns=c.end_ns + 1_000_000) for c in calls)
+                                      for f, calls in t3.calls.items()})
+    a = analyze(timelines, ids)
+    assert set(a.clocks.offsets) == {"node00"}
+    assert any(n.startswith("host node01: no blocking collective in common") for n in a.notes), a.notes
+    # still answered for the ranks on a known clock
+    assert len(a.instances) == 30 and all({r for r, _ in i.arrivals} == {0, 1} for i in a.instances)
+    v = straggler_verdict(a, ids)
+    assert v.rank == 1, v.line
+
+
+# --- bad input: notes, never a traceback ---------------------------------------------------------
+
+
+def test_single_rank_says_what_is_missing(data: Path) -> None:
+    timelines, ids = _load([data / "kineto/nccl_data.json.gz"])
+    a = analyze(timelines, ids)
+    assert not a.has_timeline
+    assert a.notes == ("a single rank: no cross-rank comparison is possible",)
+    v = straggler_verdict(a, ids, [RankTotal(0, 10)])
+    assert v.rank is None and v.basis == "totals"
+    assert v.line == "no clear straggler: 1 rank, nothing to compare (from per-rank totals: a single rank: no cross-rank comparison is possible)"
+
+
+def test_unmatched_call_counts_are_matched_as_far_as_they_go(data: Path) -> None:
+    paths = sorted((data / "kineto/torchrun4_cpu").glob("*.json.gz"))
+    timelines, ids = _load(paths)
+    t1 = timelines[1]
+    cut = {f: calls[:-1] for f, calls in t1.calls.items()}  # rank 1's profile lost its last collective
+    timelines[1] = RankTimeline(t1.rank, cut, t1.steps, t1.first_ns, t1.last_ns, t1.work_domain, t1.busy_ns, t1.comm_ns,
+                                t1.exposed_comm_ns)
+    a = analyze(timelines, ids)
+    assert any("ranks made 2-3 calls (rank 0: 3, rank 1: 2, rank 2: 3, rank 3: 3)" in n for n in a.notes), a.notes
+    assert len(a.instances) == 3
+    assert [len(i.arrivals) for i in a.instances] == [4, 4, 3]
+    assert [i.last_rank for i in a.instances] == [2, 3, 2]
+    # without rank 1 in the third all_reduce, rank 2 caused 29.1 ms of wait and rank 3 23.5 ms: within
+    # the tie ratio, so the verdict says so instead of naming either
+    v = straggler_verdict(a, ids)
+    assert v.rank is None and v.line.startswith("no clear straggler: ranks 2, 3 tie"), v.line
+
+
+def test_no_collectives_falls_back_to_totals_and_says_so() -> None:
+    timelines = [summarize_rank(r, [Activity("kernel", "gemm", 0, 100 + r)]) for r in range(3)]
+    ids = {r: RankIdentity("h", r) for r in range(3)}
+    a = analyze(timelines, ids)
+    assert not a.has_timeline
+    v = straggler_verdict(a, ids, [RankTotal(0, 100), RankTotal(1, 300), RankTotal(2, 100)])
+    assert v.basis == "totals" and v.rank == 1
+    assert v.line.endswith("(from per-rank totals: no collective calls on any rank (no NCCL/RCCL/gloo kernels, "
+                           "annotations, API calls or c10d ops))")
+    tie = straggler_verdict(a, ids, [RankTotal(0, 300), RankTotal(1, 300), RankTotal(2, 100)])
+    assert tie.rank is None and tie.line.startswith("no clear straggler: ranks 0, 1 tie for the most busy time")
+
+
+def _two_ranks_taking_turns(lasts: list[int], lateness_ns: int) -> Analysis:
+    """Two CPU ranks, one all_reduce per 10 ms block; ``lasts[i]`` arrives ``lateness_ns`` late at block i."""
+    acts: dict[int, list[Activity]] = {0: [], 1: []}
+    for i, late in enumerate(lasts):
+        t = i * 10_000_000
+        for r in (0, 1):
+            start = t + 5_000_000 + (lateness_ns if r == late else 0)
+            acts[r].append(Activity("cpu_op", "aten::mm", start - 5_000_000, 5_000_000, pid=1, tid=1))
+            leave = t + 5_000_000 + lateness_ns + 100_000
+            acts[r].append(Activity("annotation", "gloo:all_reduce", start, leave - start, pid=1, tid=2))
+    ids = {r: RankIdentity("h", r) for r in (0, 1)}
+    return analyze([summarize_rank(r, acts[r]) for r in (0, 1)], ids)
+
+
+def test_ties_are_ties_never_the_lowest_rank() -> None:
+    a = _two_ranks_taking_turns([0, 1] * 10, 3_000_000)
+    v = straggler_verdict(a, {})
+    assert v.rank is None and v.line.startswith("no clear straggler: ranks 0, 1 tie"), v.line
+
+
+def test_a_rank_always_last_by_a_few_microseconds_is_not_worth_naming() -> None:
+    a = _two_ranks_taking_turns([1] * 20, 20_000)
+    v = straggler_verdict(a, {})
+    assert a.ranks[1].last == 20 and v.rank is None, v.line
+    assert "a straggler worth chasing: at least 10% late" in v.line
+
+
+def test_a_rank_always_last_by_milliseconds_is_named_host_side() -> None:
+    v = straggler_verdict(_two_ranks_taking_turns([1] * 20, 3_000_000), {1: RankIdentity("n1", 1)})
+    assert v.rank == 1 and v.cause == "host", v.line
+    assert v.line.startswith("likely straggler: rank 1 (host n1, local_rank 1): entered last at 20 of 20 collectives")
+
+
+# --- what marks a collective, per format -------------------------------------------------------------
+
+
+def test_kineto_collective_args_give_group_name_and_bytes(data: Path) -> None:
+    path = data / "kineto/nccl_data.json.gz"
+    raw = [e for e in _raw(path)["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel"
+           and e["name"].startswith("ncclKernel")]
+    (t,), _ = _load([path])
+    calls = t.calls["kernel"]
+    assert len(calls) == len(raw) == 21
+    assert {(c.group, c.name) for c in calls} == {("0", "allreduce"), ("0", "broadcast")}
+    by_start = sorted(raw, key=lambda e: e["ts"])
+    size = {"Float": 4, "Long": 8}
+    assert [c.bytes for c in calls] == [e["args"]["In msg nelems"] * size[e["args"]["dtype"]] for e in by_start]
+    assert [c.seq for c in calls if c.name == "broadcast"] == list(range(6))
+    # the annotations and c10d ops are families of their own, one call each per collective
+    assert len(t.calls["annotation"]) == len(t.calls["cpu_op"]) == 21
+
+
+def test_rocprofv3_rccl_api_calls_are_collectives_and_setup_calls_are_not(data: Path) -> None:
+    path = data / "rocprofv3_csv/rocm-systems_2025-08/rccl_trace.csv"
+    with open(path) as f:
+        raw = [row for row in csv.DictReader(f) if row["Function"] == "ncclAllReduce"]
+    info = rocprof_csv.inspect(path)
+    t = summarize_rank(0, [a for a in rocprof_csv.read(path, info) if isinstance(a, Activity)], info.time_base_ns)
+    assert set(t.calls) == {"api"}
+    assert [(c.name, c.start_ns, c.end_ns) for c in t.calls["api"]] == sorted(
+        ("allreduce", int(r["Start_Timestamp"]), int(r["End_Timestamp"])) for r in raw)
+
+
+def test_nccl_nvtx_ranges_are_annotation_calls() -> None:
+    acts = [Activity("annotation", "ncclAllReduce", 100, 50), Activity("annotation", "ncclGroupStart", 90, 1),
+            Activity("annotation", "my_range", 0, 500)]
+    t = summarize_rank(0, acts)
+    assert [(c.family, c.name, c.start_ns) for c in t.calls["annotation"]] == [("annotation", "allreduce", 100)]

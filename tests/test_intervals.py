@@ -1,0 +1,104 @@
+"""Self time of nested ranges and busy time as a union (store/intervals.py), on hand cases and on the
+real torchrun4_cpu traces, against a sweep over the raw JSON written here."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import defaultdict
+from math import comb
+from pathlib import Path
+
+import pytest
+
+from profdb.store.intervals import Coverage, merge, self_times, union_length
+from profdb.store.metrics import p_at_least
+from profdb.store.readers import kineto_json
+from profdb.store.records import Activity
+
+
+def test_nested_ranges_keep_only_their_own_time() -> None:
+    #  parent [0, 100) holds a [10, 30) which holds b [12, 20); c [50, 60) is a second child
+    spans = [("t", 0, 100), ("t", 10, 20), ("t", 12, 8), ("t", 50, 10)]
+    assert self_times(spans) == [100 - 20 - 10, 20 - 8, 8, 10]
+
+
+def test_equal_starts_the_longer_is_the_parent_and_equal_ranges_the_first_given() -> None:
+    assert self_times([("t", 0, 10), ("t", 0, 40)]) == [10, 30]
+    assert self_times([("t", 5, 10), ("t", 5, 10)]) == [0, 10]
+    assert self_times([("t", 5, 10), ("t", 5, 10)][::-1]) == [0, 10]
+
+
+def test_a_child_running_past_its_parent_is_clipped_and_zero_length_takes_nothing() -> None:
+    # child [80, 130) overruns parent [0, 100): only [80, 100) is the child's; [100, 130) is counted nowhere
+    assert self_times([("t", 0, 100), ("t", 80, 50)]) == [80, 20]
+    assert self_times([("t", 0, 100), ("t", 30, 0), ("t", 30, 0)]) == [100, 0, 0]
+
+
+def test_lanes_do_not_nest_into_each_other() -> None:
+    assert self_times([("a", 0, 100), ("b", 10, 20)]) == [100, 20]
+
+
+def test_union_and_coverage() -> None:
+    ivs = [(0, 10), (5, 15), (20, 30), (30, 31), (40, 40)]
+    assert merge(ivs) == [(0, 15), (20, 31)]
+    assert union_length(ivs) == 26
+    c = Coverage(ivs)
+    assert c.total == 26
+    assert c.within(0, 100) == 26
+    assert c.within(12, 25) == 3 + 5
+    assert c.within(15, 20) == 0
+    assert c.within(30, 10) == 0
+
+
+def test_p_at_least_is_the_binomial_tail() -> None:
+    assert p_at_least(0, [0.5] * 4) == 1.0
+    assert p_at_least(4, [0.5] * 4) == pytest.approx(1 / 16)
+    assert p_at_least(5, [1 / 8] * 8) == pytest.approx(sum(comb(8, k) * (1 / 8) ** k * (7 / 8) ** (8 - k) for k in range(5, 9)))
+
+
+def _raw_lanes(path: Path) -> dict[tuple[int, int], list[tuple[int, int]]]:
+    with gzip.open(path, "rt") as f:
+        doc = json.load(f)
+    lanes: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
+    for e in doc["traceEvents"]:
+        if e.get("ph") == "X" and e.get("cat") == "cpu_op":
+            s = round(e["ts"] * 1000)
+            lanes[(e["pid"], e["tid"])].append((s, s + round(e["dur"] * 1000)))
+    return lanes
+
+
+def _sweep(ivs: list[tuple[int, int]]) -> int:
+    ivs = sorted(ivs)
+    total, cs, ce = 0, ivs[0][0], ivs[0][1]
+    for s, e in ivs[1:]:
+        if s > ce:
+            total += ce - cs
+            cs, ce = s, e
+        else:
+            ce = max(ce, e)
+    return total + ce - cs
+
+
+@pytest.mark.parametrize("rank", range(4))
+def test_cpu_op_self_time_adds_up_to_100_percent_where_inclusive_double_counts(data: Path, rank: int) -> None:
+    path = data / f"kineto/torchrun4_cpu/rank{rank}_iter5_7.json.gz"
+    info = kineto_json.inspect(path)
+    ops = [a for a in kineto_json.read(path, info) if isinstance(a, Activity) and a.kind == "cpu_op"]
+    selfs = self_times([((a.pid, a.tid), a.start_ns, a.duration_ns) for a in ops])
+    assert all(s >= 0 for s in selfs)
+    raw = _raw_lanes(path)
+    union = sum(_sweep(v) for v in raw.values())
+    inclusive = sum(e - s for v in raw.values() for s, e in v)
+    # self times add up to the time some cpu_op ran (no op here runs past its parent's end)
+    assert sum(selfs) == union
+    # hotspot shares by name: self shares add up to 100%, inclusive shares to more than 200%
+    by_name_self: dict[str, int] = defaultdict(int)
+    by_name_incl: dict[str, int] = defaultdict(int)
+    for a, s in zip(ops, selfs):
+        by_name_self[a.name] += s
+        by_name_incl[a.name] += a.duration_ns
+    assert sum(v / union for v in by_name_self.values()) == pytest.approx(1.0)
+    incl_shares = sum(v / union for v in by_name_incl.values())
+    assert incl_shares == pytest.approx(inclusive / union)
+    assert incl_shares > 2.0

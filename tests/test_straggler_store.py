@@ -1,0 +1,161 @@
+"""The straggler questions through the store and the CLI (issue 12, phase 2): `profdb query --stragglers`,
+`--collectives`, `--steps`, the one verdict on stderr, clock offsets in `profdb ranks`, on real traces
+(the 8-rank DLRM job, HTA's 2-rank set) and a generated multi-host rocprofv3 run with shifted clocks.
+Figures are checked against the raw files (json.load / csv), not against the code under test."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Invoke, sql
+from gen_collective_run import generate
+from test_collectives import _raw, _raw_calls, _raw_lasts
+
+DATA = Path(__file__).parent / "data"
+
+
+def rows_of(out: str) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(out)))
+
+
+@pytest.fixture(scope="module")
+def dlrm_files(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    out = tmp_path_factory.mktemp("dlrm")
+    with tarfile.open(DATA / "kineto/dlrm_8rank/dlrm_kineto.tar.gz") as tar:
+        tar.extractall(out, filter="data")
+    return sorted((out / "dlrm_kineto").glob("worker*.json"))
+
+
+def test_dlrm_stragglers_steps_and_collectives_name_rank7(
+    dlrm_files: list[Path], db_path: Path, run_cli: Invoke
+) -> None:
+    raw = {_raw(p)["distributedInfo"]["rank"]: _raw(p) for p in dlrm_files}
+    kernels = {r: _raw_calls(d, "kernel", ("ncclKernel",)) for r, d in raw.items()}
+    raw_lasts, raw_caused = _raw_lasts(kernels)
+    run_cli("ingest", "--db", db_path, "--run", "dlrm", *dlrm_files)
+
+    r = run_cli("query", "--stragglers", "--db", db_path, "--format", "csv")
+    verdict = r.stderr.splitlines()[0]
+    assert verdict.startswith("likely straggler: rank 7 (host ") and "entered last at 5 of 8 collectives" in verdict
+    assert "window: 8 matched collective instances (kernel calls)" in r.stderr and "ranks 0-7 of 8" in r.stderr
+    rows = {int(x["global_rank"]): x for x in rows_of(r.stdout)}
+    assert {g: int(x["entered_last"]) for g, x in rows.items()} == {g: raw_lasts.count(g) for g in range(8)}
+    # the files name one host per worker (worker0_step...): each gets a clock offset of a few us, within
+    # its error bound, so the waits differ from the raw same-clock sums by at most that much per instance
+    errors = {g: int(x["clock_offset_ns"] or 0) for g, x in rows.items()}
+    assert max(abs(e) for e in errors.values()) < 5_000
+    for g, x in rows.items():
+        assert int(x["wait_caused_ns"]) == pytest.approx(raw_caused[g], abs=8 * 8 * 5_000)
+    assert list(rows)[0] == 7  # most wait caused first
+
+    # --steps: the rank waited on (7) beside the longest step (rank 1: a victim, it waited)
+    r = run_cli("query", "--steps", "--db", db_path, "--format", "json")
+    (step,) = json.loads(r.stdout)
+    assert (step["waited_on_rank"], step["slowest_rank"], step["fastest_rank"]) == (7, 1, 7)
+    assert step["wait_caused_ns"] == int(rows[7]["wait_caused_ns"]) and step["entered_last"] == 5
+    assert r.stderr.splitlines()[0] == verdict  # one verdict for every question
+
+    # --collectives: per instance, largest skew first; skew and last rank from the raw kernel starts
+    r = run_cli("query", "--collectives", "--top", "0", "--db", db_path, "--format", "json")
+    got = json.loads(r.stdout)
+    raw_inst = []
+    for k in range(8):
+        starts = {g: v[k][0] for g, v in kernels.items()}
+        raw_inst.append((max(starts.values()) - min(starts.values()), max(starts, key=lambda g: starts[g])))
+    assert sorted(x["last_rank"] for x in got) == sorted(g for _s, g in raw_inst)
+    for x, (skew, _g) in zip(sorted(got, key=lambda x: x["skew_ns"]), sorted(raw_inst)):
+        assert x["skew_ns"] == pytest.approx(skew, abs=2 * 5_000)
+    assert [x["skew_ns"] for x in got] == sorted((x["skew_ns"] for x in got), reverse=True)
+    assert all(x["ranks"] == 8 and x["collective"] for x in got)
+
+    for q in ("--imbalance", "--ranks"):
+        assert run_cli("query", q, "--db", db_path).stderr.splitlines()[0] == verdict
+
+    # the views agree with the library for sqlite3 users
+    lasts = sql(db_path, "select global_rank, count(*) from collective_arrival_v where run = 'dlrm' and family = 'kernel' "
+                         "and is_last = 1 "
+                         "group by global_rank")
+    assert dict(lasts) == {g: raw_lasts.count(g) for g in set(raw_lasts)}
+
+
+def test_hta_two_ranks_says_who_and_why_not_enough(db_path: Path, run_cli: Invoke) -> None:
+    paths = sorted((DATA / "kineto/hta_trace_filter_2ranks").glob("*.json.gz"))
+    run_cli("ingest", "--db", db_path, "--run", "hta", *paths)
+    r = run_cli("query", "--stragglers", "--db", db_path)
+    line = r.stderr.splitlines()[0]
+    assert line.startswith("no clear straggler: last arrivals spread over 2 rank(s), 2-8 of 10 each; "
+                           "rank 1 entered last at 8 of 10 and caused the most wait, but p=0.11"), line
+
+
+def test_shifted_host_clocks_are_recovered_through_the_store(tmp_path: Path, run_cli: Invoke) -> None:
+    """One host's clock seconds ahead, another's behind: `profdb ranks` shows each offset within its
+    error bound, and the arrival order per instance is the one on the true clock."""
+    clocks = {0: 0, 1: 3_250_000_000, 2: -1_700_000_000}
+    run = generate(tmp_path / "gen", nodes=3, late_rank=3, clock_ns=clocks)
+    db = tmp_path / "s.db"
+    run_cli("ingest", "--db", db, "--run", "shifted", *sorted((tmp_path / "gen").glob("rank*")))
+    r = run_cli("ranks", "--db", db, "--format", "json")
+    ranks = {x["global_rank"]: x for x in json.loads(r.stdout)}
+    for g, host in run.host_of.items():
+        true = run.clock_ns[host]
+        assert ranks[g]["hostname"] == host
+        assert abs(ranks[g]["clock_offset_ns"] - true) <= ranks[g]["clock_error_ns"] < 20_000, (g, ranks[g], true)
+    r = run_cli("runs", "--db", db, "--format", "json")
+    (info,) = json.loads(r.stdout)
+    assert "node01 3.25 s" in info["clock_offsets"] and "node02 -1.7 s" in info["clock_offsets"]
+
+    r = run_cli("query", "--stragglers", "--db", db)
+    assert r.stderr.startswith("likely straggler: rank 3 (host node01, local_rank ")
+    assert "cause: host side" in r.stderr.splitlines()[0]
+    order = sql(db, "select collective, seq, global_rank, arrival_ns from collective_call_v where run = 'shifted' "
+                    "order by seq, arrival_ns")
+    per: dict[int, list[int]] = {}
+    for _c, seq, g, _a in order:
+        per.setdefault(seq, []).append(g)
+    assert [per[k] for k in sorted(per)] == run.arrival_order
+
+
+def test_bad_input_is_a_note_never_a_traceback(tmp_path: Path, run_cli: Invoke) -> None:
+    db = tmp_path / "s.db"
+    # a single rank
+    run_cli("ingest", "--db", db, "--run", "one", DATA / "kineto/nccl_data.json.gz")
+    for q in ("--stragglers", "--collectives", "--steps"):
+        r = run_cli("query", q, "--db", db, "--run", "one")
+        assert r.exit_code == 0 and "Traceback" not in r.stderr
+    r = run_cli("query", "--stragglers", "--db", db, "--run", "one")
+    assert r.stderr.startswith("no clear straggler: run 'one' has 1 rank, nothing to compare")
+    # a host whose clock cannot be placed: its ranks never leave a collective together
+    run = generate(tmp_path / "gen", nodes=2, late_rank=1, clock_ns={0: 0, 1: 2_000_000_000})
+    path = run.files[3]
+    text = path.read_text().splitlines()
+    rows = list(csv.reader(text))
+    head = rows[0]
+    end = head.index("End_Timestamp")
+    for row in rows[1:]:
+        if "ncclDevKernel" in row[head.index("Kernel_Name")]:
+            row[end] = str(int(row[end]) + 1_000_000)
+    buf = io.StringIO()
+    csv.writer(buf, quoting=csv.QUOTE_NONNUMERIC).writerows([rows[0]] + [_nums(r) for r in rows[1:]])
+    path.write_text(buf.getvalue())
+    run_cli("ingest", "--db", db, "--run", "nohost", *sorted((tmp_path / "gen").glob("rank*")))
+    r = run_cli("ranks", "--db", db, "--run", "nohost")
+    assert "no clock offset for host(s) node01" in r.stderr
+    r = run_cli("query", "--stragglers", "--db", db, "--run", "nohost")
+    assert "host node01: no blocking collective in common" in r.stderr
+    assert r.stderr.startswith("likely straggler: rank 1 "), r.stderr
+
+
+def _nums(row: list[str]) -> list[Any]:
+    out: list[Any] = []
+    for v in row:
+        try:
+            out.append(int(v))
+        except ValueError:
+            out.append(v)
+    return out
