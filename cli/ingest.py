@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any
 
 import click
 
-from profdb.store import identity, ingest, readers, runs
+from profdb.store import classify, identity, ingest, readers, reclassify, runs
 
-from .options import connect, db_option, output_options, run_option
+from .options import comm_pattern_option, comm_rules, connect, db_option, output_options, run_option
 from .output import note, render
 
 
@@ -62,6 +63,14 @@ class _Bar:
     is_flag=True,
     help="Accept several files of the same kind for one rank (e.g. several profiling windows).",
 )
+@click.option(
+    "--rank-by",
+    type=click.Choice(["gpu"]),
+    default=None,
+    help="Split a file holding several processes into one rank per GPU (a merged rocm-trace-lite trace: "
+    "gpuId i-th in order -> rank i); needs --hostname. The mapping used is printed.",
+)
+@comm_pattern_option
 @db_option
 def ingest_command(
     paths: tuple[str, ...],
@@ -72,6 +81,8 @@ def ingest_command(
     hostname: str | None,
     rank_from_path: str | None,
     allow_duplicate_ranks: bool,
+    rank_by: str | None,
+    comm_patterns: tuple[str, ...],
     db: str | None,
 ) -> None:
     """Load profiler outputs (files, folders, globs) into the store, in one transaction.
@@ -80,16 +91,18 @@ def ingest_command(
     `profdb record`, metadata inside the files, or the path (rank0003/, rank3_iter..., .rank0003.).
     Re-ingesting the same file is a no-op."""
     if rank_from_path:
-        import re
-
         try:
             re.compile(rank_from_path)
         except re.error as e:
             raise click.BadParameter(f"not a valid regular expression: {e}", param_hint="--rank-from-path") from e
-    flags = identity.IdentityFlags(rank, local_rank, hostname, rank_from_path, allow_duplicate_ranks)
+    if rank_by and not hostname:
+        raise click.UsageError("--rank-by gpu needs --hostname H (the node whose GPUs the file holds)")
+    flags = identity.IdentityFlags(rank, local_rank, hostname, rank_from_path, allow_duplicate_ranks, rank_by)
+    rules = comm_rules(comm_patterns)
     bar = _Bar()
     try:
-        report = ingest.ingest_paths(list(paths), db, run=run, flags=flags, fmt=fmt, progress=bar)
+        with classify.using(rules):
+            report = ingest.ingest_paths(list(paths), db, run=run, flags=flags, fmt=fmt, progress=bar)
     finally:
         bar.close()
     how = " (derived from the inputs; name it with --run)" if report.run_derived else ""
@@ -102,6 +115,13 @@ def ingest_command(
     if report.unknown_files:
         note(f"note: {len(report.unknown_files)} files in the folders are not profiler outputs profdb reads, skipped "
              f"(e.g. {report.unknown_files[0]})")
+    note(rules.summary())
+    for line in report.notes:
+        click.echo(line)
+    if report.empty:
+        click.echo(f"files with no rows: {len(report.empty)}")
+        for line in report.empty:
+            click.echo(f"  {line}")
     if report.rows_by_kind:
         click.echo("rows: " + ", ".join(f"{k} {v:,}" for k, v in sorted(report.rows_by_kind.items())))
     hosts = sorted({h for _, h, _ in report.ranks if h})
@@ -110,9 +130,13 @@ def ingest_command(
         f"ranks: {len(report.ranks)}{world}" + (f" on {len(hosts)} hosts ({', '.join(hosts[:8])})" if hosts else "")
     )
     if report.missing_ranks:
-        miss = report.missing_ranks
-        shown = ", ".join(map(str, miss[:16])) + (", ..." if len(miss) > 16 else "")
-        click.echo(f"missing ranks: {len(miss)} ({shown})")
+        click.echo(f"missing ranks: {len(report.missing_ranks)} ({identity.rank_ranges(report.missing_ranks)})")
+    if report.ended_badly:
+        click.echo(
+            f"ranks that did not end well (profiles may be cut short): {len(report.ended_badly)} ("
+            + "; ".join(report.ended_badly)
+            + ")"
+        )
 
 
 @click.command("runs")
@@ -134,6 +158,41 @@ def ranks_command(run: str | None, db: str | None, fmt: str) -> None:
     for n in notes:
         note(n)
     render(headers, rows, fmt)
+
+
+@click.command("reclassify")
+@run_option("Run name (default: the most recent run).")
+@comm_pattern_option
+@click.option("--dry-run", is_flag=True, help="Show what would move, change nothing.")
+@db_option
+@output_options
+def reclassify_command(
+    run: str | None, comm_patterns: tuple[str, ...], dry_run: bool, db: str | None, fmt: str
+) -> None:
+    """Classify a stored run again with the current communication rules (--comm-pattern, PROFDB_COMM_RULES,
+    ./profdb.toml, the shipped sets), in one transaction: activity and summary rows of the names whose
+    category changes, and the rules recorded for the run's files. Prints the names that moved and the
+    communication share before and after."""
+    rules = comm_rules(comm_patterns)
+    conn = connect(db)
+    scope = runs.resolve_run(conn, run)
+    done = reclassify.reclassify(conn, scope, rules)
+    if dry_run:
+        conn.rollback()
+    else:
+        conn.commit()
+    before = ", ".join(f"{d or 'not recorded'} ({n} files)" for d, n in done.digests_before.items()) or "none"
+    note(f"run {done.run!r}: rules {before} -> {rules.summary()}")
+    share = " -> ".join("n/a" if v is None else f"{v * 100:.1f}%" for v in (done.share_before, done.share_after))
+    note(
+        f"{len(done.moved)} name(s) moved ({done.activity_rows:,} activity rows, {done.summary_rows:,} summary rows)"
+        f"; communication share of {done.share_kind} time: {share}" + (" (dry run: nothing changed)" if dry_run else "")
+    )
+    render(
+        ["kind", "name", "before", "after", "total_ns", "ranks"],
+        [(m.kind, m.name, m.before, m.after, m.total_ns, m.ranks) for m in done.moved],
+        fmt,
+    )
 
 
 @click.command("formats")

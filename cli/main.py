@@ -17,6 +17,7 @@ COMMANDS = {
     "runs": "ingest:runs_command",
     "ranks": "ingest:ranks_command",
     "formats": "ingest:formats_command",
+    "reclassify": "ingest:reclassify_command",
     "query": "query:query_cmd",
     "sql": "query:sql_cmd",
     "compare": "compare:compare_command",

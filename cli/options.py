@@ -5,12 +5,14 @@ nothing is committed unless the command calls ``conn.commit()``."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 from sqlalchemy import Connection
 
+from profdb.store import classify
 from profdb.store.db import open_db, resolve_url, sqlite_path
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -80,3 +82,25 @@ def connect(db: str | None) -> Connection:
     engine = open_db(db)
     ctx.call_on_close(engine.dispose)
     return ctx.with_resource(engine.connect())
+
+
+def comm_pattern_option(f: F) -> F:
+    return click.option(
+        "--comm-pattern",
+        "comm_patterns",
+        multiple=True,
+        metavar="REGEX",
+        help="Also class names matching REGEX as communication (before the shipped rules; repeatable). "
+        "Rule files: PROFDB_COMM_RULES=FILE.toml or [classify] in ./profdb.toml (see README).",
+    )(f)
+
+
+def comm_rules(patterns: tuple[str, ...]) -> classify.Rules:
+    """The communication rules in force: --comm-pattern first, then the user's files, then the shipped ones."""
+    for p in patterns:
+        try:
+            re.compile(p)
+        except re.error as e:
+            msg = f"{p!r} is not a valid regular expression: {e}"
+            raise click.BadParameter(msg, param_hint="--comm-pattern") from e
+    return classify.load_rules(patterns)

@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, select
 
 from . import queries
 from .errors import QueryError
@@ -196,6 +196,75 @@ def _one_run(conn: Connection, run: RunInfo, kinds: Sequence[str], pattern: str 
         sum(b) / n if b else 0.0,
         imbalance_of(b),
     )
+
+
+def _kinds_of(conn: Connection, scope: RunScope) -> set[str]:
+    ids = [r.id for r in scope.ranks]
+    return set(conn.execute(select(Summary.kind).where(Summary.rank_id.in_(ids)).distinct()).scalars())
+
+
+def comparability_notes(
+    conn: Connection, bases: Sequence[RunScope], new: RunScope, kinds: Sequence[str]
+) -> list[str]:
+    """What makes the two sides not like for like, and what the figures then mean: world sizes,
+    hosts, the kinds of rows each run holds, the rules that classified them, ranks that ended badly."""
+    notes: list[str] = []
+
+    def sides(f: Callable[[RunScope], str]) -> str:
+        base = sorted({f(b) for b in bases})
+        return f"baseline {' / '.join(base)}, new {f(new)}"
+
+    def world(sc: RunScope) -> str:
+        return str(sc.world_size) if sc.world_size else f"unknown ({len(sc.ranks)} ranks stored)"
+
+    if any(world(b) != world(new) for b in bases):
+        notes.append(
+            f"world sizes differ ({sides(world)}): the figures are per rank (total / ranks), so they compare "
+            "per-rank work; a collective's time and the share of time spent communicating depend on the "
+            "world size, and a different job split gives each rank other work: read a change as the cost of "
+            "the other configuration, not as a regression of the same job"
+        )
+
+    def hosts(sc: RunScope) -> str:
+        names = sorted({r.hostname for r in sc.ranks if r.hostname})
+        return ", ".join(names[:4]) + (f" (+{len(names) - 4})" if len(names) > 4 else "") if names else "unknown"
+
+    if any(hosts(b) != hosts(new) for b in bases):
+        notes.append(
+            f"the runs ran on different hosts ({sides(hosts)}): hardware, drivers and placement differ, so part "
+            "of any change may come from the machines"
+        )
+    new_kinds = _kinds_of(conn, new)
+    for b in bases:
+        bk = _kinds_of(conn, b)
+        if bk != new_kinds:
+            lacking = [k for k in kinds if k not in bk]
+            notes.append(
+                f"the runs hold different kinds of rows (baseline {b.name!r}: {', '.join(sorted(bk)) or 'none'}; "
+                f"new: {', '.join(sorted(new_kinds)) or 'none'}): they were profiled differently"
+                + (
+                    f"; the baseline has no {'/'.join(lacking)} rows, so every such name shows as new and "
+                    "its busy time as 0"
+                    if lacking
+                    else ""
+                )
+            )
+    for b in bases:
+        if set(b.rule_digests) != set(new.rule_digests):
+            notes.append(
+                f"the runs were classified with different communication rules (baseline {b.name!r}: "
+                f"{', '.join(d or 'not recorded' for d in b.rule_digests) or 'none'}; new: "
+                f"{', '.join(d or 'not recorded' for d in new.rule_digests) or 'none'}): busy and comm time may "
+                "differ for that reason alone; `profdb reclassify --run NAME` both with the same rules"
+            )
+    for sc in [*bases, new]:
+        bad = sc.ended_abnormally()
+        if bad:
+            notes.append(
+                f"run {sc.name!r}: {len(bad)} rank(s) did not end well, their profiles may be cut short: "
+                + "; ".join(f"rank {r.global_rank} {r.end()}" for r in bad)
+            )
+    return notes
 
 
 def kinds_for(conn: Connection, run: RunInfo, kind: str | None) -> tuple[tuple[str, ...], list[str]]:
@@ -587,6 +656,7 @@ def compare(
         notes.append("no names match" + (f" {name_like!r}" if name_like else "") + f" in {'/'.join(kinds)} rows")
     if any(len(sc.ranks) != len(nf.ranks) for sc in bf.scopes):
         notes.append("the runs have different numbers of ranks: times are compared per rank (total / ranks)")
+    notes += comparability_notes(conn, bf.scopes, nf.scopes[0], kinds)
     regs = _with_ranks(conn, nf, regressions(bf, nf, threshold if gate is None else gate, min_share))
     if by == "kernel":
         headers = list(KERNEL_HEADERS)

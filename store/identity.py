@@ -39,6 +39,16 @@ class IdentityFlags:
     hostname: str | None = None
     rank_from_path: str | None = None
     allow_duplicate_ranks: bool = False
+    #: split files holding several processes by this (``--rank-by gpu``: a merged rtl trace, one rank per
+    #: gpuId); never done unless asked, since a gpuId is a device, not a rank
+    rank_by: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.rank_by is not None and self.hostname is None:
+            raise RankIdentityError(
+                f"--rank-by {self.rank_by} needs --hostname H: GPU ids name devices of one node, so the ranks "
+                "they become must be placed on that node"
+            )
 
 
 @dataclass
@@ -62,8 +72,14 @@ class _Candidate:
     origin: str
 
 
-def path_hint(path: Path) -> RankHint:
-    """What the path alone says (weakest source)."""
+def path_hint(path: Path, file_pid: int | None = None) -> RankHint:
+    """What the path alone says (weakest source).
+
+    ``file_pid`` is the pid the file itself names (the reader's hint). A name shaped like the
+    tensorboard handler's ``<hostname>_<pid>.<ns>.pt.trace.json`` is only that when its pid is the
+    file's own: a custom worker name (``worker0_step_12.<ns>.pt.trace.json``) has the same shape, and
+    taking ``worker0_step`` for a host would invent one. Otherwise nothing is taken from the name and
+    ``hint.note`` says why (it ends up in the file's identity_origin)."""
     hint = RankHint(origin="path")
     m = RANK_FILE.search(path.name)
     if m:
@@ -78,8 +94,16 @@ def path_hint(path: Path) -> RankHint:
                 break
     tb = TENSORBOARD_FILE.match(path.name)
     if tb:
-        hint.hostname = tb.group("host")
-        hint.pid = int(tb.group("pid"))
+        name_pid = int(tb.group("pid"))
+        if file_pid is not None and file_pid == name_pid:
+            hint.hostname = tb.group("host")
+            hint.pid = name_pid
+        else:
+            said = f"the file's pid is {file_pid}" if file_pid is not None else "the file names no pid to check it against"
+            hint.note = (
+                f"hostname not taken from the name {path.name!r}: it has the shape <hostname>_<pid>.<ns>.pt.trace.json "
+                f"with pid {name_pid}, but {said}"
+            )
     elif ROCPROF_PID_FILE.match(path.name):
         hint.pid = int(path.name.split("_", 1)[0])
         if path.parent.name and not RANK_DIR.match(path.parent.name):
@@ -145,17 +169,26 @@ def resolve_file(
             cache[mpath] = read_manifest(mpath)
         manifest = cache[mpath]
     candidates: list[_Candidate] = []  # strongest first, flags excluded
+    notes: list[str] = []  # what a source said that was not taken, and why
     if manifest is not None:
         candidates.append(_Candidate(_manifest_hint(manifest), f"rank manifest {mpath}"))
     if file_hint.origin or any(getattr(file_hint, f) is not None for f in _FIELDS):
-        candidates.append(_Candidate(file_hint, f"in-file metadata ({file_hint.origin or 'file'})"))
+        # a section made by --rank-by is the user's word on the file, not something the file says
+        where = (
+            file_hint.origin
+            if file_hint.origin.startswith("--rank-by")
+            else f"in-file metadata ({file_hint.origin or 'file'})"
+        )
+        candidates.append(_Candidate(file_hint, where))
     if section:
         pass
     elif flags.rank_from_path:
         candidates.insert(0, _Candidate(regex_hint(path, re.compile(flags.rank_from_path)), "--rank-from-path"))
     else:
-        ph = path_hint(path)
+        ph = path_hint(path, file_hint.pid)
         candidates.append(_Candidate(ph, ph.origin))
+        if ph.note:
+            notes.append(ph.note)
 
     resolved: dict[str, object] = {}
     origin_of: dict[str, str] = {}
@@ -199,7 +232,10 @@ def resolve_file(
             if cand.hint.pid is not None:
                 pid = cand.hint.pid
                 break
-    origin = "; ".join(f"{f} from {origin_of[f]}" for f in ("global_rank", "local_rank", "hostname") if f in origin_of)
+    said = [f"{f} from {origin_of[f]}" for f in ("global_rank", "local_rank", "hostname") if f in origin_of]
+    if file_hint.device is not None:
+        said.append(f"device from {file_hint.device_origin or 'in-file metadata'}")
+    origin = "; ".join(said + notes)
     return Identity(
         global_rank=int(resolved["global_rank"]),  # type: ignore[call-overload]
         local_rank=resolved.get("local_rank"),  # type: ignore[arg-type]
@@ -285,3 +321,23 @@ def missing_ranks(present: Iterable[int], world_size: int | None) -> list[int]:
         return []
     have = set(present)
     return [r for r in range(world_size) if r not in have]
+
+
+def rank_spans(ranks: Iterable[int]) -> list[tuple[int, int]]:
+    """``[2, 3, 4, 7]`` -> ``[(2, 4), (7, 7)]``: consecutive ranks as (first, last)."""
+    spans: list[list[int]] = []
+    for g in sorted(set(ranks)):
+        if spans and spans[-1][1] == g - 1:
+            spans[-1][1] = g
+        else:
+            spans.append([g, g])
+    return [(a, b) for a, b in spans]
+
+
+def span_text(first: int, last: int) -> str:
+    return str(first) if first == last else f"{first}-{last}"
+
+
+def rank_ranges(ranks: Iterable[int]) -> str:
+    """``[2, 3, 4, 7]`` -> ``"2-4, 7"``."""
+    return ", ".join(span_text(a, b) for a, b in rank_spans(ranks))

@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, insert, update
 
-from . import bulk, ingest_workers, runs
+from . import bulk, classify, ingest_workers, reclassify, runs
 from .db import display_url, load_target, resolve_url, sqlite_path
 from .errors import InputError, ProfdbError
 from .identity import Identity, IdentityFlags, RankPlan, missing_ranks
 from .inputs import InputFile, derive_run_name, prepare
+from .manifest import RankEnd, rank_end
 from .models import SourceFile
 
 #: progress(event, path, done_bytes, total_bytes): "start" once with total, "file" after each file
@@ -49,6 +50,12 @@ class IngestReport:
     ranks: list[tuple[int, str | None, int | None]] = field(default_factory=list)
     world_size: int | None = None
     missing_ranks: list[int] = field(default_factory=list)
+    #: what the user should know about how inputs were read (e.g. the gpuId -> rank mapping of --rank-by)
+    notes: list[str] = field(default_factory=list)
+    #: one line per file that produced no rows: which file, and why
+    empty: list[str] = field(default_factory=list)
+    #: "rank 1 killed by signal 9 (SIGKILL)" for each rank of the run whose command did not end well
+    ended_badly: list[str] = field(default_factory=list)
 
     @property
     def ingested(self) -> list[FileResult]:
@@ -94,7 +101,10 @@ def _rank_conflict(name: str, plan: RankPlan) -> runs.RankConflict:
 
 
 def _facts(ident: Identity) -> runs.RankFacts:
-    return runs.RankFacts(ident.hostname, ident.local_rank, ident.node_rank, ident.pid, ident.device)
+    end = rank_end(ident.manifest) if ident.manifest else RankEnd()
+    return runs.RankFacts(
+        ident.hostname, ident.local_rank, ident.node_rank, ident.pid, ident.device, **asdict(end)
+    )
 
 
 def ingest_paths(
@@ -116,6 +126,9 @@ def ingest_paths(
         db=display_url(resolve_url(db)),
         unknown_files=[str(u) for u in unknown],
         world_size=plan.world_size,
+    )
+    report.notes = list(
+        dict.fromkeys(str(i.info.metadata["rank_by"]["note"]) for i in inputs if "rank_by" in i.info.metadata)
     )
     path = sqlite_path(resolve_url(db))
     new_store = path is not None and not path.exists()  # (load_target removes it again if the load fails)
@@ -168,6 +181,7 @@ def _load(
         rank_ids = runs.rank_ids(
             conn, run_id, {g: _facts(i) for g, i in todo_plan.ranks.items()}, _rank_conflict(run_name, todo_plan)
         )
+        rules = reclassify.rules_id(conn, classify.active()) if todo else None
         recreate = bulk.defer_indexes(conn, sum(i.size for i in todo))
         writer = bulk.Writer(conn)
         sources: list[tuple[InputFile, int, int]] = []
@@ -188,6 +202,7 @@ def _load(
                     time_base_ns=inp.info.time_base_ns,
                     identity_origin=ident.origin,
                     ingested_at=runs.now(),
+                    rules_id=rules,
                 )
             )
             sources.append((inp, rank_id, int(res.inserted_primary_key[0])))  # type: ignore[index]
@@ -202,6 +217,8 @@ def _load(
             report.files.append(
                 FileResult(str(inp.path), inp.info.format, inp.info.kind, inp.claim.identity.global_rank, rows)
             )
+            if rows == 0:
+                report.empty.append(f"{inp.path}: no rows ingested ({why_empty(inp)})")
             done += inp.size
             if progress:
                 progress("file", str(inp.path), done, total)
@@ -230,6 +247,22 @@ def _load(
         writer.finish()
         report.ranks, report.world_size = runs.ranks_of(conn, run_id)
         report.missing_ranks = missing_ranks([r[0] for r in report.ranks], report.world_size)
+        report.ended_badly = [
+            f"rank {r.global_rank} {r.end()}" for r in runs.resolve_run(conn, run_name).ended_abnormally()
+        ]
+
+
+def why_empty(inp: InputFile) -> str:
+    """Why ``inp`` produced no rows: what its reader found (``SourceInfo.metadata["why_empty"]``), else
+    what the format holds that profdb reads."""
+    why = inp.info.metadata.get("why_empty") or getattr(inp.reader, "EMPTY_WHY", None)
+    if why:
+        return str(why)
+    section = f" (rank section {inp.section})" if inp.section is not None else ""
+    return (
+        f"its {inp.info.format} {inp.info.kind or 'content'}{section} holds no events profdb reads "
+        f"(see `profdb formats`); it is recorded as a source with 0 rows"
+    )
 
 
 def _read_error(inp: InputFile, e: BaseException) -> BaseException:

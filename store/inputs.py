@@ -128,6 +128,8 @@ def _prepare(
     manifests: dict[Path, RankManifest | None] = {}
     for (path, reader), sha_future in zip(files, hashes):
         info = reader.inspect(path)
+        if flags.rank_by is not None:
+            info = readers.split_ranks(reader, path, info, flags.rank_by)
         size, sha = path.stat().st_size, sha_future.result()
         if info.ranks and has_rank_sections(reader):
             if flags.rank is not None or flags.rank_from_path:

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,68 @@ class RankManifest:
 
     def to_json(self) -> dict[str, Any]:
         return {"profdb_manifest": MANIFEST_VERSION, **asdict(self)}
+
+
+@dataclass(frozen=True)
+class RankEnd:
+    """How a rank's command ended, as its manifest says (every field None without one)."""
+
+    exit_code: int | None = None
+    #: the signal that killed it (exit status 128+N)
+    signal: int | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    #: ok | failed (exit status != 0) | killed (by a signal) | unfinished (started, never ended:
+    #: `profdb record` itself was killed, or the job still runs); None: nothing recorded
+    end_status: str | None = None
+
+    @property
+    def abnormal(self) -> bool:
+        return self.end_status in ABNORMAL
+
+
+#: the end statuses flagged in runs, ranks, notes and the report (the profile may be cut short)
+ABNORMAL = ("failed", "killed", "unfinished")
+#: the highest signal number an exit status 128+N is read as
+_MAX_SIGNAL = 64
+
+
+def _utc(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return t.astimezone(timezone.utc).replace(tzinfo=None) if t.tzinfo else t
+
+
+def rank_end(m: RankManifest) -> RankEnd:
+    """How the rank of manifest ``m`` ended (see ``RankEnd.end_status``)."""
+    started, ended = _utc(m.started_at), _utc(m.ended_at)
+    code = m.exit_code
+    if code is None:
+        return RankEnd(None, None, started, ended, "unfinished" if started else None)
+    if code == 0:
+        return RankEnd(0, None, started, ended, "ok")
+    if 128 < code <= 128 + _MAX_SIGNAL:
+        return RankEnd(code, code - 128, started, ended, "killed")
+    return RankEnd(code, None, started, ended, "failed")
+
+
+def describe_end(end: RankEnd) -> str:
+    """``killed by signal 9 (SIGKILL)`` / ``failed with exit status 3`` / ``ok`` / ..."""
+    if end.end_status == "killed" and end.signal is not None:
+        try:
+            name = f" ({signal.Signals(end.signal).name})"
+        except ValueError:
+            name = ""
+        return f"killed by signal {end.signal}{name}"
+    if end.end_status == "failed":
+        return f"failed with exit status {end.exit_code}"
+    if end.end_status == "unfinished":
+        return "never ended (no exit status recorded: its recorder was killed, or it still runs)"
+    return end.end_status or "unknown"
 
 
 def write_manifest(rank_dir: Path, manifest: RankManifest) -> Path:

@@ -64,6 +64,26 @@ class Rank(Base):
     node_rank: Mapped[int | None]
     pid: Mapped[int | None]
     device: Mapped[int | None]
+    #: how the rank ended, from the manifest `profdb record` wrote (all NULL without one): the
+    #: command's exit status (128+N when signal N killed it), that signal, and when it ran (UTC)
+    exit_code: Mapped[int | None]
+    signal: Mapped[int | None]
+    started_at: Mapped[datetime | None]
+    ended_at: Mapped[datetime | None]
+    #: ok | failed (exit status != 0) | killed (by a signal) | unfinished (started, never ended)
+    end_status: Mapped[str | None] = mapped_column(String(20))
+
+
+class ClassificationRules(Base):
+    """A communication rule set as used to classify rows (store/classify.py Rules.serialise()):
+    one row per distinct set, named by its digest."""
+
+    __tablename__ = "classification_rules"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64), unique=True)
+    shipped_version: Mapped[int]
+    rules_json: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime]
 
 
 class SourceFile(Base):
@@ -85,6 +105,9 @@ class SourceFile(Base):
     time_base_ns: Mapped[int] = mapped_column(BigInteger, default=0)
     identity_origin: Mapped[str | None] = mapped_column(Text)
     ingested_at: Mapped[datetime]
+    #: the rules its rows were classified with (NULL: stored before they were recorded)
+    #: (no foreign key: SQLite could not drop the column again; rules rows are never deleted)
+    rules_id: Mapped[int | None]
 
 
 class Name(Base):

@@ -28,6 +28,7 @@ from sqlalchemy import Connection, func, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.sql import ColumnElement, text
 
+from . import reclassify
 from .errors import QueryError
 from .metrics import Spread, ratio, spread
 from .models import Name, Rank, Run, Step, Summary
@@ -297,7 +298,19 @@ def _scope_notes(scope: RunScope) -> list[str]:
             f"run {scope.name!r}: world_size {scope.world_size} but {len(missing)} rank(s) have no data "
             f"and are not in these figures: {shown}"
         )
-    return notes
+    return notes + end_notes(scope) + reclassify.digest_notes(scope)
+
+
+def end_notes(scope: RunScope) -> list[str]:
+    """A note naming the ranks whose command failed, was killed or never ended (manifest of `profdb
+    record`): their profiles may stop early, so their figures may be low."""
+    bad = scope.ended_abnormally()
+    if not bad:
+        return []
+    return [
+        f"run {scope.name!r}: {len(bad)} rank(s) did not end well, their profiles may be cut short (figures low): "
+        + "; ".join(f"rank {r.global_rank} {r.end()}" for r in bad)
+    ]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -73,7 +73,8 @@ class RankHint:
     """Identity found inside a file (or for one ``rank_<r>:`` section of a merged file).
 
     Every field is optional: None means the file does not say. ``origin`` says where the facts came
-    from, for error messages (e.g. "distributedInfo", "rocpd_info_process.environment")."""
+    from, for error messages (e.g. "distributedInfo", "rocpd_info_process.environment");
+    ``device_origin`` the same for ``device``."""
 
     global_rank: int | None = None
     local_rank: int | None = None
@@ -81,8 +82,12 @@ class RankHint:
     world_size: int | None = None
     node_rank: int | None = None
     pid: int | None = None
+    #: the GPU the process used (an index on its node: never a local rank), and where that came from
     device: int | None = None
     origin: str = ""
+    device_origin: str = ""
+    #: what a source said but was not taken, and why (ends up in the file's identity_origin)
+    note: str = ""
 
 
 @dataclass

@@ -32,6 +32,7 @@ from sqlalchemy import Connection, select
 
 from . import queries, runs
 from .errors import InputError, ProfdbError
+from .identity import rank_ranges
 from .metrics import spread
 from .models import Rank, Run, SourceFile, Step
 from .units import fmt_ns
@@ -95,6 +96,8 @@ class ReportData:
     #: (global_rank, hostname, path, format, content_kind, rows, size_bytes, sha256, identity_origin)
     sources: list[tuple[Any, ...]]
     notes: list[str] = field(default_factory=list)
+    #: digests of the classification rules the run's files were classified with (None: not recorded)
+    rule_digests: tuple[str | None, ...] = ()
 
 
 def heatmap_data(
@@ -197,6 +200,7 @@ def build_report(
         heatmap=_heatmap(conn, scope, imb, kinds, verdict),
         step_ranks=_step_ranks(conn, scope),
         sources=_sources(conn, scope),
+        rule_digests=scope.rule_digests,
         notes=notes,
     )
 
@@ -480,17 +484,6 @@ def _run_imbalance(data: ReportData) -> float | None:
     return spread(compute).imbalance if compute else None
 
 
-def rank_ranges(ranks: Sequence[int]) -> str:
-    """``[2, 3, 4, 7]`` -> ``"2-4, 7"``."""
-    spans: list[list[int]] = []
-    for g in sorted(set(ranks)):
-        if spans and spans[-1][1] == g - 1:
-            spans[-1][1] = g
-        else:
-            spans.append([g, g])
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
-
-
 def render_html(data: ReportData, store: str = "") -> str:
     """The report as one HTML document (charts inline as SVG; no script, no external resource)."""
     _matplotlib()
@@ -523,6 +516,7 @@ def render_html(data: ReportData, store: str = "") -> str:
         ("world_size", data.world_size),
         ("launcher", data.launcher),
         ("command", data.command),
+        ("classification rules", ", ".join(d or "not recorded" for d in data.rule_digests) or None),
     ] + [(f"tag {k}", v if isinstance(v, str) else json.dumps(v)) for k, v in sorted(data.metadata.items())]
     missing = (
         f'<p class="warn" id="missing-ranks">missing ranks (no profile ingested): {len(data.missing_ranks)} '
@@ -530,6 +524,18 @@ def render_html(data: ReportData, store: str = "") -> str:
         if data.missing_ranks
         else '<p id="missing-ranks">no missing ranks</p>'
     )
+    bad = [r for r in data.ranks if r.ended_abnormally()]
+    if bad:
+        missing += (
+            f'<p class="warn" id="rank-ends">{len(bad)} rank(s) did not end well, their profiles may be cut '
+            "short: " + html.escape("; ".join(f"rank {r.global_rank} {r.end()}" for r in bad)) + "</p>"
+        )
+    if len(data.rule_digests) > 1:
+        missing += (
+            '<p class="warn" id="rule-digests">the run\'s files were classified with '
+            f"{len(data.rule_digests)} rule sets: communication vs compute may differ between them "
+            f"(profdb reclassify --run {html.escape(data.run)})</p>"
+        )
     src_headers = [
         "global_rank",
         "hostname",

@@ -24,8 +24,9 @@ from sqlalchemy import Connection, desc, func, insert, select, update
 
 from . import bulk
 from .errors import QueryError, RankIdentityError
-from .identity import missing_ranks
-from .models import Rank, Run, SourceFile
+from .identity import missing_ranks, rank_ranges, rank_spans, span_text
+from .manifest import ABNORMAL, RankEnd, describe_end
+from .models import ClassificationRules, Rank, Run, SourceFile
 
 _run = Run.__table__
 _rank = Rank.__table__
@@ -82,6 +83,17 @@ class RankRef:
     global_rank: int
     hostname: str | None
     local_rank: int | None
+    #: how the rank ended (manifest.RankEnd.end_status; None: nothing recorded), its exit status and signal
+    end_status: str | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+
+    def ended_abnormally(self) -> bool:
+        return self.end_status in ABNORMAL
+
+    def end(self) -> str:
+        """How the rank ended, in words (``killed by signal 9 (SIGKILL)``)."""
+        return describe_end(RankEnd(self.exit_code, self.signal, end_status=self.end_status))
 
     def label(self) -> str:
         where = ", ".join(
@@ -104,6 +116,12 @@ class RunScope:
     world_size: int | None
     #: ranks that have data, ordered by global rank
     ranks: tuple[RankRef, ...]
+    #: digests of the classification rules its files were classified with (None: not recorded)
+    rule_digests: tuple[str | None, ...] = ()
+
+    def ended_abnormally(self) -> list[RankRef]:
+        """Ranks whose command failed, was killed or never ended: their profiles may be cut short."""
+        return [r for r in self.ranks if r.ended_abnormally()]
 
     def missing_ranks(self) -> list[int]:
         """Ranks 0..world_size-1 with no data at all (nothing ingested for them)."""
@@ -131,15 +149,32 @@ def resolve_run(conn: Connection, run: str | None = None) -> RunScope:
             known = ", ".join(names) if names else "none: ingest some profiles first"
             raise QueryError(f"no run named {run!r} in the store; known runs (newest first): {known}")
     ranks = conn.execute(
-        select(_rank.c.id, _rank.c.global_rank, _rank.c.hostname, _rank.c.local_rank)
+        select(
+            _rank.c.id,
+            _rank.c.global_rank,
+            _rank.c.hostname,
+            _rank.c.local_rank,
+            _rank.c.end_status,
+            _rank.c.exit_code,
+            _rank.c.signal,
+        )
         .where(_rank.c.run_id == row.id)
         .order_by(_rank.c.global_rank)
     ).all()
+    digests = conn.execute(
+        select(ClassificationRules.digest)
+        .select_from(SourceFile.__table__.outerjoin(ClassificationRules, ClassificationRules.id == SourceFile.rules_id))
+        .where(SourceFile.run_id == row.id)
+        .distinct()
+    ).scalars()
     return RunScope(
         id=row.id,
         name=row.name,
         world_size=row.world_size,
-        ranks=tuple(RankRef(r.id, r.global_rank, r.hostname, r.local_rank) for r in ranks),
+        ranks=tuple(
+            RankRef(r.id, r.global_rank, r.hostname, r.local_rank, r.end_status, r.exit_code, r.signal) for r in ranks
+        ),
+        rule_digests=tuple(sorted(digests, key=lambda d: (d is None, d or ""))),
     )
 
 
@@ -244,21 +279,42 @@ def run_names(conn: Connection) -> list[str]:
 
 
 def _fmt_missing(missing: list[int]) -> str:
+    """Missing ranks as ranges: ``126 (2-127)``, or the list when it is short (``1, 3``)."""
     if not missing:
         return ""
-    if len(missing) > 12:
-        return f"{len(missing)} ranks ({', '.join(map(str, missing[:6]))}, ...)"
-    return ", ".join(map(str, missing))
+    text = rank_ranges(missing)
+    return text if len(missing) <= 3 else f"{len(missing)} ({text})"
+
+
+def _fmt_ended(ends: list[tuple[int, str]]) -> str:
+    """``killed: 1; failed: 2, 5``: the ranks whose command did not end well, by how it ended."""
+    by: dict[str, list[int]] = {}
+    for g, status in ends:
+        by.setdefault(status, []).append(g)
+    return "; ".join(f"{status}: {rank_ranges(gs)}" for status, gs in sorted(by.items()))
 
 
 def list_runs(conn: Connection) -> Table:
-    headers = ["run", "created_at", "launcher", "world_size", "ranks", "missing_ranks", "sources", "rows"]
+    headers = [
+        "run",
+        "created_at",
+        "launcher",
+        "world_size",
+        "ranks",
+        "missing_ranks",
+        "ended_abnormally",
+        "sources",
+        "rows",
+    ]
     ranks: dict[int, int] = {
         run_id: n for run_id, n in conn.execute(select(Rank.run_id, func.count()).group_by(Rank.run_id))
     }
     rank_lists: dict[int, list[int]] = {}
-    for run_id, g in conn.execute(select(Rank.run_id, Rank.global_rank)):
+    ended: dict[int, list[tuple[int, str]]] = {}
+    for run_id, g, status in conn.execute(select(Rank.run_id, Rank.global_rank, Rank.end_status)):
         rank_lists.setdefault(run_id, []).append(g)
+        if status in ABNORMAL:
+            ended.setdefault(run_id, []).append((g, status))
     src = {
         r[0]: (r[1], r[2])
         for r in conn.execute(
@@ -281,6 +337,7 @@ def list_runs(conn: Connection) -> Table:
                 run.world_size,
                 ranks.get(run.id, 0),
                 _fmt_missing(missing),
+                _fmt_ended(ended.get(run.id, [])),
                 n_src,
                 int(n_rows),
             )
@@ -304,11 +361,13 @@ def run_id(conn: Connection, name: str) -> int:
 
 
 def list_ranks(conn: Connection, run: str | None = None) -> tuple[list[str], list[tuple[Any, ...]], list[str]]:
-    """(headers, rows, notes): one row per rank; ranks 0..world_size-1 that are missing get a row
-    saying so, and a note."""
+    """(headers, rows, notes): one row per rank, with how its command ended (``end``: from the
+    manifest `profdb record` wrote; empty without one); ranks 0..world_size-1 that are missing get one
+    row per range of consecutive ranks (global_rank "2-127"), and a note. Ranks that failed, were
+    killed or never ended get a note too: their profiles may be cut short."""
     name = run or latest_run(conn)
     rid = run_id(conn, name)
-    headers = ["global_rank", "hostname", "local_rank", "pid", "device", "rows", "sources", "files"]
+    headers = ["global_rank", "hostname", "local_rank", "pid", "device", "end", "rows", "sources", "files"]
     notes: list[str] = []
     world = conn.execute(select(Run.world_size).where(Run.id == rid)).scalar()
     files: dict[int, list[str]] = {}
@@ -320,26 +379,51 @@ def list_ranks(conn: Connection, run: str | None = None) -> tuple[list[str], lis
     ):
         files.setdefault(rank_id, []).append(path)
         rows_by[rank_id] = rows_by.get(rank_id, 0) + int(nrows)
-    out: list[tuple[Any, ...]] = []
+    out: list[tuple[int, tuple[Any, ...]]] = []
     present = []
+    abnormal: list[str] = []
     for r in conn.execute(
-        select(Rank.id, Rank.global_rank, Rank.hostname, Rank.local_rank, Rank.pid, Rank.device)
+        select(
+            Rank.id,
+            Rank.global_rank,
+            Rank.hostname,
+            Rank.local_rank,
+            Rank.pid,
+            Rank.device,
+            Rank.end_status,
+            Rank.exit_code,
+            Rank.signal,
+        )
         .where(Rank.run_id == rid)
         .order_by(Rank.global_rank)
     ):
         present.append(r.global_rank)
         fl = files.get(r.id, [])
+        end = RankEnd(r.exit_code, r.signal, end_status=r.end_status)
+        end_text = describe_end(end) if r.end_status else ""
+        if end.abnormal:
+            abnormal.append(f"rank {r.global_rank} {end_text}")
         out.append(
-            (r.global_rank, r.hostname, r.local_rank, r.pid, r.device, rows_by.get(r.id, 0), len(fl), "; ".join(fl))
+            (
+                r.global_rank,
+                (r.global_rank, r.hostname, r.local_rank, r.pid, r.device, end_text, rows_by.get(r.id, 0), len(fl),
+                 "; ".join(fl)),
+            )
         )
     missing = missing_ranks(present, world)
-    for m in missing:
-        out.append((m, None, None, None, None, 0, 0, "MISSING: no profile ingested for this rank"))
+    for first, last in rank_spans(missing):
+        what = "this rank" if first == last else f"these {last - first + 1} ranks"
+        label: int | str = first if first == last else span_text(first, last)
+        out.append((first, (label, None, None, None, None, "", 0, 0, f"MISSING: no profile ingested for {what}")))
     out.sort(key=lambda t: t[0])
     notes.append(f"run {name}: {len(present)} ranks" + (f" of world size {world}" if world else ""))
     if missing:
         notes.append(f"missing ranks: {_fmt_missing(missing)}")
-    return headers, out, notes
+    if abnormal:
+        notes.append(
+            f"{len(abnormal)} rank(s) did not end well, their profiles may be cut short: " + "; ".join(abnormal)
+        )
+    return headers, [row for _, row in out], notes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -400,9 +484,25 @@ class RankFacts:
     node_rank: int | None = None
     pid: int | None = None
     device: int | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    end_status: str | None = None
 
 
-RANK_FIELDS = ("hostname", "local_rank", "node_rank", "pid", "device")
+RANK_FIELDS = (
+    "hostname",
+    "local_rank",
+    "node_rank",
+    "pid",
+    "device",
+    "exit_code",
+    "signal",
+    "started_at",
+    "ended_at",
+    "end_status",
+)
 #: the fields that identify a rank: a load disagreeing with the store on one is refused
 RANK_IDENTITY = ("hostname", "local_rank")
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, Float, cast, func, insert, select
 
-from . import bulk, runs
+from . import bulk, reclassify, runs
 from .db import display_url, load_target, open_db, resolve_url, sqlite_path
 from .errors import QueryError, StoreError
 from .models import Activity, Counter, Name, Rank, Run, SourceFile, Step, Summary
@@ -275,6 +275,7 @@ def _copy_files(
     progress: Progress | None,
 ) -> None:
     source_map: dict[int, int] = {}
+    rules_map: dict[int, int] = {}
     rows = result.rows
     for n, f in enumerate(todo, 1):
         res = d.execute(
@@ -283,6 +284,7 @@ def _copy_files(
                 run_id=run_id, rank_id=rank_map[f.rank_id], path=f.path, sha256=f.sha256, size_bytes=f.size_bytes,
                 format=f.format, content_kind=f.content_kind, rows=f.rows, time_base_ns=f.time_base_ns,
                 identity_origin=f.identity_origin, ingested_at=f.ingested_at,
+                rules_id=reclassify.copy_rules(s, d, f.rules_id, rules_map),
             )
             .returning(SourceFile.id)
         )

@@ -31,6 +31,18 @@ def _no_env_db(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PROFDB_DB", raising=False)
 
 
+@pytest.fixture
+def no_user_rules(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Only the shipped communication rules: no rules file, no active rules inherited, and the working
+    directory a fresh folder (no ./profdb.toml unless the test writes one)."""
+    from profdb.store import classify
+
+    monkeypatch.delenv(classify.RULES_ENV, raising=False)
+    monkeypatch.delenv(classify.ACTIVE_ENV, raising=False)
+    monkeypatch.setattr(classify, "_active", None)
+    monkeypatch.chdir(tmp_path)
+
+
 Invoke = Callable[..., Result]
 
 

@@ -41,8 +41,16 @@ def test_rocprof_default_layout_gives_hostname_and_pid() -> None:
 
 
 def test_tensorboard_handler_name() -> None:
-    h = path_hint(Path("log/gpu-node-7_4242.1712195495519689.pt.trace.json"))
-    assert (h.hostname, h.pid, h.global_rank) == ("gpu-node-7", 4242, None)
+    # taken only when the file's own pid (the reader's hint) is the name's pid
+    h = path_hint(Path("log/gpu-node-7_4242.1712195495519689.pt.trace.json"), 4242)
+    assert (h.hostname, h.pid, h.global_rank, h.note) == ("gpu-node-7", 4242, None, "")
+
+
+@pytest.mark.parametrize("file_pid", [59811, None])
+def test_tensorboard_shaped_custom_worker_name_gives_nothing(file_pid: int | None) -> None:
+    h = path_hint(Path("kineto/worker0_step_12.1694128201545.pt.trace.json"), file_pid)
+    assert (h.hostname, h.pid, h.global_rank) == (None, None, None)
+    assert "pid 12" in h.note and "hostname not taken" in h.note
 
 
 def test_manifest_beats_path_and_fills_identity(tmp_path: Path) -> None:

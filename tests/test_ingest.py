@@ -48,14 +48,17 @@ def test_reingest_is_a_noop(data: Path, db_path: Path, run_cli: Invoke) -> None:
 
 def test_hta_two_rank_set_reports_missing_ranks(data: Path, db_path: Path, run_cli: Invoke) -> None:
     r = run_cli("ingest", "--db", db_path, "--run", "hta", data / "kineto" / "hta_trace_filter_2ranks")
-    assert "missing ranks: 126" in r.output
+    assert "missing ranks: 126 (2-127)" in r.output
     r = run_cli("ranks", "--db", db_path, "--run", "hta", "--format", "csv")
     lines = r.stdout.strip().splitlines()
-    assert len(lines) == 1 + 128
-    assert "MISSING" in lines[3] and lines[1].startswith("0,")
+    # issue 13: the 126 missing ranks are one row (a range), not 126 lines
+    assert len(lines) == 1 + 2 + 1
+    assert lines[3].startswith("2-127,") and "MISSING" in lines[3] and lines[1].startswith("0,")
+    assert "missing ranks: 126 (2-127)" in r.stderr
     r = run_cli("runs", "--db", db_path, "--format", "json")
     runs = json.loads(r.stdout)
     assert runs[0]["run"] == "hta" and runs[0]["ranks"] == 2 and runs[0]["world_size"] == 128
+    assert runs[0]["missing_ranks"] == "126 (2-127)"
 
 
 def test_rocprof_csv_samples_with_rank_flag(data: Path, db_path: Path, run_cli: Invoke) -> None:

@@ -74,7 +74,9 @@ def test_api_traces_and_rocpd2csv(data: Path) -> None:
 def test_stats_and_other_csvs_are_not_claimed(data: Path) -> None:
     d = data / "rocprofv3_csv" / "rocm-systems_2025-08"
     assert detect(d / "hip_api_stats.csv") is None
-    assert detect(d / "memory_allocation_trace.csv") is None
+    # allocation and scratch traces are read (issue 13: every trace rocprofv3 --sys-trace writes)
+    assert detect(d / "memory_allocation_trace.csv") is rocprof_csv
+    assert detect(d / "scratch_memory_trace.csv") is rocprof_csv
 
 
 def test_missing_required_column(tmp_path: Path, data: Path) -> None:

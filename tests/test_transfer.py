@@ -94,7 +94,8 @@ def test_export_sqlite_to_team_store_and_back(pg_url: str, tmp_path: Path) -> No
     assert r.exit_code == 0, r.output
     lines = r.stdout.strip().splitlines()
     assert lines[0] == "source,run,status,files,skipped_files,ranks,activity_rows,counter_rows"
-    assert [ln.split(",")[1:5] for ln in lines[1:]] == [["ddp4", "created", "4", "0"], ["rocprof", "created", "9", "0"]]
+    # 11 rocprofv3 CSV traces in the sample folder (memory_allocation and scratch_memory are read since issue 13)
+    assert [ln.split(",")[1:5] for ln in lines[1:]] == [["ddp4", "created", "4", "0"], ["rocprof", "created", "11", "0"]]
     assert snapshot(pg_url) == snapshot(local)
     back = sqlite(tmp_path, "back.db")
     transfer_runs(pg_url, back)
@@ -111,14 +112,14 @@ def test_export_one_run_by_name(store_url: str, tmp_path: Path, job: Path) -> No
 
 
 def test_part_of_a_rank_already_there(store_url: str, tmp_path: Path) -> None:
-    """The destination has one file of rank 0; the source has it and eight more: only those are
-    copied, and the rank's summary is the one of all nine files."""
+    """The destination has one file of rank 0; the source has it and ten more: only those are
+    copied, and the rank's summary is the one of all eleven files."""
     src = sqlite(tmp_path, "src.db")
     flags = IdentityFlags(rank=0, allow_duplicate_ranks=True)
     ingest_paths([ROCPROF_2025], src, run="r", flags=flags)
     ingest_paths([ROCPROF_2025 / "kernel_trace.csv"], store_url, run="r", flags=flags)
     rep = transfer_runs(src, store_url, allow_duplicate_ranks=True)
-    assert [(r.status, r.files, r.skipped_files) for r in rep.runs] == [("added", 8, 1)]
+    assert [(r.status, r.files, r.skipped_files) for r in rep.runs] == [("added", 10, 1)]
     assert snapshot(store_url) == snapshot(src)
 
 

@@ -12,6 +12,7 @@ from typing import cast
 
 from ..errors import InputError
 from . import kineto_json, metrix, nsys_sqlite, rocpd_sqlite, rocprof_csv, rocprof_json, rpd_sqlite
+from ..records import SourceInfo
 from .base import Reader, has_rank_sections
 
 # SQLite formats first (detected by their tables), then JSON/CSV formats detected by their head.
@@ -36,8 +37,21 @@ def detect(path: Path) -> Reader | None:
     return None
 
 
+def split_ranks(reader: Reader, path: Path, info: SourceInfo, by: str) -> SourceInfo:
+    """``info`` split into rank sections by ``by`` (``--rank-by``: e.g. "gpu" for a merged rtl trace),
+    for readers that can (they provide ``split_ranks`` and ``read_rank``)."""
+    split = getattr(reader, "split_ranks", None)
+    if split is None or not has_rank_sections(reader):
+        able = [r.NAME for r in READERS if callable(getattr(r, "split_ranks", None))]
+        raise InputError(
+            f"{path}: --rank-by {by} does not apply to {reader.NAME} files (only to: {', '.join(able)}); "
+            "ingest the other files without --rank-by"
+        )
+    return cast(SourceInfo, split(path, info, by))
+
+
 def formats() -> list[tuple[str, str]]:
     return [(r.NAME, r.DESCRIPTION) for r in READERS]
 
 
-__all__ = ["READERS", "Reader", "by_name", "detect", "formats", "has_rank_sections", "ModuleType"]
+__all__ = ["READERS", "Reader", "by_name", "detect", "formats", "has_rank_sections", "split_ranks", "ModuleType"]

@@ -8,7 +8,9 @@ top-level ``baseTimeNanoseconds`` (returned as ``SourceInfo.time_base_ns``); old
 
 Identity comes from the top-level ``distributedInfo`` (rank, world_size) and ``host_name``, which
 Kineto writes before or after ``traceEvents`` depending on version: ``inspect`` looks at the head and
-the tail of the file only, so GB traces are not parsed twice."""
+the tail of the file only, so GB traces are not parsed twice. The rank's GPU is the one ``args.device``
+of the GPU events found there (or the only entry of ``deviceProperties``); several devices leave it
+unset (listed in the source's metadata as ``devices``)."""
 
 from __future__ import annotations
 
@@ -29,6 +31,16 @@ DESCRIPTION = (
     "PyTorch profiler / Kineto Chrome trace (.json, .json.gz): kernels, memcpy/memset, cpu ops, "
     "annotations (ProfilerStep#N, collectives), runtime calls"
 )
+
+#: why a trace of this format can produce no rows (ingest names the file and this reason)
+EMPTY_WHY = (
+    "no complete events (ph X) of a kind profdb reads (kernels, memcpy/memset, cpu ops, annotations, "
+    "runtime calls): the profiler recorded nothing in its window (was a step of the schedule's active "
+    "window reached, were activities enabled?)"
+)
+#: top-level keys of a PyTorch execution trace (ExecutionTraceObserver, Chakra schema): a graph of
+#: operators, no timed events; a Kineto trace never has them at the top
+_ET_MARK = re.compile(rb'^\s*\{\s*"schema"\s*:\s*"([^"]*)"[^\[]*?"nodes"\s*:\s*\[')
 
 _CATS = {
     "kernel": "kernel",
@@ -68,6 +80,12 @@ _KEEP_ARGS = (
 _HOST_PID = re.compile(
     rb'"cat"\s*:\s*"(?:cpu_op|Operator|user_annotation|cuda_runtime|Runtime)"[^{}]*?"pid"\s*:\s*(\d+)'
 )
+#: one event object with its args object, in a head/tail blob: JSON strings are skipped whole (kernel
+#: names may hold braces); group 1 is the event before "args", group 2 the args' content
+_STR = rb'"(?:[^"\\]|\\.)*"'
+_EVENT_ARGS = re.compile(rb"\{((?:" + _STR + rb'|[^{}"])*)"args"\s*:\s*\{((?:' + _STR + rb'|[^{}"])*)\}')
+_GPU_CAT = re.compile(rb'"cat"\s*:\s*"(?:kernel|Kernel|gpu_memcpy|Memcpy|gpu_memset|Memset)"')
+_ARG_DEVICE = re.compile(rb'"device"\s*:\s*(\d+)')
 _TOP_MARK = re.compile(rb'"(traceEvents|schemaVersion|deviceProperties|distributedInfo)"\s*:')
 
 
@@ -106,6 +124,18 @@ def inspect(path: Path) -> SourceInfo:
             f"{path}: the trace is truncated (it does not end with a closing brace); the profiler "
             "was probably killed while writing: re-run it, or re-copy the file"
         )
+    if b'"traceEvents"' not in h and b'"traceEvents"' not in t:
+        et = _ET_MARK.match(h)
+        if et:
+            raise InputError(
+                f"{path}: this is a PyTorch execution trace (ExecutionTraceObserver, schema "
+                f"{et.group(1).decode('utf-8', 'replace')}): a graph of operators without timings, not a Kineto "
+                "trace; ingest the Kineto trace torch.profiler writes (on_trace_ready / export_chrome_trace) instead"
+            )
+        raise InputError(
+            f"{path}: not a Kineto / Chrome trace (no \"traceEvents\" list at its top level); "
+            "check which file this is, or drop --format"
+        )
     # Header keys precede "traceEvents" in the head; trailer keys follow the events in the tail.
     # The keys looked up here never occur inside events, so the whole tail can be searched.
     head_part = h.split(b'"traceEvents"', 1)[0]
@@ -131,14 +161,38 @@ def inspect(path: Path) -> SourceInfo:
     m = _HOST_PID.search(h.split(b'"traceEvents"', 1)[-1])
     if m:
         hint.pid = int(m.group(1))
+    devices = _gpu_devices(h.split(b'"traceEvents"', 1)[-1], t)
+    if len(devices) == 1:
+        hint.device, hint.device_origin = devices[0], "args.device of the trace's GPU events"
+    elif not devices:
+        props = _top_value(head_part, "deviceProperties")
+        ids = [d.get("id") for d in props if isinstance(d, dict)] if isinstance(props, list) else []
+        if len(ids) == 1 and isinstance(ids[0], int):
+            hint.device, hint.device_origin = ids[0], "deviceProperties (the only GPU listed)"
     base = meta.get("baseTimeNanoseconds")
+    if len(devices) > 1:
+        meta["devices"] = devices
     return SourceInfo(
         format=NAME,
         kind="trace",
         hint=hint,
         time_base_ns=int(base) if isinstance(base, int) else 0,
-        metadata={k: v for k, v in meta.items() if k in ("distributedInfo", "host_name", "schemaVersion")},
+        metadata={k: v for k, v in meta.items() if k in ("distributedInfo", "host_name", "schemaVersion", "devices")},
     )
+
+
+def _gpu_devices(*blobs: bytes) -> list[int]:
+    """The distinct ``args.device`` of the GPU events (kernels, copies, sets) found in the head and
+    tail of the event list: the GPU this process used. A device is an index on the node, never a local
+    rank (CUDA_VISIBLE_DEVICES, one process driving several GPUs)."""
+    found: set[int] = set()
+    for blob in blobs:
+        for m in _EVENT_ARGS.finditer(blob):
+            if _GPU_CAT.search(m.group(1)):
+                d = _ARG_DEVICE.search(m.group(2))
+                if d:
+                    found.add(int(d.group(1)))
+    return sorted(found)
 
 
 def _int_or_none(v: Any) -> int | None:

@@ -1,9 +1,18 @@
-"""rocprofv3 CSV (``--output-format csv``): kernel_trace, counter_collection, memory_copy_trace and
-the API traces (hip/hsa/rccl/marker). Columns are mapped by header name: both the 2025 layout
-(``Agent 4`` strings, Stream_Id, LDS/VGPR columns) and the 2024 layout (integer Agent_Id, no
-Stream_Id, Private/Group_Segment_Size) are read, as is rocpd2csv output (leading ``Guid``).
-Timestamps are integer ns on the node's CLOCK_BOOTTIME. Derived ``*_stats.csv`` and
-``agent_info.csv`` are not read: they repeat what the traces hold."""
+"""rocprofv3 CSV (``--output-format csv``): kernel_trace, counter_collection, memory_copy_trace,
+memory_allocation_trace, scratch_memory_trace and the API traces. Columns are mapped by header name:
+both the 2025 layout (``Agent 4`` strings, Stream_Id, LDS/VGPR columns) and the 2024 layout (integer
+Agent_Id, no Stream_Id, Private/Group_Segment_Size) are read, as is rocpd2csv output (leading ``Guid``).
+Timestamps are integer ns on the node's CLOCK_BOOTTIME. Derived ``*_stats.csv``, ``domain_stats.csv``
+and ``agent_info.csv`` are not read: they repeat what the traces hold; PC sampling CSVs
+(``pc_sampling_host_trap.csv``, ``pc_sampling_stochastic.csv``) are samples, not timed activity, and
+are skipped too (ingest lists them as files it does not read).
+
+``rocprofv3 --sys-trace`` writes, per process, one API trace per domain (rocprofiler-sdk's
+``domain_type.cpp``): ``<pid>_hip_api_trace.csv``, ``_hsa_api_trace.csv``, ``_marker_api_trace.csv``,
+``_rccl_api_trace.csv``, ``_rocdecode_api_trace.csv``, ``_rocjpeg_api_trace.csv``, all with the same
+columns. Each is its own content kind (``hip_api_trace``...), taken from the file name, else from the
+first row's ``Domain``, so one rank folder holds all of them. Memory allocations and scratch memory
+events are host-side runtime operations: ``api`` rows of category ``memory`` (not GPU time)."""
 
 from __future__ import annotations
 
@@ -19,7 +28,10 @@ from ..records import Activity, Counter, Record, RankHint, SourceInfo
 from .base import display_name, head, open_binary
 
 NAME = "rocprof-csv"
-DESCRIPTION = "rocprofv3 CSV: kernel_trace, counter_collection, memory_copy_trace, hip/hsa/rccl/marker API traces"
+DESCRIPTION = (
+    "rocprofv3 CSV: kernel_trace, counter_collection, memory_copy_trace, memory_allocation_trace, "
+    "scratch_memory_trace, hip/hsa/marker/rccl/rocdecode/rocjpeg API traces"
+)
 
 _PID_IN_NAME = re.compile(r"^(\d+)_")
 
@@ -28,8 +40,25 @@ _KINDS: dict[str, tuple[set[str], set[str]]] = {
     "counter_collection": ({"Counter_Name", "Counter_Value"}, {"Kernel_Name", "Counter_Name", "Counter_Value", "Dispatch_Id"}),
     "kernel_trace": ({"Kernel_Name", "Dispatch_Id"}, {"Kernel_Name", "Start_Timestamp", "End_Timestamp"}),
     "memory_copy_trace": ({"Direction", "Source_Agent_Id"}, {"Direction", "Start_Timestamp", "End_Timestamp"}),
+    "memory_allocation_trace": (
+        {"Operation", "Allocation_Size", "Address"},
+        {"Operation", "Start_Timestamp", "End_Timestamp"},
+    ),
+    "scratch_memory_trace": ({"Operation", "Queue_Id"}, {"Operation", "Start_Timestamp", "End_Timestamp"}),
     "api_trace": ({"Domain", "Function"}, {"Domain", "Function", "Start_Timestamp", "End_Timestamp"}),
 }
+
+#: rocprofv3's API trace files (rocprofiler-sdk source/lib/output/domain_type.cpp), by the Domain
+#: column's prefix (HIP_RUNTIME_API, HIP_COMPILER_API_EXT, HSA_CORE_API, MARKER_CORE_API, RCCL_API, ...)
+API_TRACES = {
+    "HIP": "hip_api_trace",
+    "HSA": "hsa_api_trace",
+    "MARKER": "marker_api_trace",
+    "RCCL": "rccl_api_trace",
+    "ROCDECODE": "rocdecode_api_trace",
+    "ROCJPEG": "rocjpeg_api_trace",
+}
+_API_FILE = re.compile(r"(?:^|_)(" + "|".join(API_TRACES.values()) + r")\.csv$")
 
 
 def _header(path: Path) -> list[str] | None:
@@ -54,6 +83,8 @@ _NAME_KINDS = (
     ("counter_collection.csv", "counter_collection"),
     ("kernel_trace.csv", "kernel_trace"),
     ("memory_copy_trace.csv", "memory_copy_trace"),
+    ("memory_allocation_trace.csv", "memory_allocation_trace"),
+    ("scratch_memory_trace.csv", "scratch_memory_trace"),
     ("api_trace.csv", "api_trace"),
 )
 
@@ -89,21 +120,40 @@ def inspect(path: Path) -> SourceInfo:
         )
     hint = RankHint(origin="file name")
     m = _PID_IN_NAME.match(path.name)
-    if m:
-        hint.pid = int(m.group(1))
-    elif "Process_Id" in cols:
-        # first data row's pid (counter_collection and API traces carry it)
+    first: list[str] | None = None
+    if (not m and "Process_Id" in cols) or kind == "api_trace":
+        # first data row: its pid (counter_collection and API traces carry it), an API trace's domain
         with open_binary(path) as f:
-            rows = csv.reader(io.TextIOWrapper(f, encoding="utf-8", newline=""))
+            rows = csv.reader(io.TextIOWrapper(f, encoding="utf-8", errors="replace", newline=""))
             next(rows, None)
             first = next(rows, None)
-        if first and len(first) == len(cols):
-            try:
-                hint.pid = int(first[cols.index("Process_Id")])
-                hint.origin = "Process_Id column"
-            except ValueError:
-                pass
+        if not first or len(first) != len(cols):
+            first = None
+    if m:
+        hint.pid = int(m.group(1))
+    elif first is not None and "Process_Id" in cols:
+        try:
+            hint.pid = int(first[cols.index("Process_Id")])
+            hint.origin = "Process_Id column"
+        except ValueError:
+            pass
+    if kind == "api_trace":
+        kind = _api_kind(path, cols, first)
     return SourceInfo(format=NAME, kind=kind, hint=hint)
+
+
+def _api_kind(path: Path, cols: list[str], first: list[str] | None) -> str:
+    """An API trace's content kind: rocprofv3's file name (``<pid>_hip_api_trace.csv``), else the
+    domain of its first row, else plain ``api_trace`` (an empty trace of unknown domain)."""
+    m = _API_FILE.search(display_name(path))
+    if m:
+        return m.group(1)
+    if first is not None:
+        domain = first[cols.index("Domain")]
+        for prefix, kind in API_TRACES.items():
+            if domain.startswith(prefix):
+                return kind
+    return "api_trace"
 
 
 def _agent(value: str) -> int | None:
@@ -153,10 +203,14 @@ def read(path: Path, info: SourceInfo) -> Iterator[Record]:
         "kernel_trace": _kernels,
         "counter_collection": _counters,
         "memory_copy_trace": _copies,
-        "api_trace": _apis,
+        "memory_allocation_trace": _allocations,
+        "scratch_memory_trace": _scratch,
     }
+    read_kind = readers.get(info.kind, _apis if info.kind.endswith("api_trace") else None)
+    if read_kind is None:
+        raise InputError(f"{path}: rocprofv3 CSV of unknown content kind {info.kind!r}; check the file or pass --format")
     try:
-        yield from readers[info.kind](path)
+        yield from read_kind(path)
     except (ValueError, IndexError) as e:
         raise InputError(f"{path}: unexpected value ({e}); the file is damaged or not rocprofv3 output") from e
 
@@ -401,6 +455,60 @@ def _apis(path: Path) -> Iterator[Record]:
                 _int(row[ix["Process_Id"]]) if "Process_Id" in ix else None,
                 _int(row[ix["Thread_Id"]]) if "Thread_Id" in ix else None,
                 args=json.dumps({"domain": domain}),
+            )
+        except ValueError as e:
+            raise _bad_line(path, lineno, e) from e
+
+
+def _allocations(path: Path) -> Iterator[Record]:
+    """memory_allocation_trace: hipMalloc/hipFree-level allocations (Operation MEMORY_ALLOCATION_ALLOCATE,
+    _FREE, _VMEM_ALLOCATE...); the agent is set for allocations only, as rocprofv3 writes it."""
+    for lineno, row, ix in _rows(path):
+        try:
+            start = int(row[ix["Start_Timestamp"]])
+            end = int(row[ix["End_Timestamp"]])
+            size = _int(row[ix["Allocation_Size"]]) if "Allocation_Size" in ix else None
+            args: dict[str, Any] = {"bytes": size}
+            if "Address" in ix:
+                args["address"] = row[ix["Address"]]
+            yield Activity(
+                "api",
+                row[ix["Operation"]],
+                start,
+                end - start,
+                "memory",
+                _agent(row[ix["Agent_Id"]]) if "Agent_Id" in ix else None,
+                None,
+                _int(row[ix["Correlation_Id"]]) if "Correlation_Id" in ix else None,
+                args=json.dumps(args),
+            )
+        except ValueError as e:
+            raise _bad_line(path, lineno, e) from e
+
+
+def _scratch(path: Path) -> Iterator[Record]:
+    """scratch_memory_trace: the runtime's scratch (private memory) allocations for a queue
+    (SCRATCH_MEMORY_ALLOC, _FREE, _ASYNC_RECLAIM)."""
+    for lineno, row, ix in _rows(path):
+        try:
+            start = int(row[ix["Start_Timestamp"]])
+            end = int(row[ix["End_Timestamp"]])
+            flags = next((row[ix[c]] for c in ("Alloc_Flags", "Alloc_flags") if c in ix), None)
+            args: dict[str, Any] = {"flags": flags}
+            if "Allocation_Size" in ix:
+                args["bytes"] = _int(row[ix["Allocation_Size"]])
+            yield Activity(
+                "api",
+                row[ix["Operation"]],
+                start,
+                end - start,
+                "memory",
+                _agent(row[ix["Agent_Id"]]) if "Agent_Id" in ix else None,
+                _int(row[ix["Queue_Id"]]),
+                None,
+                None,
+                _int(row[ix["Thread_Id"]]) if "Thread_Id" in ix else None,
+                args=json.dumps(args),
             )
         except ValueError as e:
             raise _bad_line(path, lineno, e) from e

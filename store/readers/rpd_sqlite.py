@@ -15,7 +15,15 @@ Barrier and marker packets carry no work and are skipped. API rows become ``api`
 Devices are ``gpuId`` (an HSA agent index, not a rank); streams are ``queueId``.
 
 Identity: none in the file (no rank, no host). The hint carries the pid when the file names a single
-one: rtl's ``rocpd_metadata`` tag ``pid``, else a single distinct ``rocpd_api.pid``."""
+one: rtl's ``rocpd_metadata`` tag ``pid``, else a single distinct ``rocpd_api.pid``.
+
+Merged rtl traces (``rtl trace -o trace.db torchrun --nproc_per_node=8 ...``): rtl copies the largest
+per-process file whole, then appends only the ``rocpd_op`` rows (and strings, metadata) of the others,
+so ops keep their ``gpuId`` but host API rows exist for the base process only. Only when the user says
+so (``--rank-by gpu``: a gpuId is a device, not a rank) does ``split_ranks`` make one rank section per
+gpuId (sorted, ranks 0..n-1); a section reads the ops of its GPU, and the API rows when every op they
+launched ran on that GPU. ROCTx markers (gpuId -1) belong to no GPU and are not read; the mapping and
+what was left out are in ``info.metadata["rank_by"]``."""
 
 from __future__ import annotations
 
@@ -72,12 +80,79 @@ def inspect(path: Path) -> SourceInfo:
     return SourceInfo(format=NAME, kind="rpd", hint=hint, metadata=metadata)
 
 
-def read(path: Path, info: SourceInfo) -> Iterator[Record]:
+RANK_BY = ("gpu",)
+
+
+def split_ranks(path: Path, info: SourceInfo, by: str) -> SourceInfo:
+    """``info`` with one rank section per GPU (``--rank-by gpu``): gpuIds sorted, rank i = i-th gpuId."""
+    if by not in RANK_BY:
+        raise InputError(f"{path}: --rank-by {by!r} does not apply to RPD files; use --rank-by gpu")
     with open_ro(path) as conn:
         try:
             names = relations(conn)
-            yield from _ops(conn, names)
+            gpus = [int(g) for (g,) in conn.execute("SELECT DISTINCT gpuId FROM rocpd_op WHERE gpuId >= 0 ORDER BY gpuId")]
+            markers = int(conn.execute("SELECT count(*) FROM rocpd_op WHERE gpuId < 0 OR gpuId IS NULL").fetchone()[0])
+            api_rows, api_gpus, api_pids = 0, [], []
             if "rocpd_api" in names:
+                api_rows = int(conn.execute("SELECT count(*) FROM rocpd_api").fetchone()[0])
+                api_pids = [int(p) for (p,) in conn.execute("SELECT DISTINCT pid FROM rocpd_api WHERE pid IS NOT NULL")]
+                if "rocpd_api_ops" in names:
+                    api_gpus = [
+                        int(g)
+                        for (g,) in conn.execute(
+                            "SELECT DISTINCT o.gpuId FROM rocpd_api_ops l JOIN rocpd_op o ON o.id = l.op_id WHERE o.gpuId >= 0"
+                        )
+                    ]
+        except sqlite3.Error as e:
+            raise db_error(path, e) from e
+    if not gpus:
+        raise InputError(f"{path}: no GPU ops (rocpd_op.gpuId >= 0) to split with --rank-by gpu; ingest it as one rank")
+    api_gpu = api_gpus[0] if len(api_gpus) == 1 and api_rows else None
+    ranks = []
+    for rank, gpu in enumerate(gpus):
+        hint = RankHint(global_rank=rank, device=gpu, device_origin=f"rocpd_op.gpuId {gpu}", origin=f"--rank-by gpu: gpuId {gpu}")
+        if gpu == api_gpu and len(api_pids) == 1:
+            hint.pid = api_pids[0]
+        ranks.append(hint)
+    mapping = ", ".join(f"gpuId {g} -> rank {r}" for r, g in enumerate(gpus))
+    left = []
+    if markers:
+        left.append(f"{markers} ROCTx marker op(s) (gpuId -1, no GPU) not read")
+    if api_rows and api_gpu is None:
+        left.append(f"{api_rows} API row(s) not read: the ops they launched are on {len(api_gpus)} GPUs, not one")
+    elif api_rows:
+        left.append(f"{api_rows} API row(s) (pid {', '.join(map(str, api_pids))}) go to the rank of gpuId {api_gpu}")
+    note = f"{path}: --rank-by gpu: {mapping}" + ("; " + "; ".join(left) if left else "")
+    rank_by = {"by": by, "gpu_to_rank": {str(g): r for r, g in enumerate(gpus)}, "api_gpu": api_gpu, "markers_not_read": markers, "note": note}
+    return SourceInfo(
+        format=info.format,
+        kind=info.kind,
+        hint=info.hint,
+        time_base_ns=info.time_base_ns,
+        metadata={**info.metadata, "rank_by": rank_by},
+        ranks=ranks,
+    )
+
+
+def read_rank(path: Path, info: SourceInfo, index: int) -> Iterator[Record]:
+    """The records of rank section ``index`` of ``split_ranks``: the ops of its GPU, and the API rows
+    when they belong to that GPU."""
+    gpu = info.ranks[index].device
+    assert gpu is not None
+    yield from _stream(path, gpu, info.metadata.get("rank_by", {}).get("api_gpu") == gpu)
+
+
+def read(path: Path, info: SourceInfo) -> Iterator[Record]:
+    yield from _stream(path, None, True)
+
+
+def _stream(path: Path, gpu: int | None, apis: bool) -> Iterator[Record]:
+    """The ops (of GPU ``gpu`` only, when given), then the API calls when ``apis``."""
+    with open_ro(path) as conn:
+        try:
+            names = relations(conn)
+            yield from _ops(conn, names, gpu)
+            if apis and "rocpd_api" in names:
                 yield from _apis(conn)
         except sqlite3.Error as e:
             raise db_error(path, e) from e
@@ -87,7 +162,7 @@ def read(path: Path, info: SourceInfo) -> Iterator[Record]:
             ) from e
 
 
-def _ops(conn: sqlite3.Connection, names: dict[str, str]) -> Iterator[Activity]:
+def _ops(conn: sqlite3.Connection, names: dict[str, str], gpu: int | None = None) -> Iterator[Activity]:
     # Link each op to one launching API call (rocpd_api_ops), then to its kernel/copy arguments.
     link = ""
     api_cols = "NULL, NULL, NULL"
@@ -115,6 +190,8 @@ def _ops(conn: sqlite3.Connection, names: dict[str, str]) -> Iterator[Activity]:
         "FROM rocpd_op o LEFT JOIN rocpd_string d ON d.id = o.description_id "
         f"LEFT JOIN rocpd_string t ON t.id = o.opType_id{link}{joins}"
     )
+    if gpu is not None:
+        sql += f" WHERE o.gpuId = {int(gpu)}"
     for r in stream(conn, sql):
         start, end, gpu, queue, desc, optype = r[0], r[1], r[2], r[3], r[4] or "", r[5] or ""
         api_id, pid, tid = r[6], r[7], r[8]

@@ -1,0 +1,184 @@
+"""Which rules classified a run, and re-classifying a stored run after the rules changed.
+
+Ingest records the rules in force (``classify.active()``) once per distinct rule set in
+``classification_rules`` (by digest) and points each ``source_file.rules_id`` at it: a run ingested
+in parts may mix rule sets, which the questions then say (``digest_notes``). ``reclassify`` applies
+the current rules to a stored run: the category of every distinct (kind, name) is computed again and
+activity and summary rows are updated only for the pairs that change, in the caller's transaction,
+and every source of the run then points at the new rules."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import Connection, case, func, select, update
+
+from . import bulk, classify
+from .models import Activity, ClassificationRules, Name, SourceFile, Summary
+from .runs import RunScope, now
+
+_rules = ClassificationRules.__table__
+
+
+def rules_id(conn: Connection, rules: classify.Rules) -> int:
+    """The id of ``rules`` in the store, recorded on first use (two loads at once: one inserts)."""
+    return _record(conn, rules.digest, rules.shipped_version, rules.serialise(), now())
+
+
+def _record(conn: Connection, digest: str, shipped_version: int, rules_json: str, created_at: datetime) -> int:
+    """The id of the rules row ``digest``, inserted if new. PostgreSQL inserts it on a second,
+    autocommit connection, as names are interned (bulk.names_connection): a rules row another node's
+    open transaction inserted would otherwise hold this load until that transaction ends."""
+    query = select(_rules.c.id).where(_rules.c.digest == digest)
+    found = conn.execute(query).scalar()
+    if found is not None:
+        return int(found)
+    values = {"digest": digest, "shipped_version": shipped_version, "rules_json": rules_json, "created_at": created_at}
+    side = bulk.names_connection(conn)
+    try:
+        target = side or conn
+        target.execute(bulk.insert_ignore(target, _rules).values(**values))
+    finally:
+        if side is not None:
+            side.close()
+    return int(conn.execute(query).scalar_one())
+
+
+def run_digests(conn: Connection, run_id: int) -> dict[str | None, int]:
+    """digest -> number of the run's source files classified with it (None: stored before rules were
+    recorded)."""
+    rows = conn.execute(
+        select(_rules.c.digest, func.count())
+        .select_from(SourceFile.__table__.outerjoin(_rules, _rules.c.id == SourceFile.rules_id))
+        .where(SourceFile.run_id == run_id)
+        .group_by(_rules.c.digest)
+    )
+    return {d: int(n) for d, n in rows}
+
+
+def digest_notes(scope: RunScope) -> list[str]:
+    """A note when the run's files were classified with several rule sets (ingested in parts)."""
+    digests = [d for d in scope.rule_digests if d]
+    unknown = None in scope.rule_digests
+    if len(digests) + int(unknown) <= 1:
+        return []
+    named = ", ".join(digests) + (" and unrecorded rules (stored before 0003)" if unknown else "")
+    return [
+        f"run {scope.name!r} was classified with {len(digests) + int(unknown)} rule sets ({named}): communication "
+        f"vs compute may differ between its files; `profdb reclassify --run {scope.name}` makes them one"
+    ]
+
+
+@dataclass
+class Moved:
+    kind: str
+    name: str
+    before: str
+    after: str
+    total_ns: int
+    ranks: int
+
+
+@dataclass
+class Reclassified:
+    run: str
+    digest: str
+    digests_before: dict[str | None, int]
+    #: names whose category changed, largest time first
+    moved: list[Moved] = field(default_factory=list)
+    #: the kind the shares are of (kernel, or cpu_op for a CPU-only run), and its communication share
+    share_kind: str = ""
+    share_before: float | None = None
+    share_after: float | None = None
+    activity_rows: int = 0
+    summary_rows: int = 0
+
+
+def _comm_share(conn: Connection, rank_ids: Sequence[int], kind: str) -> float | None:
+    total, comm = conn.execute(
+        select(
+            func.coalesce(func.sum(Summary.total_ns), 0),
+            func.coalesce(
+                func.sum(case((Summary.category == classify.COMMUNICATION, Summary.total_ns), else_=0)), 0
+            ),
+        ).where(Summary.rank_id.in_(rank_ids), Summary.kind == kind)
+    ).one()
+    return float(comm) / float(total) if total else None
+
+
+def reclassify(conn: Connection, scope: RunScope, rules: classify.Rules) -> Reclassified:
+    """Re-classify run ``scope`` with ``rules`` in the caller's transaction (see module doc)."""
+    rank_ids = [r.id for r in scope.ranks]
+    out = Reclassified(scope.name, rules.digest, run_digests(conn, scope.id))
+    kinds = set(conn.execute(select(Summary.kind).where(Summary.rank_id.in_(rank_ids)).distinct()).scalars())
+    out.share_kind = "kernel" if "kernel" in kinds or not kinds else ("cpu_op" if "cpu_op" in kinds else min(kinds))
+    out.share_before = _comm_share(conn, rank_ids, out.share_kind)
+    pairs = conn.execute(
+        select(
+            Summary.kind,
+            Summary.name_id,
+            Name.value,
+            Summary.category,
+            func.sum(Summary.total_ns),
+            func.count(),
+        )
+        .join(Name, Name.id == Summary.name_id)
+        .where(Summary.rank_id.in_(rank_ids))
+        .group_by(Summary.kind, Summary.name_id, Name.value, Summary.category)
+    ).all()
+    for kind, name_id, name, before, total, ranks in pairs:
+        after = rules.category(kind, name)
+        if after == before:
+            continue
+        out.moved.append(Moved(kind, name, before, after, int(total or 0), int(ranks)))
+        out.summary_rows += conn.execute(
+            update(Summary)
+            .where(Summary.rank_id.in_(rank_ids), Summary.kind == kind, Summary.name_id == name_id)
+            .values(category=after)
+        ).rowcount
+        out.activity_rows += conn.execute(
+            update(Activity)
+            .where(Activity.rank_id.in_(rank_ids), Activity.kind == kind, Activity.name_id == name_id)
+            .values(category=after)
+        ).rowcount
+    # activity rows of (kind, name) pairs a summary does not hold (none today: summaries cover every
+    # activity), classified the same way, so the two tables never disagree
+    stray = conn.execute(
+        select(Activity.kind, Activity.name_id, Name.value, Activity.category)
+        .join(Name, Name.id == Activity.name_id)
+        .where(Activity.rank_id.in_(rank_ids))
+        .where(
+            ~select(Summary.rank_id)
+            .where(
+                Summary.rank_id == Activity.rank_id,
+                Summary.kind == Activity.kind,
+                Summary.name_id == Activity.name_id,
+            )
+            .exists()
+        )
+        .distinct()
+    ).all()
+    for kind, name_id, name, before in stray:
+        after = rules.category(kind, name)
+        if after != before:
+            out.activity_rows += conn.execute(
+                update(Activity)
+                .where(Activity.rank_id.in_(rank_ids), Activity.kind == kind, Activity.name_id == name_id)
+                .values(category=after)
+            ).rowcount
+    conn.execute(update(SourceFile).where(SourceFile.run_id == scope.id).values(rules_id=rules_id(conn, rules)))
+    out.share_after = _comm_share(conn, rank_ids, out.share_kind)
+    out.moved.sort(key=lambda m: (-m.total_ns, m.kind, m.name))
+    return out
+
+
+def copy_rules(src: Connection, dst: Connection, src_id: int | None, done: dict[int, int]) -> int | None:
+    """The destination id of source store rules ``src_id`` (merge/export), recorded there by digest."""
+    if src_id is None:
+        return None
+    if src_id not in done:
+        row = src.execute(select(_rules).where(_rules.c.id == src_id)).one()
+        done[src_id] = _record(dst, row.digest, row.shipped_version, row.rules_json, row.created_at)
+    return done[src_id]
