@@ -387,13 +387,17 @@ def bench_kineto(b: Bench) -> None:
     ki = best(kis)
     ratio = ki.wall_s / hta_res["load_s"]
     results["kineto_ingest"] = asdict(ki) | {"stdout": ki.stdout[-2000:], "stderr": ki.stderr[-2000:]}
-    results["hta_load"] = hta_res | {"process_wall_s": hta.wall_s, "tree_peak_mb": hta.tree_peak_mb}
+    results["hta_load"] = hta_res | {"process_wall_s": hta.wall_s, "process_cpu_s": hta.cpu_s,
+                                     "tree_peak_mb": hta.tree_peak_mb}
     rows.append(Row(
         f"2. Kineto ingest / HTA TraceAnalysis load ({len(kfiles)} ranks, {sum(f.stat().st_size for f in kfiles) / 1e6:,.0f} MB)",
-        ratio, "<= 0.5", ratio <= 0.5,
+        ratio, "<= 0.15", ratio <= 0.15,
         f"{ki.wall_s:.2f} s ({ki.cpu_s:.1f} s CPU, {ki.cores:.2f} cores, {ki.tree_peak_mb:.0f} MB)",
-        f"{hta_res['load_s']:.2f} s load ({hta.wall_s:.2f} s process, {hta.tree_peak_mb:.0f} MB)",
-        f"{' '.join(cmd[:5])} {kdir}/rank-*.json  vs  TraceAnalysis(trace_dir={kdir})"))
+        f"{hta_res['load_s']:.2f} s load ({hta.wall_s:.2f} s process, {hta.cpu_s:.1f} s CPU with imports, "
+        f"{hta.tree_peak_mb:.0f} MB)",
+        f"{' '.join(cmd[:5])} {kdir}/rank-*.json  vs  TraceAnalysis(trace_dir={kdir})",
+        [f"CPU-time ratio {fmt_ratio(ki.cpu_s / hta.cpu_s if hta.cpu_s else None)} (HTA's process, imports included)"],
+        cpu_ratio=ki.cpu_s / hta.cpu_s if hta.cpu_s else None))
 
 
 def bench_query(b: Bench) -> None:
