@@ -193,9 +193,22 @@ def kernel_names(count: int = 320) -> list[tuple[str, bool]]:
     return names
 
 
-def make_kernels(count: int, rng: random.Random) -> list[Kernel]:
+def short_name(name: str, i: int) -> str:
+    """A short kernel name (30-60 characters, as hipcc users' own kernels and Tensile's solution
+    prefixes are) standing for the long one: the real-layout row shape of ~180 bytes per CSV row."""
+    if name.startswith("Cijk_"):
+        return name[: name.index("_SN_")]  # precision, macro tile and MFMA shape: still distinct
+    if name.startswith("ncclDevKernel_"):
+        return name.split("(")[0]
+    base = name.removeprefix("void ").split("<")[0].split("(")[0].rsplit("::", 1)[-1]
+    return f"{base}<{i % 7}, {i}>(int, float*)"
+
+
+def make_kernels(count: int, rng: random.Random, short: bool = False) -> list[Kernel]:
+    """``count`` kernels; ``short``: short names (``short_name``) instead of long templated C++."""
     kernels = []
-    for i, (name, comm) in enumerate(kernel_names(count)):
+    for i, (long_name, comm) in enumerate(kernel_names(count)):
+        name = short_name(long_name, i) if short else long_name
         gemm = name.startswith(("Cijk", "void ck::", "void ck_tile"))
         base = math.exp(rng.uniform(math.log(3_000), math.log(400_000 if gemm else 60_000)))
         if comm:
@@ -269,18 +282,21 @@ def generate_csv(
     names: int = 320,
     step_len: int = 480,
     seed: int = SEED,
+    short: bool = False,
 ) -> Generated:
-    """Write a rocprofv3 CSV run of ``dispatches * scale`` kernel dispatches over ``ranks`` ranks."""
+    """Write a rocprofv3 CSV run of ``dispatches * scale`` kernel dispatches over ``ranks`` ranks;
+    ``short``: short kernel names (~180 bytes per kernel_trace row instead of ~540)."""
     total = int(dispatches * scale)
     per_rank = max(1, total // ranks)
     rng = random.Random(seed)
-    kernels = make_kernels(names, rng)
+    kernels = make_kernels(names, rng, short)
     seq = step_sequence(kernels, min(step_len, max(per_rank, len(kernels))), rng)
     slow_k = slow_kernel(kernels, seq)
     slow_r = (ranks * 2) // 3 if ranks > 1 else 0
     layout = _hosts_layout(ranks, hosts, rng)
     gen = Generated("rocprofv3-csv", dict(scale=scale, dispatches=dispatches, ranks=ranks, hosts=hosts,
-                    counters=counters, names=names, step_len=step_len, seed=seed, version=VERSION), slow_r, kernels[slow_k].name)
+                    counters=counters, names=names, step_len=step_len, seed=seed, version=VERSION)
+                    | ({"short": True} if short else {}), slow_r, kernels[slow_k].name)
     gen.rows = {"kernel_trace": 0, "counter_collection": 0}
     out.mkdir(parents=True, exist_ok=True)
     # static tails of each kernel's rows, formatted once
@@ -584,6 +600,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--hosts", type=int, default=4)
     c.add_argument("--counters", type=int, default=3, choices=range(0, len(COUNTERS) + 1),
                    help="counters per dispatch in counter_collection (0: no counter files)")
+    c.add_argument("--short-names", action="store_true", help="short kernel names (~180 B/row, not ~540)")
     c.add_argument("--seed", type=int, default=SEED)
     k = sub.add_parser("kineto", help="Kineto (PyTorch profiler) traces, one per rank")
     k.add_argument("out", type=Path)
@@ -594,7 +611,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.what == "csv":
         g = generate_csv(a.out, scale=a.scale, dispatches=a.dispatches, ranks=a.ranks, hosts=a.hosts,
-                         counters=a.counters, seed=a.seed)
+                         counters=a.counters, seed=a.seed, short=a.short_names)
     else:
         g = generate_kineto(a.out, ranks=a.ranks, size_mb=a.size_mb, gz=a.gzip, seed=a.seed)
     print(f"{a.out}: {len(g.files)} files, {g.bytes / 1e6:.1f} MB, rows {g.rows}, "

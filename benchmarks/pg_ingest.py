@@ -5,7 +5,8 @@
 Generates a run (``--ranks`` ranks of ``--dispatches`` kernel dispatches each, plus one counter row
 per ten dispatches), then times, each into a fresh store:
 - one ``ingest`` of every rank, in this process (SQLite; PostgreSQL through COPY; PostgreSQL with
-  COPY switched off, i.e. executemany, to show what COPY buys),
+  COPY switched off, i.e. executemany, to show what COPY buys; PostgreSQL through COPY into a store
+  whose fact tables (activity, counter) have no foreign keys, to show what the per-row checks cost),
 - one ``profdb ingest`` process per rank started together, as the nodes of a job would (SQLite
   takes them one at a time; PostgreSQL loads them side by side).
 The PostgreSQL server is ``--pg-url`` / $PROFDB_TEST_PG_URL (a role that may CREATE DATABASE), or
@@ -54,6 +55,77 @@ def in_process(url: str, job: Path) -> float:
     return timed(lambda: ingest_paths([job], url, run="bench"))
 
 
+def without_fact_fks(url: str, job: Path) -> float:
+    """``in_process`` into a store whose activity and counter tables lost their foreign keys (this
+    benchmark's own database only; the same indexes stay)."""
+    open_db(url).dispose()
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            fks = conn.execute(text(
+                "SELECT conrelid::regclass::text, conname FROM pg_constraint "
+                "WHERE contype = 'f' AND conrelid::regclass::text IN ('activity', 'counter')")).all()
+            for table, name in fks:
+                conn.execute(text(f'ALTER TABLE {table} DROP CONSTRAINT "{name}"'))
+    finally:
+        engine.dispose()
+    return timed(lambda: ingest_paths([job], url, run="bench"))
+
+
+def copy_only(url: str, job: Path, *, fks: bool, binary: bool) -> float:
+    """The server's side alone: the job's rows, read once from an SQLite store built here, COPYed into
+    a fresh PostgreSQL store (run, rank, source_file and name first, untimed; then activity and
+    counter, timed, in one transaction), with or without the fact tables' foreign keys, text or binary
+    COPY. No parsing, no Python per row beyond psycopg's own."""
+    import sqlite3
+
+    src = job.parent / "copy-source.db"
+    if not src.exists():
+        ingest_paths([job], str(src), run="bench")
+    open_db(url).dispose()
+    engine = create_engine(url)
+    lite = sqlite3.connect(src)
+    try:
+        with engine.begin() as conn:
+            if not fks:
+                for table, name in conn.execute(text(
+                        "SELECT conrelid::regclass::text, conname FROM pg_constraint "
+                        "WHERE contype = 'f' AND conrelid::regclass::text IN ('activity', 'counter')")).all():
+                    conn.execute(text(f'ALTER TABLE {table} DROP CONSTRAINT "{name}"'))
+        tables = ("run", "rank", "source_file", "name", "activity", "counter")
+        data = {}
+        for t in tables:
+            cols = [r[1] for r in lite.execute(f"PRAGMA table_info({t})")]
+            data[t] = (cols, lite.execute(f"SELECT {', '.join(cols)} FROM {t}").fetchall())
+        with engine.begin() as conn:
+            raw = conn.connection.driver_connection
+            with raw.cursor() as cur:
+                for t in tables[:4]:
+                    cols, rows = data[t]
+                    with cur.copy(f"COPY {t} ({', '.join(cols)}) FROM STDIN") as cp:
+                        for r in rows:
+                            cp.write_row(r)
+        t0 = time.perf_counter()
+        with engine.begin() as conn:
+            raw = conn.connection.driver_connection
+            with raw.cursor() as cur:
+                for t in tables[4:]:
+                    cols, rows = data[t]
+                    types = [cur.execute(
+                        "SELECT atttypid::int FROM pg_attribute WHERE attrelid = %s::regclass "
+                        "AND attname = %s", (t, c)).fetchone()[0] for c in cols] if binary else []
+                    fmt = " WITH (FORMAT BINARY)" if binary else ""
+                    with cur.copy(f"COPY {t} ({', '.join(cols)}) FROM STDIN{fmt}") as cp:
+                        if binary:
+                            cp.set_types(types)
+                        for r in rows:
+                            cp.write_row(r)
+        return time.perf_counter() - t0
+    finally:
+        lite.close()
+        engine.dispose()
+
+
 def per_rank_processes(url: str, job: Path) -> float:
     open_db(url).dispose()
     dirs = sorted(p for p in job.iterdir() if p.is_dir())
@@ -78,6 +150,7 @@ def main() -> None:
     ap.add_argument("--dispatches", type=int, default=100_000, help="kernel dispatches per rank")
     ap.add_argument("--pg-url", default=None, help="server to use (default: $PROFDB_TEST_PG_URL or one started here)")
     ap.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    ap.add_argument("--only", action="append", help="only these cases (repeatable), e.g. postgresql_copy")
     args = ap.parse_args()
     if args.pg_url:
         os.environ["PROFDB_TEST_PG_URL"] = args.pg_url
@@ -103,10 +176,17 @@ def main() -> None:
                 ("sqlite", lambda: f"sqlite:///{work / f'{time.monotonic_ns()}.db'}", in_process),
                 ("postgresql_copy", pg, in_process),
                 ("postgresql_executemany", pg, in_process),
+                ("postgresql_copy_no_fact_fks", pg, without_fact_fks),
+                ("copy_only_text_fks", pg, lambda u, j: copy_only(u, j, fks=True, binary=False)),
+                ("copy_only_text_no_fks", pg, lambda u, j: copy_only(u, j, fks=False, binary=False)),
+                ("copy_only_binary_fks", pg, lambda u, j: copy_only(u, j, fks=True, binary=True)),
+                ("copy_only_binary_no_fks", pg, lambda u, j: copy_only(u, j, fks=False, binary=True)),
                 ("sqlite_parallel_processes", lambda: f"sqlite:///{work / f'{time.monotonic_ns()}.db'}", per_rank_processes),
                 ("postgresql_parallel_processes", pg, per_rank_processes),
             ]
             for label, make, how in cases:
+                if args.only and label not in args.only:
+                    continue
                 url = make()
                 real = bulk.uses_copy
                 if label == "postgresql_executemany":
@@ -126,9 +206,15 @@ def main() -> None:
     if args.json:
         print(json.dumps(results, indent=2))
     else:
-        s, p = results["sqlite"]["rows_per_s"], results["postgresql_copy"]["rows_per_s"]
-        print(f"PostgreSQL (COPY) / SQLite, one process: {p / s:.2f}x; "
-              f"per-rank processes: {results['postgresql_parallel_processes']['rows_per_s'] / results['sqlite_parallel_processes']['rows_per_s']:.2f}x")
+        rate = {k: v["rows_per_s"] for k, v in results.items() if isinstance(v, dict)}
+        if "sqlite" in rate and "postgresql_copy" in rate:
+            print(f"PostgreSQL (COPY) / SQLite, one process: {rate['postgresql_copy'] / rate['sqlite']:.2f}x")
+        if "postgresql_copy" in rate and "postgresql_copy_no_fact_fks" in rate:
+            print(f"COPY without / with the fact tables' foreign keys: "
+                  f"{rate['postgresql_copy_no_fact_fks'] / rate['postgresql_copy']:.2f}x")
+        if "sqlite_parallel_processes" in rate and "postgresql_parallel_processes" in rate:
+            print(f"per-rank processes, PostgreSQL / SQLite: "
+                  f"{rate['postgresql_parallel_processes'] / rate['sqlite_parallel_processes']:.2f}x")
 
 
 if __name__ == "__main__":

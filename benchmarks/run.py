@@ -222,6 +222,251 @@ GROUP BY per.name_id ORDER BY imbalance DESC LIMIT 10;
 """
 
 
+def fmt_ratio(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.3f}"
+
+
+@dataclass
+class Row:
+    what: str
+    ratio: float | None
+    target: str
+    ok: bool | None
+    profdb: str
+    baseline: str
+    command: str
+    notes: list[str] = field(default_factory=list)
+    cpu_ratio: float | None = None  # the same ratio of CPU seconds (all processes of each side)
+
+
+@dataclass(frozen=True)
+class CsvShape:
+    """One row shape of the rocprofv3 CSV ingest benchmark."""
+
+    key: str
+    short: bool  # short kernel names (~180 B per kernel_trace row) or long templated ones (~540 B)
+    counters: int  # counters per dispatch (0: no counter_collection files)
+    ranks: int
+    hosts: int
+    what: str
+
+
+def csv_shapes(s: Sizes) -> list[CsvShape]:
+    """Every shape, each of ``s.csv_dispatches`` dispatches: long and short names, with and without
+    counter files, and many small files (the same dispatches over 16x the ranks)."""
+    r, h = s.csv_ranks, s.csv_hosts
+    return [
+        CsvShape("long-counters", False, 3, r, h, "long names, 3 counters/dispatch"),
+        CsvShape("long", False, 0, r, h, "long names, no counters"),
+        CsvShape("short-counters", True, 3, r // 2, h // 2, "short names, 3 counters/dispatch"),
+        CsvShape("short", True, 0, r // 2, h // 2, "short names, no counters"),
+        CsvShape("short-many-files", True, 0, r * 16, h * 4, "short names, no counters, many small files"),
+    ]
+
+
+@dataclass
+class Bench:
+    """What every benchmark function gets: the options, where things go, and where results go."""
+
+    a: argparse.Namespace
+    sizes: Sizes
+    base: Path
+    profdb: str
+    rows: list[Row] = field(default_factory=list)
+    results: dict[str, Any] = field(default_factory=dict)
+
+    def log(self, msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def ranks_of(d: Path) -> list[str]:
+    return sorted(str(x) for x in d.glob("rank*") if x.is_dir())
+
+
+def csv_input(b: Bench, shape: CsvShape, scale: float = 1.0) -> tuple[Path, dict[str, Any]]:
+    s = b.sizes
+    out = b.base / (f"csv-{scale:g}x" if shape.key == "long-counters" else f"csv-{shape.key}-{scale:g}x")
+    params = csv_params(s.csv_dispatches, scale, shape.ranks, shape.hosts, shape.counters)
+    if shape.short:
+        params["short"] = True
+    g = ensure(out, params, lambda: generate.generate_csv(
+        out, scale=scale, dispatches=s.csv_dispatches, ranks=shape.ranks, hosts=shape.hosts,
+        counters=shape.counters, short=shape.short), b.log)
+    return out, g
+
+
+def bench_csv_ingest(b: Bench, shape: CsvShape) -> Measured:
+    """1. ``profdb ingest`` / sqlite3 ``.import`` of the same CSV files, one shape; returns the ingest."""
+    c1, g1 = csv_input(b, shape)
+    files1 = [c1 / f for f in g1["files"]]
+    warm(files1)
+    db_raw = b.base / "sqlite-import.db"
+    db1 = b.base / "ingest-1x.db"
+    cmd = [b.profdb, "ingest", "--db", str(db1), "--run", shape.key, *ranks_of(c1)]
+    imps: list[Measured] = []
+    ingests: list[Measured] = []
+    for rep in range(max(1, b.a.repeat)):
+        b.log(f"1. [{shape.key}] sqlite3 .import of the CSV run (run {rep + 1}) ...")
+        imps.append(sqlite_import(b.a.sqlite3, files1, db_raw))
+        counts = subprocess.run(
+            [b.a.sqlite3, str(db_raw), "select count(*) from kernel_trace_raw;"
+             + (" select count(*) from counter_collection_raw;" if shape.counters else "")],
+            capture_output=True, text=True, check=True).stdout.split()
+        drop_store(db_raw)
+        want = [g1["rows"]["kernel_trace"]] + ([g1["rows"]["counter_collection"]] if shape.counters else [])
+        if [int(x) for x in counts] != want:
+            raise SystemExit(f"sqlite3 imported {counts} rows, expected {want}")
+        b.log(f"   {imps[-1].wall_s:.2f} s ({imps[-1].cpu_s:.1f} s CPU)")
+        drop_store(db1)
+        b.log(f"1. [{shape.key}] profdb ingest of the same files (run {rep + 1}) ...")
+        ingests.append(measure(cmd))
+        drop_store(db1)
+        m = ingests[-1]
+        b.log(f"   {m.wall_s:.2f} s ({m.cpu_s:.1f} s CPU, {m.cores:.2f} cores), tree peak PSS {m.tree_peak_mb:.0f} MB")
+    ing = best(ingests)
+    imp = best(imps)
+    ratio = ing.wall_s / imp.wall_s
+    cpu_ratio = ing.cpu_s / imp.cpu_s if imp.cpu_s else None
+    b.results[f"ingest_{shape.key}"] = asdict(ing) | {"stdout": ing.stdout[-2000:], "stderr": ing.stderr[-2000:]}
+    b.results[f"sqlite_import_{shape.key}"] = asdict(imp) | {"stdout": "", "stderr": imp.stderr[-2000:]}
+    total_rows = g1["rows"]["kernel_trace"] + g1["rows"]["counter_collection"]
+    kt_bytes = sum((c1 / f).stat().st_size for f in g1["files"] if f.endswith("_kernel_trace.csv"))
+    b.rows.append(Row(
+        f"1. ingest / sqlite3 .import [{shape.key}: {shape.what}] ({len(files1)} CSV files, {total_rows:,} rows, "
+        f"{g1['bytes'] / 1e6:,.0f} MB, {kt_bytes / max(1, g1['rows']['kernel_trace']):.0f} B/kernel row)",
+        ratio, "<= 0.5", ratio <= 0.5,
+        f"{ing.wall_s:.2f} s ({ing.cpu_s:.1f} s CPU, {ing.cores:.2f} cores, {ing.tree_peak_mb:.0f} MB)",
+        f"{imp.wall_s:.2f} s ({imp.cpu_s:.1f} s CPU)",
+        f"{' '.join(cmd[:5])} {c1}/rank*  vs  sqlite3 DB '.import --csv FILE table' per file",
+        [f"CPU-time ratio {fmt_ratio(cpu_ratio)} (profdb's CPU seconds, all processes / sqlite3's)"],
+        cpu_ratio=cpu_ratio))
+    return ing
+
+
+def bench_kineto(b: Bench) -> None:
+    """2. ``profdb ingest`` of Kineto traces / HTA's TraceAnalysis load of the same traces."""
+    a, base, profdb, rows, results, s, log = b.a, b.base, b.profdb, b.rows, b.results, b.sizes, b.log
+    kdir = base / "kineto"
+    ensure(kdir, dict(ranks=s.kineto_ranks, size_mb=s.kineto_mb, names=320, gzip=False, seed=generate.SEED,
+                      version=generate.VERSION),
+           lambda: generate.generate_kineto(kdir, ranks=s.kineto_ranks, size_mb=s.kineto_mb), log)
+    kfiles = sorted(kdir.glob("rank-*.json"))
+    warm(kfiles)
+    hta_py = a.hta_venv / "bin" / "python"
+    if not hta_py.exists():
+        log(f"2. creating {a.hta_venv} with holistictraceanalysis (once) ...")
+        subprocess.run([sys.executable, "-m", "venv", str(a.hta_venv)], check=True)
+        subprocess.run([str(hta_py), "-m", "pip", "install", "-q", "holistictraceanalysis"], check=True)
+    log("2. HTA TraceAnalysis load ...")
+    hta_code = (
+        "import json,sys,time\n"
+        "from hta.trace_analysis import TraceAnalysis\n"
+        "t=time.perf_counter()\n"
+        f"ta=TraceAnalysis(trace_dir={str(kdir)!r})\n"
+        "dt=time.perf_counter()-t\n"
+        "print(json.dumps({'load_s':dt,'ranks':len(ta.t.get_ranks()),'rows':sum(len(ta.t.get_trace(r)) for r in ta.t.get_ranks())}))\n"
+    )
+    dbk = base / "ingest-kineto.db"
+    cmd = [profdb, "ingest", "--db", str(dbk), "--run", "kineto", *map(str, kfiles)]
+    htas: list[tuple[Measured, dict[str, Any]]] = []
+    kis: list[Measured] = []
+    for rep in range(max(1, a.repeat)):
+        log(f"2. HTA TraceAnalysis load (run {rep + 1}) ...")
+        hm = measure([str(hta_py), "-c", hta_code])
+        hr = json.loads(hm.stdout.strip().splitlines()[-1])
+        if hr["ranks"] != len(kfiles):
+            raise SystemExit(f"HTA loaded {hr['ranks']} ranks of {len(kfiles)}")
+        htas.append((hm, hr))
+        log(f"   load {hr['load_s']:.2f} s (process {hm.wall_s:.2f} s, tree peak PSS {hm.tree_peak_mb:.0f} MB)")
+        drop_store(dbk)
+        log(f"2. profdb ingest of the same traces (run {rep + 1}) ...")
+        kis.append(measure(cmd))
+        drop_store(dbk)
+        log(f"   {kis[-1].wall_s:.2f} s ({kis[-1].cpu_s:.1f} s CPU, {kis[-1].cores:.2f} cores), tree peak PSS {kis[-1].tree_peak_mb:.0f} MB")
+    hta, hta_res = min(htas, key=lambda x: x[1]["load_s"])
+    ki = best(kis)
+    ratio = ki.wall_s / hta_res["load_s"]
+    results["kineto_ingest"] = asdict(ki) | {"stdout": ki.stdout[-2000:], "stderr": ki.stderr[-2000:]}
+    results["hta_load"] = hta_res | {"process_wall_s": hta.wall_s, "process_cpu_s": hta.cpu_s,
+                                     "tree_peak_mb": hta.tree_peak_mb}
+    rows.append(Row(
+        f"2. Kineto ingest / HTA TraceAnalysis load ({len(kfiles)} ranks, {sum(f.stat().st_size for f in kfiles) / 1e6:,.0f} MB)",
+        ratio, "<= 0.15", ratio <= 0.15,
+        f"{ki.wall_s:.2f} s ({ki.cpu_s:.1f} s CPU, {ki.cores:.2f} cores, {ki.tree_peak_mb:.0f} MB)",
+        f"{hta_res['load_s']:.2f} s load ({hta.wall_s:.2f} s process, {hta.cpu_s:.1f} s CPU with imports, "
+        f"{hta.tree_peak_mb:.0f} MB)",
+        f"{' '.join(cmd[:5])} {kdir}/rank-*.json  vs  TraceAnalysis(trace_dir={kdir})",
+        [f"CPU-time ratio {fmt_ratio(ki.cpu_s / hta.cpu_s if hta.cpu_s else None)} (HTA's process, imports included)"],
+        cpu_ratio=ki.cpu_s / hta.cpu_s if hta.cpu_s else None))
+
+
+def bench_query(b: Bench) -> None:
+    """3. ``profdb query --imbalance`` / a full-scan GROUP BY of the same question in sqlite3."""
+    a, base, profdb, rows, results, s, log = b.a, b.base, b.profdb, b.rows, b.results, b.sizes, b.log
+    cbig = base / "csv-10m"
+    gbig = ensure(cbig, csv_params(s.big_dispatches, 1.0, s.csv_ranks, s.csv_hosts, 0),
+                  lambda: generate.generate_csv(cbig, dispatches=s.big_dispatches, ranks=s.csv_ranks,
+                                                hosts=s.csv_hosts, counters=0), log)
+    dbb = base / "store-10m.db"
+    stamp = base / "store-10m.params"
+    want = json.dumps(gbig["params"], sort_keys=True)
+    if a.rebuild or not dbb.exists() or not stamp.exists() or stamp.read_text() != want:
+        drop_store(dbb)
+        stamp.unlink(missing_ok=True)
+        log(f"3. building the {gbig['rows']['kernel_trace']:,}-row store with profdb ingest ...")
+        bi = measure([profdb, "ingest", "--db", str(dbb), "--run", "big", *ranks_of(cbig)])
+        stamp.write_text(want)
+        log(f"   {bi.wall_s:.2f} s, {bi.cores:.2f} cores, tree peak PSS {bi.tree_peak_mb:.0f} MB")
+        results["ingest_10m"] = asdict(bi) | {"stdout": bi.stdout[-2000:], "stderr": bi.stderr[-2000:]}
+    n_act = int(subprocess.run([a.sqlite3, str(dbb), "select count(*) from activity"], capture_output=True,
+                               text=True, check=True).stdout)
+    log(f"3. full-scan GROUP BY in sqlite3 on {n_act:,} activity rows ...")
+    sql = imbalance_sql("big")
+    scans = [measure([a.sqlite3, "-csv", str(dbb), sql], sample_rss=False) for _ in range(max(1, s.query_repeats // 2))]
+    scan_s = min(m.wall_s for m in scans)
+    top = scans[0].stdout.splitlines()[0] if scans[0].stdout else ""
+    log(f"   {scan_s:.3f} s; worst kernel: {top[:90]}...")
+    if gbig["slow_kernel"] not in top:
+        raise SystemExit(f"the full scan does not find the planted slow kernel first: {top[:200]}")
+    qcmd = [profdb, "query", "--imbalance", "--db", str(dbb), "--run", "big"]
+    probe = measure(qcmd + ["--format", "csv"], check=False, sample_rss=False)
+    startup = min(measure([profdb, "--version"], sample_rss=False).wall_s for _ in range(s.query_repeats))
+    if probe.returncode != 0:
+        log(f"   profdb query --imbalance is not available here ({probe.stderr.strip().splitlines()[-1:] or probe.returncode})")
+        rows.append(Row(f"3. query --imbalance / full-scan GROUP BY ({n_act:,} rows)", None, "<= 0.05, < 0.3 s", None,
+                        "not available", f"{scan_s:.3f} s", " ".join(qcmd),
+                        ["`profdb query --imbalance` is not on this branch yet (issue 3)"]))
+    else:
+        q_s = min(measure(qcmd, sample_rss=False).wall_s for _ in range(s.query_repeats))
+        # the same library call in a warm interpreter: the query without Python's start-up and imports
+        lib_code = (
+            "import json, time\n"
+            "from profdb.store import queries\n"
+            "from profdb.store.db import open_db\n"
+            "t = time.perf_counter()\n"
+            f"engine = open_db({str(dbb)!r})\n"
+            "with engine.connect() as conn:\n"
+            "    queries.imbalance(conn, 'big')\n"
+            "print(json.dumps({'s': time.perf_counter() - t}))\n"
+        )
+        lib_s = min(json.loads(measure([sys.executable, "-c", lib_code], sample_rss=False).stdout)["s"]
+                    for _ in range(s.query_repeats))
+        found = gbig["slow_kernel"] in probe.stdout
+        ratio = q_s / scan_s
+        log(f"   profdb query --imbalance {q_s:.3f} s (CLI start-up alone {startup:.3f} s; library call {lib_s:.3f} s)")
+        results["query"] = {"profdb_cli_s": q_s, "startup_s": startup, "library_s": lib_s, "scan_s": scan_s,
+                            "rows": n_act, "found_planted": found, "stdout_head": probe.stdout[:3000]}
+        rows.append(Row(
+            f"3. query --imbalance / full-scan GROUP BY ({n_act:,} activity rows)",
+            ratio, "<= 0.05, < 0.3 s", ratio <= 0.05 and q_s < 0.3,
+            f"{q_s:.3f} s CLI (of which start-up {startup:.3f} s); library call {lib_s:.3f} s "
+            f"(ratio {lib_s / scan_s:.4f})",
+            f"{scan_s:.3f} s",
+            f"{' '.join(qcmd)}  vs  sqlite3 -csv {dbb.name} '<imbalance_sql>'",
+            [] if found else ["the planted slow kernel was not found in the query's output"]))
+        rows.append(stragglers_benchmark(dbb, n_act, s.query_repeats, profdb, log, results))
+
+
 def stragglers_benchmark(dbb: Path, n_act: int, repeats: int, profdb: str, log: Callable[[str], None],
                          results: dict[str, Any]) -> "Row":
     """3b. ``profdb query --stragglers`` on the big store: the library call in a warm interpreter (the
@@ -249,20 +494,32 @@ def stragglers_benchmark(dbb: Path, n_act: int, repeats: int, profdb: str, log: 
                f"straggler.stragglers(conn, 'big') on {dbb.name}", [str(outs[0]["headline"])[:200]])
 
 
-def fmt_ratio(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.3f}"
 
-
-@dataclass
-class Row:
-    what: str
-    ratio: float | None
-    target: str
-    ok: bool | None
-    profdb: str
-    baseline: str
-    command: str
-    notes: list[str] = field(default_factory=list)
+def bench_rss(b: Bench, ingest1: Measured) -> None:
+    """4. Peak memory of ``profdb ingest`` at 4x the input of ``ingest1`` (the long-counters shape)."""
+    a, base, profdb, rows, results, s, log = b.a, b.base, b.profdb, b.rows, b.results, b.sizes, b.log
+    g1 = json.loads((base / "csv-1x" / generate.META).read_text())
+    shape = csv_shapes(s)[0]
+    c4, g4 = csv_input(b, shape, 4.0)
+    db4 = base / "ingest-4x.db"
+    cmd4 = [profdb, "ingest", "--db", str(db4), "--run", "csv-4x", *ranks_of(c4)]
+    i4s = []
+    for rep in range(max(1, a.repeat)):
+        drop_store(db4)
+        log(f"4. profdb ingest of the 4x run (run {rep + 1}) ...")
+        i4s.append(measure(cmd4))
+        drop_store(db4)
+    i4 = best(i4s)
+    log(f"   {i4.wall_s:.2f} s, {i4.cores:.2f} cores, tree peak PSS {i4.tree_peak_mb:.0f} MB")
+    results["ingest_4x"] = asdict(i4) | {"stdout": i4.stdout[-2000:], "stderr": i4.stderr[-2000:]}
+    growth = i4.tree_peak_mb / ingest1.tree_peak_mb if ingest1.tree_peak_mb else None
+    ok = i4.tree_peak_mb < 300 and (growth is not None and growth < 1.25)
+    rows.append(Row(
+        f"4. ingest peak RSS 4x / 1x ({g4['bytes'] / 1e6:,.0f} MB vs {g1['bytes'] / 1e6:,.0f} MB of CSV)",
+        growth, "< 300 MB at 4x, flat", ok,
+        f"4x {i4.tree_peak_mb:.0f} MB tree ({i4.max_rss_mb:.0f} MB max process), {i4.wall_s:.1f} s",
+        f"1x {ingest1.tree_peak_mb:.0f} MB tree ({ingest1.max_rss_mb:.0f} MB max process), {ingest1.wall_s:.1f} s",
+        f"{' '.join(cmd4[:5])} {c4}/rank*"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -275,6 +532,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="virtualenv with holistictraceanalysis (created with pip if missing; $HTA_VENV)")
     p.add_argument("--only", action="append", choices=("ingest", "kineto", "query", "rss"),
                    help="run only these benchmarks (repeatable)")
+    p.add_argument("--shape", action="append", choices=[c.key for c in csv_shapes(FULL)],
+                   help="CSV ingest: only these row shapes (repeatable; default all)")
     p.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="run both sides of ratios 1, 2 and 4 N times, interleaved, and keep each side's fastest "
                         "run (peak memory: the largest of the N); use 3 on a machine shared with other work")
@@ -285,216 +544,34 @@ def main(argv: list[str] | None = None) -> int:
     only = set(a.only or ("ingest", "kineto", "query", "rss"))
     base = a.out / ("quick" if a.quick else "full")
     base.mkdir(parents=True, exist_ok=True)
-    profdb = a.profdb or (str(Path(sys.executable).with_name("profdb")) if Path(sys.executable).with_name("profdb").exists()
-                          else shutil.which("profdb") or "profdb")
-
-    def log(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-
-    rows: list[Row] = []
-    results: dict[str, Any] = {"quick": a.quick, "sizes": asdict(sizes),
-                               "machine": {"cpus": os.cpu_count(), "load_at_start": os.getloadavg()}}
-    log(f"profdb benchmarks ({'quick' if a.quick else 'full'} size) in {base}")
+    beside = Path(sys.executable).with_name("profdb")
+    profdb = a.profdb or (str(beside) if beside.exists() else shutil.which("profdb") or "profdb")
+    b = Bench(a, sizes, base, profdb, results={"quick": a.quick, "sizes": asdict(sizes),
+                                                "machine": {"cpus": os.cpu_count(), "load_at_start": os.getloadavg()}})
+    b.log(f"profdb benchmarks ({'quick' if a.quick else 'full'} size) in {base}")
     t_all = time.perf_counter()
-
-    # ------------------------------------------------------------- inputs
-    log("inputs:")
-    s = sizes
-    c1 = base / "csv-1x"
-    g1 = ensure(c1, csv_params(s.csv_dispatches, 1.0, s.csv_ranks, s.csv_hosts, 3),
-                lambda: generate.generate_csv(c1, scale=1.0, dispatches=s.csv_dispatches, ranks=s.csv_ranks, hosts=s.csv_hosts), log)
-    g4: dict[str, Any] | None = None
-    if "rss" in only:
-        c4 = base / "csv-4x"
-        g4 = ensure(c4, csv_params(s.csv_dispatches, 4.0, s.csv_ranks, s.csv_hosts, 3),
-                    lambda: generate.generate_csv(c4, scale=4.0, dispatches=s.csv_dispatches, ranks=s.csv_ranks, hosts=s.csv_hosts), log)
-    kdir = base / "kineto"
-    if "kineto" in only:
-        ensure(kdir, dict(ranks=s.kineto_ranks, size_mb=s.kineto_mb, names=320, gzip=False, seed=generate.SEED,
-                    version=generate.VERSION),
-               lambda: generate.generate_kineto(kdir, ranks=s.kineto_ranks, size_mb=s.kineto_mb), log)
-    cbig = base / "csv-10m"
-    gbig: dict[str, Any] | None = None
-    if "query" in only:
-        gbig = ensure(cbig, csv_params(s.big_dispatches, 1.0, s.csv_ranks, s.csv_hosts, 0),
-                      lambda: generate.generate_csv(cbig, dispatches=s.big_dispatches, ranks=s.csv_ranks,
-                                                    hosts=s.csv_hosts, counters=0), log)
-    def ranks_of(d: Path) -> list[str]:
-        return sorted(str(x) for x in d.glob("rank*") if x.is_dir())
-
-    # ------------------------------------------------------------- 1. ingest vs sqlite3 .import
     ingest1: Measured | None = None
-    if "ingest" in only or "rss" in only:
-        files1 = [c1 / f for f in g1["files"]]
-        warm(files1)
-        db_raw = base / "sqlite-import.db"
-        db1 = base / "ingest-1x.db"
-        cmd = [profdb, "ingest", "--db", str(db1), "--run", "csv-1x", *ranks_of(c1)]
-        imps: list[Measured] = []
-        ingests: list[Measured] = []
-        for rep in range(max(1, a.repeat)):
-            if "ingest" in only:
-                log(f"1. sqlite3 .import of the CSV run (run {rep + 1}) ...")
-                imps.append(sqlite_import(a.sqlite3, files1, db_raw))
-                counts = subprocess.run([a.sqlite3, str(db_raw), "select count(*) from kernel_trace_raw; select count(*) from counter_collection_raw;"],
-                                        capture_output=True, text=True, check=True).stdout.split()
-                drop_store(db_raw)
-                if [int(x) for x in counts] != [g1["rows"]["kernel_trace"], g1["rows"]["counter_collection"]]:
-                    raise SystemExit(f"sqlite3 imported {counts} rows, expected {g1['rows']}")
-                log(f"   {imps[-1].wall_s:.2f} s ({imps[-1].cpu_s:.1f} s CPU)")
-            drop_store(db1)
-            log(f"1. profdb ingest of the same files (run {rep + 1}) ...")
-            ingests.append(measure(cmd))
-            drop_store(db1)
-            m = ingests[-1]
-            log(f"   {m.wall_s:.2f} s ({m.cpu_s:.1f} s CPU, {m.cores:.2f} cores), tree peak PSS {m.tree_peak_mb:.0f} MB")
-        ingest1 = best(ingests)
-        imp = best(imps) if imps else None
-        results["ingest_1x"] = asdict(ingest1) | {"stdout": ingest1.stdout[-2000:], "stderr": ingest1.stderr[-2000:]}
-        if imp is not None:
-            ratio = ingest1.wall_s / imp.wall_s
-            results["sqlite_import_1x"] = asdict(imp) | {"stdout": "", "stderr": imp.stderr[-2000:]}
-            total_rows = g1["rows"]["kernel_trace"] + g1["rows"]["counter_collection"]
-            rows.append(Row(
-                f"1. ingest / sqlite3 .import ({len(files1)} CSV files, {total_rows:,} rows, {g1['bytes'] / 1e6:,.0f} MB)",
-                ratio, "<= 0.75", ratio <= 0.75,
-                f"{ingest1.wall_s:.2f} s ({ingest1.cpu_s:.1f} s CPU, {ingest1.cores:.2f} cores)",
-                f"{imp.wall_s:.2f} s ({imp.cpu_s:.1f} s CPU)",
-                f"{' '.join(cmd[:5])} {c1}/rank*  vs  sqlite3 DB '.import --csv FILE table' per file"))
-
-    # ------------------------------------------------------------- 2. Kineto ingest vs HTA
+    for shape in csv_shapes(sizes):
+        if "ingest" in only and (not a.shape or shape.key in a.shape):
+            m = bench_csv_ingest(b, shape)
+            ingest1 = m if shape.key == "long-counters" else ingest1
     if "kineto" in only:
-        kfiles = sorted(kdir.glob("rank-*.json"))
-        warm(kfiles)
-        hta_py = a.hta_venv / "bin" / "python"
-        if not hta_py.exists():
-            log(f"2. creating {a.hta_venv} with holistictraceanalysis (once) ...")
-            subprocess.run([sys.executable, "-m", "venv", str(a.hta_venv)], check=True)
-            subprocess.run([str(hta_py), "-m", "pip", "install", "-q", "holistictraceanalysis"], check=True)
-        log("2. HTA TraceAnalysis load ...")
-        hta_code = (
-            "import json,sys,time\n"
-            "from hta.trace_analysis import TraceAnalysis\n"
-            "t=time.perf_counter()\n"
-            f"ta=TraceAnalysis(trace_dir={str(kdir)!r})\n"
-            "dt=time.perf_counter()-t\n"
-            "print(json.dumps({'load_s':dt,'ranks':len(ta.t.get_ranks()),'rows':sum(len(ta.t.get_trace(r)) for r in ta.t.get_ranks())}))\n"
-        )
-        dbk = base / "ingest-kineto.db"
-        cmd = [profdb, "ingest", "--db", str(dbk), "--run", "kineto", *map(str, kfiles)]
-        htas: list[tuple[Measured, dict[str, Any]]] = []
-        kis: list[Measured] = []
-        for rep in range(max(1, a.repeat)):
-            log(f"2. HTA TraceAnalysis load (run {rep + 1}) ...")
-            hm = measure([str(hta_py), "-c", hta_code])
-            hr = json.loads(hm.stdout.strip().splitlines()[-1])
-            if hr["ranks"] != len(kfiles):
-                raise SystemExit(f"HTA loaded {hr['ranks']} ranks of {len(kfiles)}")
-            htas.append((hm, hr))
-            log(f"   load {hr['load_s']:.2f} s (process {hm.wall_s:.2f} s, tree peak PSS {hm.tree_peak_mb:.0f} MB)")
-            drop_store(dbk)
-            log(f"2. profdb ingest of the same traces (run {rep + 1}) ...")
-            kis.append(measure(cmd))
-            drop_store(dbk)
-            log(f"   {kis[-1].wall_s:.2f} s ({kis[-1].cpu_s:.1f} s CPU, {kis[-1].cores:.2f} cores), tree peak PSS {kis[-1].tree_peak_mb:.0f} MB")
-        hta, hta_res = min(htas, key=lambda x: x[1]["load_s"])
-        ki = best(kis)
-        ratio = ki.wall_s / hta_res["load_s"]
-        results["kineto_ingest"] = asdict(ki) | {"stdout": ki.stdout[-2000:], "stderr": ki.stderr[-2000:]}
-        results["hta_load"] = hta_res | {"process_wall_s": hta.wall_s, "tree_peak_mb": hta.tree_peak_mb}
-        rows.append(Row(
-            f"2. Kineto ingest / HTA TraceAnalysis load ({len(kfiles)} ranks, {sum(f.stat().st_size for f in kfiles) / 1e6:,.0f} MB)",
-            ratio, "<= 0.5", ratio <= 0.5,
-            f"{ki.wall_s:.2f} s ({ki.cpu_s:.1f} s CPU, {ki.cores:.2f} cores, {ki.tree_peak_mb:.0f} MB)",
-            f"{hta_res['load_s']:.2f} s load ({hta.wall_s:.2f} s process, {hta.tree_peak_mb:.0f} MB)",
-            f"{' '.join(cmd[:5])} {kdir}/rank-*.json  vs  TraceAnalysis(trace_dir={kdir})"))
+        bench_kineto(b)
+    if "query" in only:
+        bench_query(b)
+    if "rss" in only:
+        if ingest1 is None:
+            c1, _ = csv_input(b, csv_shapes(sizes)[0])
+            db1 = base / "ingest-1x.db"
+            drop_store(db1)
+            ingest1 = measure([profdb, "ingest", "--db", str(db1), "--run", "csv-1x", *ranks_of(c1)])
+            drop_store(db1)
+        bench_rss(b, ingest1)
+    return report(b, t_all)
 
-    # ------------------------------------------------------------- 3. query --imbalance vs full scan
-    if "query" in only and gbig is not None:
-        dbb = base / "store-10m.db"
-        stamp = base / "store-10m.params"
-        want = json.dumps(gbig["params"], sort_keys=True)
-        if a.rebuild or not dbb.exists() or not stamp.exists() or stamp.read_text() != want:
-            drop_store(dbb)
-            stamp.unlink(missing_ok=True)
-            log(f"3. building the {gbig['rows']['kernel_trace']:,}-row store with profdb ingest ...")
-            bi = measure([profdb, "ingest", "--db", str(dbb), "--run", "big", *ranks_of(cbig)])
-            stamp.write_text(want)
-            log(f"   {bi.wall_s:.2f} s, {bi.cores:.2f} cores, tree peak PSS {bi.tree_peak_mb:.0f} MB")
-            results["ingest_10m"] = asdict(bi) | {"stdout": bi.stdout[-2000:], "stderr": bi.stderr[-2000:]}
-        n_act = int(subprocess.run([a.sqlite3, str(dbb), "select count(*) from activity"], capture_output=True,
-                                   text=True, check=True).stdout)
-        log(f"3. full-scan GROUP BY in sqlite3 on {n_act:,} activity rows ...")
-        sql = imbalance_sql("big")
-        scans = [measure([a.sqlite3, "-csv", str(dbb), sql], sample_rss=False) for _ in range(max(1, s.query_repeats // 2))]
-        scan_s = min(m.wall_s for m in scans)
-        top = scans[0].stdout.splitlines()[0] if scans[0].stdout else ""
-        log(f"   {scan_s:.3f} s; worst kernel: {top[:90]}...")
-        if gbig["slow_kernel"] not in top:
-            raise SystemExit(f"the full scan does not find the planted slow kernel first: {top[:200]}")
-        qcmd = [profdb, "query", "--imbalance", "--db", str(dbb), "--run", "big"]
-        probe = measure(qcmd + ["--format", "csv"], check=False, sample_rss=False)
-        startup = min(measure([profdb, "--version"], sample_rss=False).wall_s for _ in range(s.query_repeats))
-        if probe.returncode != 0:
-            log(f"   profdb query --imbalance is not available here ({probe.stderr.strip().splitlines()[-1:] or probe.returncode})")
-            rows.append(Row(f"3. query --imbalance / full-scan GROUP BY ({n_act:,} rows)", None, "<= 0.05, < 0.3 s", None,
-                            "not available", f"{scan_s:.3f} s", " ".join(qcmd),
-                            ["`profdb query --imbalance` is not on this branch yet (issue 3)"]))
-        else:
-            q_s = min(measure(qcmd, sample_rss=False).wall_s for _ in range(s.query_repeats))
-            # the same library call in a warm interpreter: the query without Python's start-up and imports
-            lib_code = (
-                "import json, time\n"
-                "from profdb.store import queries\n"
-                "from profdb.store.db import open_db\n"
-                "t = time.perf_counter()\n"
-                f"engine = open_db({str(dbb)!r})\n"
-                "with engine.connect() as conn:\n"
-                "    queries.imbalance(conn, 'big')\n"
-                "print(json.dumps({'s': time.perf_counter() - t}))\n"
-            )
-            lib_s = min(json.loads(measure([sys.executable, "-c", lib_code], sample_rss=False).stdout)["s"]
-                        for _ in range(s.query_repeats))
-            found = gbig["slow_kernel"] in probe.stdout
-            ratio = q_s / scan_s
-            log(f"   profdb query --imbalance {q_s:.3f} s (CLI start-up alone {startup:.3f} s; library call {lib_s:.3f} s)")
-            results["query"] = {"profdb_cli_s": q_s, "startup_s": startup, "library_s": lib_s, "scan_s": scan_s,
-                                "rows": n_act, "found_planted": found, "stdout_head": probe.stdout[:3000]}
-            rows.append(Row(
-                f"3. query --imbalance / full-scan GROUP BY ({n_act:,} activity rows)",
-                ratio, "<= 0.05, < 0.3 s", ratio <= 0.05 and q_s < 0.3,
-                f"{q_s:.3f} s CLI (of which start-up {startup:.3f} s); library call {lib_s:.3f} s "
-                f"(ratio {lib_s / scan_s:.4f})",
-                f"{scan_s:.3f} s",
-                f"{' '.join(qcmd)}  vs  sqlite3 -csv {dbb.name} '<imbalance_sql>'",
-                [] if found else ["the planted slow kernel was not found in the query's output"]))
 
-        rows.append(stragglers_benchmark(dbb, n_act, s.query_repeats, profdb, log, results))
-
-    # ------------------------------------------------------------- 4. peak RSS at 1x and 4x
-    if "rss" in only and g4 is not None and ingest1 is not None:
-        c4 = base / "csv-4x"
-        db4 = base / "ingest-4x.db"
-        cmd4 = [profdb, "ingest", "--db", str(db4), "--run", "csv-4x", *ranks_of(c4)]
-        i4s = []
-        for rep in range(max(1, a.repeat)):
-            drop_store(db4)
-            log(f"4. profdb ingest of the 4x run (run {rep + 1}) ...")
-            i4s.append(measure(cmd4))
-            drop_store(db4)
-        i4 = best(i4s)
-        log(f"   {i4.wall_s:.2f} s, {i4.cores:.2f} cores, tree peak PSS {i4.tree_peak_mb:.0f} MB")
-        results["ingest_4x"] = asdict(i4) | {"stdout": i4.stdout[-2000:], "stderr": i4.stderr[-2000:]}
-        growth = i4.tree_peak_mb / ingest1.tree_peak_mb if ingest1.tree_peak_mb else None
-        ok = i4.tree_peak_mb < 300 and (growth is not None and growth < 1.25)
-        rows.append(Row(
-            f"4. ingest peak RSS 4x / 1x ({g4['bytes'] / 1e6:,.0f} MB vs {g1['bytes'] / 1e6:,.0f} MB of CSV)",
-            growth, "< 300 MB at 4x, flat", ok,
-            f"4x {i4.tree_peak_mb:.0f} MB tree ({i4.max_rss_mb:.0f} MB max process), {i4.wall_s:.1f} s",
-            f"1x {ingest1.tree_peak_mb:.0f} MB tree ({ingest1.max_rss_mb:.0f} MB max process), {ingest1.wall_s:.1f} s",
-            f"{' '.join(cmd4[:5])} {c4}/rank*"))
-
-    # ------------------------------------------------------------- report
+def report(b: Bench, t_all: float) -> int:
+    a, rows, results = b.a, b.rows, b.results
     results["rows"] = [asdict(r) for r in rows]
     results["total_s"] = time.perf_counter() - t_all
     results["machine"]["load_at_end"] = os.getloadavg()

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, insert, update
 
 from . import bulk, classify, ingest_workers, reclassify, runs, timeline
-from .db import display_url, load_target, resolve_url
+from .db import display_url, load_target, resolve_url, sqlite_path
 from .errors import InputError, ProfdbError
 from .identity import Identity, IdentityFlags, RankPlan, missing_ranks
 from .inputs import InputFile, derive_run_name, prepare
@@ -131,8 +131,10 @@ def ingest_paths(
     report.notes = list(
         dict.fromkeys(str(i.info.metadata["rank_by"]["note"]) for i in inputs if "rank_by" in i.info.metadata)
     )
-    with load_target(db) as engine:
-        _load(engine, run_name, inputs, plan, report, progress, flags.allow_duplicate_ranks)
+    path = sqlite_path(resolve_url(db))
+    new_store = path is not None and not path.exists()  # (load_target removes it again if the load fails)
+    with ingest_workers.quiet_gc(), load_target(db) as engine:
+        _load(engine, run_name, inputs, plan, report, progress, flags.allow_duplicate_ranks, new_store)
     return report
 
 
@@ -144,6 +146,7 @@ def _load(
     report: IngestReport,
     progress: Progress | None,
     allow_dupes: bool = False,
+    new_store: bool = False,
 ) -> None:
     total = sum(i.size for i in inputs)
     done = 0
@@ -156,7 +159,7 @@ def _load(
 
     # PostgreSQL: the run is made and committed first, then held with this ingest's ranks (bulk.hold_run)
     with bulk.run_scope(engine, find_or_create) as early_id, bulk.load_transaction(
-        engine, bulk_load=total >= bulk.DEFER_INDEXES_MIN_BYTES
+        engine, bulk_load=total >= bulk.DEFER_INDEXES_MIN_BYTES, new_store=new_store
     ) as conn:
         run_id = bulk.hold_run(conn, early_id, plan.ranks, find_or_create)
         present = runs.stored_files(conn, run_id)

@@ -110,3 +110,59 @@ def test_worker_count(monkeypatch: pytest.MonkeyPatch) -> None:
     assert ingest_workers.worker_count(10, 2) == 2
     monkeypatch.setenv(ingest_workers.ENV_WORKERS, "0")
     assert ingest_workers.worker_count(1 << 40, 10) == 0
+
+
+def test_new_store_is_loaded_with_a_rollback_journal_and_left_in_wal(
+    inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _bulk(monkeypatch, True)
+    seen: list[str] = []
+    real = bulk.Writer.insert
+
+    def spy(self: bulk.Writer, table: str, rows: list[tuple[Any, ...]]) -> None:
+        seen.append(str(self.conn.exec_driver_sql("pragma journal_mode").scalar()))
+        real(self, table, rows)
+
+    monkeypatch.setattr(bulk.Writer, "insert", spy)
+    db = tmp_path / "new.db"
+    ingest.ingest_paths(sorted((inputs / "csv").glob("rank*")), str(db), run="csv")
+    assert seen and set(seen) == {"delete"}
+    assert sql(db, "pragma journal_mode") == [("wal",)]
+    assert not Path(str(db) + "-journal").exists()
+    # a store that existed before is loaded in WAL mode (a failure must leave its bytes as they were)
+    seen.clear()
+    ingest.ingest_paths(sorted((inputs / "kineto").glob("rank-*.json")), str(db), run="kineto")
+    assert seen and set(seen) == {"wal"}
+
+
+def test_failed_load_of_a_new_store_leaves_no_file(inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = shutil.copytree(inputs / "csv", tmp_path / "csv")
+    bad = next((run / "rank0002").glob("*/*_kernel_trace.csv"))
+    lines = bad.read_text().splitlines()
+    lines[-3] = lines[-3].rsplit(",", 3)[0] + ",x,1,1"
+    bad.write_text("\n".join(lines) + "\n")
+    _bulk(monkeypatch, True)
+    db = tmp_path / "new.db"
+    with pytest.raises(InputError, match=bad.name):
+        ingest.ingest_paths(sorted(run.glob("rank*")), str(db), run="csv")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["csv"]
+
+
+def test_constants_of_a_batch_are_written_as_literals() -> None:
+    rows = [(7, None, "kernel", "it's", 1, 2.5, 10), (7, None, "kernel", "it's", 2, 2.5, 10)]
+    sql_text, bound = bulk.constants_inlined("t", ("a", "b", "c", "d", "e", "f", "g"), rows, "?", (("h", "1"),))
+    assert sql_text == "INSERT INTO t (a, b, c, d, e, f, g, h) VALUES (7, NULL, 'kernel', 'it''s', ?, ?, 10, 1)"
+    assert bound == [(1, 2.5), (2, 2.5)]  # floats are always bound
+    same = [(1, "x"), (1, "x")]  # all constant: the last column is bound (executemany needs parameters)
+    assert bulk.constants_inlined("t", ("a", "b"), same) == ("INSERT INTO t (a, b) VALUES (1, ?)", [("x",), ("x",)])
+    varied = [(1, "x"), (2, "y")]
+    assert bulk.constants_inlined("t", ("a", "b"), varied) == ("INSERT INTO t (a, b) VALUES (?, ?)", varied)
+
+
+def test_quiet_gc_restores_the_collector() -> None:
+    import gc
+
+    before = gc.get_threshold()
+    with ingest_workers.quiet_gc():
+        assert gc.get_threshold()[0] >= ingest_workers.GC_THRESHOLD0 and gc.get_freeze_count() > 0
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
