@@ -130,5 +130,7 @@ def test_runner_measures_a_subprocess_tree() -> None:
     run = _load("run")
     m = run.measure([sys.executable, "-c", "x = bytearray(60 * 2**20); import time; time.sleep(0.3)"])
     assert m.returncode == 0 and m.wall_s >= 0.3
-    assert 60 <= m.max_rss_mb < 200 and 55 <= m.tree_peak_mb < 200
+    # ru_maxrss of a forked child counts the parent's pages it shared before exec (pytest's own size, which grows
+    # with the suite), so only its floor says something here; the sampled tree PSS is the child's alone
+    assert m.max_rss_mb >= 60 and 55 <= m.tree_peak_mb < 200
     assert "activity a" in run.imbalance_sql("x'y") and "'x''y'" in run.imbalance_sql("x'y")

@@ -108,7 +108,7 @@ def test_shifted_host_clocks_are_recovered_through_the_store(tmp_path: Path, run
         assert abs(ranks[g]["clock_offset_ns"] - true) <= ranks[g]["clock_error_ns"] < 20_000, (g, ranks[g], true)
     r = run_cli("runs", "--db", db, "--format", "json")
     (info,) = json.loads(r.stdout)
-    assert "node01 3.25 s" in info["clock_offsets"] and "node02 -1.7 s" in info["clock_offsets"]
+    assert "node01 3.25 s" in info["clock_offsets"] and "node02 -1.70 s" in info["clock_offsets"]
 
     r = run_cli("query", "--stragglers", "--db", db)
     assert r.stderr.startswith("likely straggler: rank 3 (host node01, local_rank ")
