@@ -23,12 +23,13 @@ import json
 import os
 import re
 import sys
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -125,9 +126,13 @@ class Rules:
         try:
             d = json.loads(text)
             rules = tuple(Rule(str(s), str(p), str(c), tuple(str(k) for k in kinds)) for s, p, c, kinds in d["rules"])
-            return cls(_checked(rules, "recorded rules"), int(d["shipped_version"]), tuple(d["disabled"]), int(d["user_rules"]))
+            return cls(
+                _checked(rules, "recorded rules"), int(d["shipped_version"]), tuple(d["disabled"]), int(d["user_rules"])
+            )
         except (ValueError, KeyError, TypeError) as e:
-            raise InputError(f"recorded classification rules are not readable ({e}); re-classify with the current rules") from e
+            raise InputError(
+                f"recorded classification rules are not readable ({e}); re-classify with the current rules"
+            ) from e
 
     def summary(self) -> str:
         sets = list(dict.fromkeys(r.ruleset for r in self.rules[self.user_rules :]))
@@ -146,7 +151,9 @@ def _checked(rules: Iterable[Rule], where: str) -> tuple[Rule, ...]:
         try:
             re.compile(r.pattern)
         except re.error as e:
-            raise InputError(f"{where}: rule set {r.ruleset!r}: {r.pattern!r} is not a valid regular expression ({e})") from e
+            raise InputError(
+                f"{where}: rule set {r.ruleset!r}: {r.pattern!r} is not a valid regular expression ({e})"
+            ) from e
         out.append(r)
     return tuple(out)
 

@@ -9,9 +9,9 @@ gives are errors that name the file and say how to fix it. Nothing here touches 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 from .errors import RankIdentityError
 from .manifest import RankManifest, find_manifest, read_manifest
@@ -29,7 +29,8 @@ TENSORBOARD_FILE = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.\d+\.pt\.trace\.json
 
 FIX_HINT = (
     "pass --rank N when all inputs come from one rank, or --rank-from-path REGEX "
-    "(a regular expression whose first group, or group named 'rank', is the rank: e.g. --rank-from-path 'node\\d+_(\\d+)')"
+    "(a regular expression whose first group, or group named 'rank', is the rank: "
+    "e.g. --rank-from-path 'node\\d+_(\\d+)')"
 )
 
 
@@ -100,7 +101,9 @@ def path_hint(path: Path, file_pid: int | None = None) -> RankHint:
             hint.hostname = tb.group("host")
             hint.pid = name_pid
         else:
-            said = f"the file's pid is {file_pid}" if file_pid is not None else "the file names no pid to check it against"
+            said = (
+                f"the file's pid is {file_pid}" if file_pid is not None else "the file names no pid to check it against"
+            )
             hint.note = (
                 f"hostname not taken from the name {path.name!r}: it has the shape <hostname>_<pid>.<ns>.pt.trace.json "
                 f"with pid {name_pid}, but {said}"
@@ -198,7 +201,9 @@ def resolve_file(
     resolved: dict[str, object] = {}
     origin_of: dict[str, str] = {}
     overridden = {
-        f for f, v in (("global_rank", flags.rank), ("local_rank", flags.local_rank), ("hostname", flags.hostname)) if v is not None
+        f
+        for f, v in (("global_rank", flags.rank), ("local_rank", flags.local_rank), ("hostname", flags.hostname))
+        if v is not None
     }
     for cand in candidates:  # what a flag overrides is not used, so not checked either
         check_hint(cand.hint, path, cand.origin, skip=overridden)
@@ -289,7 +294,8 @@ def check_claims(claims: Iterable[RankClaim], flags: IdentityFlags) -> RankPlan:
             raise RankIdentityError(
                 f"{c.path} and {seen[key]} both claim rank {ident.global_rank} ({c.format} {c.content_kind}); "
                 "if they are different ranks, fix their rank (e.g. --rank-from-path REGEX); if they are separate "
-                "windows or processes of the same rank, pass --allow-duplicate-ranks; or ingest them as separate runs with --run"
+                "windows or processes of the same rank, pass --allow-duplicate-ranks; "
+                "or ingest them as separate runs with --run"
             )
         seen.setdefault(key, c.path)
         if ident.world_size is not None:

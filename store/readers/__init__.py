@@ -11,8 +11,8 @@ from types import ModuleType
 from typing import cast
 
 from ..errors import InputError
-from . import kineto_json, metrix, nsys_sqlite, rocpd_sqlite, rocprof_csv, rocprof_json, rpd_sqlite
 from ..records import SourceInfo
+from . import kineto_json, metrix, nsys_sqlite, rocpd_sqlite, rocprof_csv, rocprof_json, rpd_sqlite
 from .base import Reader, has_rank_sections
 
 # SQLite formats first (detected by their tables), then JSON/CSV formats detected by their head.

@@ -27,8 +27,9 @@ from __future__ import annotations
 import gzip
 import io
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Iterator, Protocol
+from typing import IO, Protocol
 
 from ..errors import InputError
 from ..records import Record, SourceInfo

@@ -17,13 +17,14 @@ from __future__ import annotations
 import json
 import re
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import ijson
 
 from ..errors import InputError
-from ..records import Activity, Record, RankHint, SourceInfo
+from ..records import Activity, RankHint, Record, SourceInfo
 from .base import display_name, head, open_binary, tail
 from .json_guard import guarded
 
@@ -107,7 +108,7 @@ def _top_value(blob: bytes, key: str) -> Any:
     m = re.search(rb'"' + re.escape(key.encode()) + rb'"\s*:\s*', blob)
     if not m:
         return None
-    text = blob[m.end():].decode("utf-8", "replace")
+    text = blob[m.end() :].decode("utf-8", "replace")
     try:
         value, _ = json.JSONDecoder().raw_decode(text)
     except ValueError:
@@ -135,7 +136,7 @@ def inspect(path: Path) -> SourceInfo:
                 "trace; ingest the Kineto trace torch.profiler writes (on_trace_ready / export_chrome_trace) instead"
             )
         raise InputError(
-            f"{path}: not a Kineto / Chrome trace (no \"traceEvents\" list at its top level); "
+            f'{path}: not a Kineto / Chrome trace (no "traceEvents" list at its top level); '
             "check which file this is, or drop --format"
         )
     # Header keys precede "traceEvents" in the head; trailer keys follow the events in the tail.
@@ -221,7 +222,9 @@ def read(path: Path, info: SourceInfo) -> Iterator[Record]:
         with open_binary(path) as raw, guarded(raw, path) as f:
             for ev in ijson.items(f, "traceEvents.item", use_float=True):
                 if type(ev) is not dict:
-                    raise InputError(f"{path}: an entry of traceEvents is {str(ev)[:80]!r}, not an event object; {_DAMAGED}")
+                    raise InputError(
+                        f"{path}: an entry of traceEvents is {str(ev)[:80]!r}, not an event object; {_DAMAGED}"
+                    )
                 if ev.get("ph") != "X":
                     continue
                 kind = cats.get(ev.get("cat", ""))
@@ -231,9 +234,14 @@ def read(path: Path, info: SourceInfo) -> Iterator[Record]:
                 if ts is None:
                     continue
                 args = ev.get("args") or {}
-                if type(ts) not in (int, float) or type(args) is not dict or type(ev.get("dur") or 0) not in (int, float):
+                if (
+                    type(ts) not in (int, float)
+                    or type(args) is not dict
+                    or type(ev.get("dur") or 0) not in (int, float)
+                ):
                     raise InputError(
-                        f"{path}: event {str(ev.get('name'))[:80]!r} has ts {ts!r}, dur {ev.get('dur')!r}, args of type "
+                        f"{path}: event {str(ev.get('name'))[:80]!r} has ts {ts!r}, dur {ev.get('dur')!r}, "
+                        "args of type "
                         f"{type(args).__name__} (numbers and an object expected); {_DAMAGED}"
                     )
                 start = round(ts * 1000)

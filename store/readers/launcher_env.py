@@ -7,7 +7,7 @@ node record."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from ..records import RankHint
 

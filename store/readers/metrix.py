@@ -27,14 +27,15 @@ import io
 import math
 import re
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import ijson
 
 from ..errors import InputError
-from ..records import Aggregate, Counter, Record, RankHint, SourceInfo
+from ..records import Aggregate, Counter, RankHint, Record, SourceInfo
 from .base import display_name, head, open_binary
 from .json_guard import guarded
 
@@ -164,7 +165,9 @@ def _csv_rows(path: Path) -> Iterator[tuple[dict[str, str], list[str]]]:
                 if not row:
                     continue
                 if len(row) != len(cols):
-                    raise _bad(path, f"line {lineno} has {len(row)} fields where the header has {len(cols)} (truncated?)")
+                    raise _bad(
+                        path, f"line {lineno} has {len(row)} fields where the header has {len(cols)} (truncated?)"
+                    )
                 yield dict(zip(cols, row)), cols
     except csv.Error as e:
         raise _bad(path, f"malformed CSV ({e})") from e
@@ -195,7 +198,9 @@ def _csv_entries(path: Path) -> Iterator[tuple[_Entry, dict[str, str]]]:
     stems: list[str] | None = None
     for row, cols in _csv_rows(path):
         if stems is None:
-            missing = [c for c in ("dispatch_key", "duration_min_us", "duration_max_us", "duration_avg_us") if c not in cols]
+            missing = [
+                c for c in ("dispatch_key", "duration_min_us", "duration_max_us", "duration_avg_us") if c not in cols
+            ]
             if missing:
                 raise _bad(path, f"CSV header lacks {', '.join(missing)}")
             stems = _csv_metrics(cols)
@@ -336,7 +341,9 @@ def read(path: Path, info: SourceInfo) -> Iterator[Record]:
 
 def read_rank(path: Path, info: SourceInfo, index: int) -> Iterator[Record]:
     if not 0 <= index < len(info.ranks):
-        raise InputError(f"{path}: rank section {index} does not exist (the file holds {len(info.ranks)} rank sections)")
+        raise InputError(
+            f"{path}: rank section {index} does not exist (the file holds {len(info.ranks)} rank sections)"
+        )
     yield from _records(path, info, info.ranks[index].global_rank)
 
 
@@ -374,4 +381,3 @@ def _records(path: Path, info: SourceInfo, only_rank: int | None) -> Iterator[Re
             slot[4] = None if slot[4] is None or sq is None else slot[4] + sq
     for (_rank, kernel), (calls, total, lo, hi, sq) in agg.items():
         yield Aggregate("kernel", kernel, calls, total, lo, hi, sq)
-

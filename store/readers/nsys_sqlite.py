@@ -23,11 +23,12 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ..errors import InputError
-from ..records import Activity, Record, RankHint, SourceInfo
+from ..records import Activity, RankHint, Record, SourceInfo
 from .launcher_env import ALL_VARS, hint_from_env
 from .sqlite_common import columns, db_error, open_ro, relations, schema_mentions, stream
 
@@ -91,7 +92,9 @@ def inspect(path: Path) -> SourceInfo:
             elif ranks and not distinct:
                 hint = min(ranks.items())[1]  # local rank / world size without a global rank
             if "TARGET_INFO_SYSTEM_ENV" in names:
-                row = conn.execute("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname' LIMIT 1").fetchone()
+                row = conn.execute(
+                    "SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname' LIMIT 1"
+                ).fetchone()
                 if row and isinstance(row[0], str) and row[0]:
                     hint.hostname = row[0]
                     hint.origin = (hint.origin + " + TARGET_INFO_SYSTEM_ENV Hostname").lstrip(" +")

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ..errors import InputError
-from ..records import Activity, Counter, Record, RankHint, SourceInfo
+from ..records import Activity, Counter, RankHint, Record, SourceInfo
 from .launcher_env import hint_from_env
 from .sqlite_common import columns, db_error, open_ro, quote_ident, relations, schema_mentions, stream
 
@@ -163,7 +164,9 @@ def read(path: Path, info: SourceInfo) -> Iterator[Record]:
 def read_rank(path: Path, info: SourceInfo, index: int) -> Iterator[Record]:
     pids = info.metadata.get("rank_pids")
     if not info.ranks or not isinstance(pids, list) or not 0 <= index < len(pids):
-        raise InputError(f"{path}: rank section {index} does not exist (the file holds {len(info.ranks)} rank sections)")
+        raise InputError(
+            f"{path}: rank section {index} does not exist (the file holds {len(info.ranks)} rank sections)"
+        )
     yield from _read(path, [int(p) for p in pids[index]])
 
 
@@ -237,7 +240,9 @@ def _read(path: Path, pids: list[int] | None) -> Iterator[Record]:
                         args=json.dumps({"domain": cat}) if cat else None,
                     )  # fmt: skip
             if "counters_collection" in names:
-                sel = _select(conn, "counters_collection", _COUNTER_COLS, {"kernel_name", "counter_name", "value"}, path)
+                sel = _select(
+                    conn, "counters_collection", _COUNTER_COLS, {"kernel_name", "counter_name", "value"}, path
+                )
                 where, params = _where(conn, "counters_collection", pids, path)
                 for r in stream(conn, f"SELECT {sel} FROM counters_collection{where}", params):
                     yield Counter(r[0] or "", r[1] or "", float(r[2]) if r[2] is not None else 0.0, r[3])

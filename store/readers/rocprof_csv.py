@@ -20,11 +20,12 @@ import csv
 import io
 import json
 import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator
+from typing import IO, Any
 
 from ..errors import InputError
-from ..records import Activity, Counter, Record, RankHint, SourceInfo
+from ..records import Activity, Counter, RankHint, Record, SourceInfo
 from .base import display_name, head, open_binary
 
 NAME = "rocprof-csv"
@@ -37,7 +38,10 @@ _PID_IN_NAME = re.compile(r"^(\d+)_")
 
 # content kind -> columns that identify it (all must be present) and columns it needs
 _KINDS: dict[str, tuple[set[str], set[str]]] = {
-    "counter_collection": ({"Counter_Name", "Counter_Value"}, {"Kernel_Name", "Counter_Name", "Counter_Value", "Dispatch_Id"}),
+    "counter_collection": (
+        {"Counter_Name", "Counter_Value"},
+        {"Kernel_Name", "Counter_Name", "Counter_Value", "Dispatch_Id"},
+    ),
     "kernel_trace": ({"Kernel_Name", "Dispatch_Id"}, {"Kernel_Name", "Start_Timestamp", "End_Timestamp"}),
     "memory_copy_trace": ({"Direction", "Source_Agent_Id"}, {"Direction", "Start_Timestamp", "End_Timestamp"}),
     "memory_allocation_trace": (
@@ -122,7 +126,8 @@ def inspect(path: Path) -> SourceInfo:
     if missing:
         raise InputError(
             f"{path}: rocprofv3 {kind} CSV is missing required column(s) {', '.join(sorted(missing))}; "
-            "the file is damaged or from an unsupported rocprofv3 version (re-export it with rocprofv3 --output-format csv)"
+            "the file is damaged or from an unsupported rocprofv3 version "
+            "(re-export it with rocprofv3 --output-format csv)"
         )
     hint = RankHint(origin="file name")
     m = _PID_IN_NAME.match(path.name)
@@ -214,7 +219,9 @@ def read(path: Path, info: SourceInfo) -> Iterator[Record]:
     }
     read_kind = readers.get(info.kind, _apis if info.kind.endswith("api_trace") else None)
     if read_kind is None:
-        raise InputError(f"{path}: rocprofv3 CSV of unknown content kind {info.kind!r}; check the file or pass --format")
+        raise InputError(
+            f"{path}: rocprofv3 CSV of unknown content kind {info.kind!r}; check the file or pass --format"
+        )
     try:
         yield from read_kind(path)
     except (ValueError, IndexError) as e:
@@ -317,8 +324,19 @@ def _kernels(path: Path) -> Iterator[Record]:
         i_name, i_start, i_end = ix["Kernel_Name"], ix["Start_Timestamp"], ix["End_Timestamp"]
         i_agent = ix.get("Agent_Id", -1)
         i_stream = ix.get("Stream_Id", ix.get("Queue_Id", -1))
-        ints = [ix.get(c, -1) for c in ("Correlation_Id", "Thread_Id", "Grid_Size_X", "Grid_Size_Y", "Grid_Size_Z",
-                                        "Workgroup_Size_X", "Workgroup_Size_Y", "Workgroup_Size_Z")]
+        ints = [
+            ix.get(c, -1)
+            for c in (
+                "Correlation_Id",
+                "Thread_Id",
+                "Grid_Size_X",
+                "Grid_Size_Y",
+                "Grid_Size_Z",
+                "Workgroup_Size_X",
+                "Workgroup_Size_Y",
+                "Workgroup_Size_Z",
+            )
+        ]
         fast = i_agent >= 0 and i_stream >= 0 and min(ints) >= 0
         i_corr, i_tid, i_gx, i_gy, i_gz, i_bx, i_by, i_bz = ints
         agents: dict[Any, int | None] = {}
@@ -344,12 +362,28 @@ def _kernels(path: Path) -> Iterator[Record]:
                                 else:
                                     dev = agents[a] = _agent(_text(a))
                                 start = int(row[i_start])
-                                yield _new(Activity, (
-                                    "kernel", name, start, int(row[i_end]) - start, None, dev,
-                                    int(row[i_stream]), int(row[i_corr]), None, int(row[i_tid]),
-                                    int(row[i_gx]), int(row[i_gy]), int(row[i_gz]),
-                                    int(row[i_bx]), int(row[i_by]), int(row[i_bz]), None,
-                                ))
+                                yield _new(
+                                    Activity,
+                                    (
+                                        "kernel",
+                                        name,
+                                        start,
+                                        int(row[i_end]) - start,
+                                        None,
+                                        dev,
+                                        int(row[i_stream]),
+                                        int(row[i_corr]),
+                                        None,
+                                        int(row[i_tid]),
+                                        int(row[i_gx]),
+                                        int(row[i_gy]),
+                                        int(row[i_gz]),
+                                        int(row[i_bx]),
+                                        int(row[i_by]),
+                                        int(row[i_bz]),
+                                        None,
+                                    ),
+                                )
                                 continue
                             except ValueError:  # an empty, quoted or float-formatted cell: the csv path
                                 pass
@@ -361,13 +395,30 @@ def _kernels(path: Path) -> Iterator[Record]:
                 start = int(row[i_start])
 
                 def g(i: int) -> int | None:
-                    return _int(row[i]) if i >= 0 else None
+                    return _int(row[i]) if i >= 0 else None  # noqa: B023 (called within this iteration only)
 
-                yield _new(Activity, (
-                    "kernel", row[i_name], start, int(row[i_end]) - start, None,
-                    _agent(row[i_agent]) if i_agent >= 0 else None,
-                    g(i_stream), g(i_corr), None, g(i_tid), g(i_gx), g(i_gy), g(i_gz), g(i_bx), g(i_by), g(i_bz), None,
-                ))
+                yield _new(
+                    Activity,
+                    (
+                        "kernel",
+                        row[i_name],
+                        start,
+                        int(row[i_end]) - start,
+                        None,
+                        _agent(row[i_agent]) if i_agent >= 0 else None,
+                        g(i_stream),
+                        g(i_corr),
+                        None,
+                        g(i_tid),
+                        g(i_gx),
+                        g(i_gy),
+                        g(i_gz),
+                        g(i_bx),
+                        g(i_by),
+                        g(i_bz),
+                        None,
+                    ),
+                )
             except (ValueError, KeyError) as e:
                 raise _bad_line(path, lineno, e) from e
 
@@ -378,7 +429,12 @@ def _counters(path: Path) -> Iterator[Record]:
         if not lines.ix:
             return
         ix, n_pre, n_post = lines.ix, lines.n_pre, lines.n_post
-        i_kernel, i_name, i_value, i_dispatch = ix["Kernel_Name"], ix["Counter_Name"], ix["Counter_Value"], ix["Dispatch_Id"]
+        i_kernel, i_name, i_value, i_dispatch = (
+            ix["Kernel_Name"],
+            ix["Counter_Name"],
+            ix["Counter_Value"],
+            ix["Dispatch_Id"],
+        )
         # rocprofv3's order (dispatch before the kernel name, counter after it) is read from the two
         # halves of the split line directly; any other order takes the csv path
         fast = i_dispatch < n_pre < i_name and n_pre < i_value
@@ -406,7 +462,9 @@ def _counters(path: Path) -> Iterator[Record]:
                                 counter = counter_names.get(cn)
                                 if counter is None:
                                     counter = counter_names[cn] = _text(cn)
-                                yield _new(Counter, (name, counter, float(post[j_value]), int(pre[i_dispatch]), 1, None, None))
+                                yield _new(
+                                    Counter, (name, counter, float(post[j_value]), int(pre[i_dispatch]), 1, None, None)
+                                )
                                 continue
                             except ValueError:
                                 pass
@@ -415,7 +473,9 @@ def _counters(path: Path) -> Iterator[Record]:
             if not row:
                 continue
             try:
-                yield _new(Counter, (row[i_kernel], row[i_name], float(row[i_value]), _int(row[i_dispatch]), 1, None, None))
+                yield _new(
+                    Counter, (row[i_kernel], row[i_name], float(row[i_value]), _int(row[i_dispatch]), 1, None, None)
+                )
             except ValueError as e:
                 raise _bad_line(path, lineno, e) from e
 

@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import ijson
 
 from ..errors import InputError
-from ..records import Activity, Record, RankHint, SourceInfo
+from ..records import Activity, RankHint, Record, SourceInfo
 from .base import head, open_binary, tail
 from .json_guard import guarded
 

@@ -30,11 +30,12 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ..errors import InputError
-from ..records import Activity, Record, RankHint, SourceInfo
+from ..records import Activity, RankHint, Record, SourceInfo
 from .sqlite_common import columns, db_error, open_ro, relations, schema_mentions, stream
 
 NAME = "rpd"
@@ -90,7 +91,9 @@ def split_ranks(path: Path, info: SourceInfo, by: str) -> SourceInfo:
     with open_ro(path) as conn:
         try:
             names = relations(conn)
-            gpus = [int(g) for (g,) in conn.execute("SELECT DISTINCT gpuId FROM rocpd_op WHERE gpuId >= 0 ORDER BY gpuId")]
+            gpus = [
+                int(g) for (g,) in conn.execute("SELECT DISTINCT gpuId FROM rocpd_op WHERE gpuId >= 0 ORDER BY gpuId")
+            ]
             markers = int(conn.execute("SELECT count(*) FROM rocpd_op WHERE gpuId < 0 OR gpuId IS NULL").fetchone()[0])
             api_rows, api_gpus, api_pids = 0, [], []
             if "rocpd_api" in names:
@@ -100,7 +103,8 @@ def split_ranks(path: Path, info: SourceInfo, by: str) -> SourceInfo:
                     api_gpus = [
                         int(g)
                         for (g,) in conn.execute(
-                            "SELECT DISTINCT o.gpuId FROM rocpd_api_ops l JOIN rocpd_op o ON o.id = l.op_id WHERE o.gpuId >= 0"
+                            "SELECT DISTINCT o.gpuId FROM rocpd_api_ops l JOIN rocpd_op o ON o.id = l.op_id "
+                            "WHERE o.gpuId >= 0"
                         )
                     ]
         except sqlite3.Error as e:
@@ -110,7 +114,9 @@ def split_ranks(path: Path, info: SourceInfo, by: str) -> SourceInfo:
     api_gpu = api_gpus[0] if len(api_gpus) == 1 and api_rows else None
     ranks = []
     for rank, gpu in enumerate(gpus):
-        hint = RankHint(global_rank=rank, device=gpu, device_origin=f"rocpd_op.gpuId {gpu}", origin=f"--rank-by gpu: gpuId {gpu}")
+        hint = RankHint(
+            global_rank=rank, device=gpu, device_origin=f"rocpd_op.gpuId {gpu}", origin=f"--rank-by gpu: gpuId {gpu}"
+        )
         if gpu == api_gpu and len(api_pids) == 1:
             hint.pid = api_pids[0]
         ranks.append(hint)
@@ -123,7 +129,13 @@ def split_ranks(path: Path, info: SourceInfo, by: str) -> SourceInfo:
     elif api_rows:
         left.append(f"{api_rows} API row(s) (pid {', '.join(map(str, api_pids))}) go to the rank of gpuId {api_gpu}")
     note = f"{path}: --rank-by gpu: {mapping}" + ("; " + "; ".join(left) if left else "")
-    rank_by = {"by": by, "gpu_to_rank": {str(g): r for r, g in enumerate(gpus)}, "api_gpu": api_gpu, "markers_not_read": markers, "note": note}
+    rank_by = {
+        "by": by,
+        "gpu_to_rank": {str(g): r for r, g in enumerate(gpus)},
+        "api_gpu": api_gpu,
+        "markers_not_read": markers,
+        "note": note,
+    }
     return SourceInfo(
         format=info.format,
         kind=info.kind,
@@ -178,7 +190,10 @@ def _ops(conn: sqlite3.Connection, names: dict[str, str], gpu: int | None = None
             kcols = set(columns(conn, "rocpd_kernelapi"))
             key = "api_ptr_id" if "api_ptr_id" in kcols else "api_id"
             kern_cols = "k.gridX, k.gridY, k.gridZ, k.workgroupX, k.workgroupY, k.workgroupZ, ks.string"
-            joins += f" LEFT JOIN rocpd_kernelapi k ON k.{key} = L.api_id LEFT JOIN rocpd_string ks ON ks.id = k.kernelName_id"
+            joins += (
+                f" LEFT JOIN rocpd_kernelapi k ON k.{key} = L.api_id"
+                " LEFT JOIN rocpd_string ks ON ks.id = k.kernelName_id"
+            )
         if "rocpd_copyapi" in names:
             ccols = set(columns(conn, "rocpd_copyapi"))
             key = "api_ptr_id" if "api_ptr_id" in ccols else "api_id"

@@ -14,9 +14,10 @@ import shutil
 import sqlite3
 import tempfile
 import zlib
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import quote
 
 from ..errors import InputError
@@ -31,6 +32,7 @@ BATCH = 5000
 STEPS_PER_BYTE = 10000
 STEPS_MIN = 10**9
 _PROGRESS_EVERY = 100000
+
 
 def is_sqlite(path: Path) -> bool:
     """True if the (possibly gzipped) file starts with the SQLite header."""
@@ -115,7 +117,10 @@ def _limit_steps(conn: sqlite3.Connection, budget: int) -> None:
 
 def relations(conn: sqlite3.Connection) -> dict[str, str]:
     """Every table and view name -> its type ("table" or "view")."""
-    return {name: kind for name, kind in conn.execute("SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view')")}
+    return {
+        name: kind
+        for name, kind in conn.execute("SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view')")
+    }
 
 
 def columns(conn: sqlite3.Connection, relation: str) -> list[str]:
@@ -127,7 +132,9 @@ def has_relation(names: dict[str, str] | set[str], base: str) -> bool:
     return base in names or any(n.startswith(base + "_") for n in names)
 
 
-def stream(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...] = (), batch: int = BATCH) -> Iterator[tuple[Any, ...]]:
+def stream(
+    conn: sqlite3.Connection, sql: str, params: tuple[Any, ...] = (), batch: int = BATCH
+) -> Iterator[tuple[Any, ...]]:
     """Rows of a query, fetched ``batch`` at a time."""
     cur = conn.execute(sql, params)
     try:
