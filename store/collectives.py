@@ -570,6 +570,27 @@ def estimate_offsets(instances: Sequence[Instance], hosts: Mapping[int, str]) ->
     return Clocks(reference, known, tuple(notes))
 
 
+#: the collective ends of a run line up when their median end spread is at most the larger of these:
+#: a floor (gloo/NCCL ring steps end within ~50 us; a busy shared CPU delays a rank's return by
+#: milliseconds) and the median instance duration (its longest call: the first arrival waits through
+#: the whole skew). Ends further apart than a whole call lasts mean a rank left before another
+#: arrived: impossible for a blocking collective on comparable clocks. Measured (median spread /
+#: median duration): DLRM 8 ranks 2.5 us / 574 us, torchrun4_cpu 4.1 ms / 18.8 ms, HTA 2 ranks
+#: 21 ms / 53 ms (0.40: the highest of the real sets), examples/rocprof-8ranks 0 / 71 us, the recorded
+#: gloo jobs (tests/test_straggler_calibration.py) 8-15 us / 0.3-4.3 ms; a rank shifted by seconds,
+#: or the benchmark generator's unsynchronized ranks: seconds / us-ms.
+END_SPREAD_FLOOR_NS = 1_000_000
+END_SPREAD_SHARE = 1.0
+
+
+def ends_line_up(end_spread_ns: int, duration_ns: int) -> bool:
+    """The analysis's premise, checked: blocking collectives, all participants leave together, so
+    the median end spread is small (END_SPREAD_FLOOR_NS, END_SPREAD_SHARE of the median duration).
+    False: the ranks' clocks are not comparable (a rank on a clock of its own, wrong host offsets,
+    wrongly matched calls) or the calls do not block, and arrival order means nothing."""
+    return end_spread_ns <= max(END_SPREAD_FLOOR_NS, END_SPREAD_SHARE * duration_ns)
+
+
 #: two arrivals closer than this (or than twice the clock error of their hosts) are a tie
 TIE_NS = 1_000
 
@@ -650,6 +671,12 @@ class Analysis:
     #: per rank per used instance: (busy_before_ns, window_ns) in instance order, for the cause
     windows: Mapping[int, Mapping[int, tuple[int, int]]]
     notes: tuple[str, ...] = ()
+    #: median over instances of the end spread (latest minus earliest end of the participants, common
+    #: clock), and of the instance's duration (its longest participant's call); None without instances
+    end_spread_ns: int | None = None
+    duration_ns: int | None = None
+    #: set when the ends do not line up (``ends_line_up``): the timeline names no rank, and says this
+    apart: str | None = None
 
     @property
     def has_timeline(self) -> bool:
@@ -681,15 +708,25 @@ def analyze(
         off = clocks.offsets.get(hosts[t.rank])
         clock_of[t.rank] = (off.offset_ns, off.error_ns) if off is not None else None
     rank_windows: dict[int, dict[int, tuple[int, int]]] = {t.rank: {} for t in timelines}
+    spreads: list[int] = []  # per instance: latest end - earliest end on the common clock
+    durations: list[int] = []  # per instance: its longest participant's call
     for inst in matching.instances:
         aligned: list[tuple[int, int, int]] = []  # (arrival, rank, clock error)
+        end_lo = end_hi = None
+        longest = 0
         for c in inst.calls:
             oe = clock_of[c.rank]
             if oe is not None:
                 aligned.append((c.start_ns - oe[0], c.rank, oe[1]))
-        if len(aligned) < 2:
+                end = c.end_ns - oe[0]
+                end_lo = end if end_lo is None or end < end_lo else end_lo
+                end_hi = end if end_hi is None or end > end_hi else end_hi
+                longest = max(longest, c.end_ns - c.start_ns)
+        if len(aligned) < 2 or end_lo is None or end_hi is None:
             dropped += 1
             continue
+        spreads.append(end_hi - end_lo)
+        durations.append(longest)
         aligned.sort()
         latest = aligned[-1][0]
         err = max(e for _, _, e in aligned) if len(clocks.offsets) > 1 else 0
@@ -729,9 +766,27 @@ def analyze(
         )
         for t in timelines
     }
+    spread = int(statistics.median(spreads)) if spreads else None
+    duration = int(statistics.median(durations)) if durations else None
+    apart = None
+    if spread is not None and duration is not None and not ends_line_up(spread, duration):
+        apart = (f"collective ends do not line up (median end spread {fmt_ns(spread)} over {len(spreads)} "
+                 "instances: clocks not comparable or collectives not blocking); their median duration is "
+                 f"{fmt_ns(duration)}, so arrival order and waits are not evidence of a straggler")
+        notes.append(apart)
     steps = _steps(timelines, results, hosts, clocks)
     windows = {r: w for r, w in rank_windows.items() if w}
-    return Analysis(matching.family, tuple(results), ranks, steps, clocks, windows, tuple(notes))
+    return Analysis(matching.family, tuple(results), ranks, steps, clocks, windows, tuple(notes), spread, duration,
+                    apart)
+
+
+def fmt_ns(ns: float) -> str:
+    """``2.97 s``, ``139 us``: three significant digits in the largest unit that fits."""
+    v = float(ns)
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if abs(v) >= scale:
+            return f"{v / scale:.3g} {unit}"
+    return f"{v:.0f} ns"
 
 
 def _steps(timelines: Sequence[RankTimeline], results: Sequence[InstanceResult], hosts: Mapping[int, str],

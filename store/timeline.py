@@ -212,7 +212,7 @@ def analyze_run(conn: Connection, scope: RunScope, fresh_clocks: bool = False) -
         shown = ", ".join(map(str, missing[:20])) + (" ..." if len(missing) > 20 else "")
         note = (f"rank(s) {shown} have no stored timeline (ingested before this profdb version, or no timed "
                 "activity): left out of the collective timeline; re-ingest them to include them")
-        a = Analysis(a.family, a.instances, a.ranks, a.steps, a.clocks, a.windows, (*a.notes, note))
+        a = replace(a, notes=(*a.notes, note))
     return a
 
 

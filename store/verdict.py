@@ -43,6 +43,7 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from .collectives import TIE_NS, Analysis, RankIdentity
+from .collectives import fmt_ns as fmt_ns
 from .metrics import p_at_least
 
 TIE_RATIO = 1.25
@@ -74,14 +75,6 @@ class Verdict:
     work_ratio: float | None = None
     #: the rank's typical lateness as a share of its window between collectives (``lateness``)
     lateness: float | None = None
-
-
-def fmt_ns(ns: float) -> str:
-    v = float(ns)
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if abs(v) >= scale:
-            return f"{v / scale:.3g} {unit}"
-    return f"{v:.0f} ns"
 
 
 def label(rank: int, ident: RankIdentity | None) -> str:
@@ -281,7 +274,15 @@ def straggler_verdict(analysis: Analysis | None, identities: Mapping[int, RankId
                       totals: Sequence[RankTotal] = ()) -> Verdict:
     """The one verdict: from the timeline when there is one, else from ``totals``, saying why. A
     timeline in which every collective ended in a tie (all ranks arrived within the tie margin, as in
-    generated traces) says nothing of arrival order: with ``totals`` the totals rule decides, saying so."""
+    generated traces) says nothing of arrival order: with ``totals`` the totals rule decides, saying so.
+
+    A timeline whose collective ends do not line up (``Analysis.apart``: its clocks are not comparable
+    or its calls did not block, store/collectives.py ``ends_line_up``) names no rank at all, not even
+    from ``totals``: the run was expected to have a timeline and it is broken, so anything named would
+    rest on evidence the run cannot give; the line says why, for the user to fix the clocks."""
+    if analysis is not None and analysis.has_timeline and analysis.apart is not None:
+        return Verdict(None, f"no clear straggler: {analysis.apart}; no rank named", "timeline",
+                       instances=len(analysis.instances))
     if analysis is not None and analysis.has_timeline:
         ties = sum(1 for i in analysis.instances if i.last_rank is None)
         if ties < len(analysis.instances) or not totals:

@@ -156,6 +156,34 @@ def test_torchrun4_cpu_names_rank2_with_a_compute_cause(data: Path) -> None:
     assert v.work_ratio is not None and v.work_ratio >= 1.5
 
 
+def test_a_same_host_rank_on_a_broken_clock_names_no_rank(data: Path) -> None:
+    # the real torchrun job, rank 0's timestamps shifted by 5 s as a clock of its own would: it shares
+    # host "vm" with the others, so no offset is estimated for it, and it now enters every collective last
+    paths = sorted((data / "kineto/torchrun4_cpu").glob("*.json.gz"))
+    timelines, ids = [], {}
+    for p in paths:
+        info = kineto_json.inspect(p)
+        rank = info.hint.global_rank
+        assert rank is not None
+        acts = [a for a in kineto_json.read(p, info) if isinstance(a, Activity)]
+        timelines.append(summarize_rank(rank, acts, info.time_base_ns + (5_000_000_000 if rank == 0 else 0)))
+        ids[rank] = RankIdentity(info.hint.hostname or "", rank)
+    a = analyze(timelines, ids)
+    assert [i.last_rank for i in a.instances] == [0, 0, 0]  # the broken timeline, taken at face value
+    assert a.end_spread_ns is not None and a.end_spread_ns >= 4_900_000_000
+    assert a.apart is not None and a.apart in a.notes
+    assert a.apart.startswith("collective ends do not line up (median end spread 5 s over 3 instances: clocks not "
+                              "comparable or collectives not blocking)")
+    v = straggler_verdict(a, ids)
+    assert v.rank is None and v.line.startswith("no clear straggler: collective ends do not line up"), v.line
+    # with totals too: nothing is named from a timeline that cannot be trusted
+    totals = [RankTotal(r, 1_000 * (r + 1)) for r in ids]
+    assert straggler_verdict(a, ids, totals).rank is None
+    # the same run on its own clocks: the ends line up, and the verdict is the one above
+    good = analyze(_load(paths)[0], ids)
+    assert good.apart is None and good.end_spread_ns is not None and good.end_spread_ns < 5_000_000
+
+
 # --- HTA's 2-rank set (2 of 128 ranks of one NCCL job) -----------------------------------------------
 
 
