@@ -216,9 +216,21 @@ def analyze_run(conn: Connection, scope: RunScope, fresh_clocks: bool = False) -
     return a
 
 
+#: high bits of the advisory lock key under which a run's host_clock rows are rewritten (``store_clocks``)
+CLOCK_LOCK_SPACE = 0x70726F66 << 32
+
+
 def store_clocks(conn: Connection, scope: RunScope) -> None:
-    """Rewrite ``host_clock`` for the run from its stored timelines (after an ingest or a transfer)."""
+    """Rewrite ``host_clock`` for the run from its stored timelines (after an ingest or a transfer).
+
+    PostgreSQL: nodes ingesting ranks of one run at once each rewrite the run's rows. Without a lock both
+    delete (seeing none of the other's rows) and both insert the same keys: the second fails on the
+    primary key. A transaction advisory lock per run (one bigint key: a lock space apart from the
+    (run, rank) pairs of bulk.hold_run, and taken after them, so never a deadlock) makes them take turns;
+    the later one's statements then see the earlier one's committed timelines and write the clocks of both."""
     run_id = scope.id
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%s::int8)", (CLOCK_LOCK_SPACE | run_id,))
     conn.execute(delete(HostClock).where(HostClock.run_id == run_id))
     a = analyze_run(conn, scope, fresh_clocks=True)
     rows = [dict(run_id=run_id, hostname=o.host[:255], offset_ns=o.offset_ns, error_ns=o.error_ns, samples=o.samples)
