@@ -251,22 +251,25 @@ def decide_from_totals(
         lo, mean = min(values), sum(values) / len(values)
         if max(values) - lo > BALANCED * max(mean, 1):
             least = [t.rank for t in comm if t.comm_ns == lo]
-            if len(least) > 1:
-                return Verdict(None, "no clear straggler: ranks " + ", ".join(map(str, least))
-                               + f" tie for the least time in collectives ({fmt_ns(lo)}){note}", "totals")
-            r = least[0]
-            return Verdict(r, f"likely straggler: {label(r, identities.get(r))}: waits least in collectives "
-                           f"({fmt_ns(lo)} vs mean {fmt_ns(mean)}){note}", "totals")
+            return _extreme(least, identities, "the least time in collectives", "waits least in collectives",
+                            lo, mean, note)
     values = [t.busy_ns for t in totals]
     hi, mean = max(values), sum(values) / len(values)
     if hi - min(values) <= BALANCED * max(mean, 1):
         return Verdict(None, f"no clear straggler: ranks within {BALANCED:.0%} in busy time{note}", "totals")
     top = [t.rank for t in totals if t.busy_ns == hi]
-    if len(top) > 1:
-        return Verdict(None, "no clear straggler: ranks " + ", ".join(map(str, top))
-                       + f" tie for the most busy time ({fmt_ns(hi)}){note}", "totals")
-    r = top[0]
-    return Verdict(r, f"likely straggler: {label(r, identities.get(r))}: the most busy time ({fmt_ns(hi)} vs mean "
+    return _extreme(top, identities, "the most busy time", "the most busy time", hi, mean, note)
+
+
+def _extreme(ranks: Sequence[int], identities: Mapping[int, RankIdentity], tie_what: str, why: str,
+             value: float, mean: float, note: str) -> Verdict:
+    """The totals rule's answer for the ranks at the extreme ``value``: several are a tie (never the
+    lowest rank), one is the likely straggler."""
+    if len(ranks) > 1:
+        return Verdict(None, "no clear straggler: ranks " + ", ".join(map(str, ranks))
+                       + f" tie for {tie_what} ({fmt_ns(value)}){note}", "totals")
+    r = ranks[0]
+    return Verdict(r, f"likely straggler: {label(r, identities.get(r))}: {why} ({fmt_ns(value)} vs mean "
                    f"{fmt_ns(mean)}){note}", "totals")
 
 
