@@ -70,6 +70,35 @@ def sqlite_path(url: str) -> Path | None:
     return Path(u.database)
 
 
+def create_sqlite_store(path: Path) -> bool:
+    """Create the SQLite store ``path`` if it does not exist; True when this call created it.
+
+    The store is built whole (schema at head, WAL mode) under a private name and linked into place
+    (``os.link`` fails when the name exists), so several processes creating one store at once never
+    meet on a half-made file (four nodes switching a new file's journal mode and migrating it at once
+    failed with "database is locked"), and exactly one of them is its creator: only that one removes
+    it again when its load fails (a loser removing it under the others gave them "disk I/O error")."""
+    if path.exists():
+        return False
+    check_sqlite_file(path)
+    _check_writable(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.new")
+    try:
+        engine = make_engine(resolve_url(str(tmp)))
+        try:
+            upgrade_db(engine, None)
+        finally:
+            engine.dispose()
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            Path(str(tmp) + suffix).unlink(missing_ok=True)
+
+
 @contextmanager
 def load_target(db: str | None, keep_on_error: Callable[[], bool] = lambda: False) -> Iterator[Engine]:
     """The store a load (ingest, transfer) writes, opened (created if new) and disposed afterwards.
@@ -77,7 +106,7 @@ def load_target(db: str | None, keep_on_error: Callable[[], bool] = lambda: Fals
     -journal) is removed again, unless ``keep_on_error()`` says some of the load was committed."""
     url = resolve_url(db)
     path = sqlite_path(url)
-    created = path is not None and not path.exists()
+    created = path is not None and create_sqlite_store(path)
     engine: Engine | None = None
     try:
         engine = open_db(url)
