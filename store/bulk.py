@@ -206,6 +206,7 @@ def run_scope(engine: Engine, find_or_create: Callable[[Connection], tuple[int, 
         yield None
         return
     with engine.begin() as conn:
+        remove_abandoned_runs(conn)
         run_id, created = find_or_create(conn)
     try:
         yield run_id
@@ -220,6 +221,18 @@ def run_scope(engine: Engine, find_or_create: Callable[[Connection], tuple[int, 
             except Exception:  # the load's own error is the one to report
                 pass
         raise
+
+
+def remove_abandoned_runs(conn: Connection) -> int:
+    """PostgreSQL: remove the run rows that loads committed early (``run_scope``) and that never got
+    a rank because the load was SIGKILLed (nothing ran to remove them); returns how many. A run still
+    being loaded is held by its load (``hold_run``: FOR KEY SHARE), so SKIP LOCKED passes it by; a
+    run removed in the instant between its load's ``run_scope`` and ``hold_run`` is made again there.
+    Readers never saw these rows (runs.py shows a run once it has ranks)."""
+    return conn.exec_driver_sql(
+        "DELETE FROM run WHERE id IN (SELECT r.id FROM run r WHERE NOT EXISTS "
+        "(SELECT 1 FROM rank k WHERE k.run_id = r.id) FOR UPDATE OF r SKIP LOCKED)"
+    ).rowcount
 
 
 def hold_run(

@@ -32,6 +32,15 @@ from .units import fmt_ns
 _run = Run.__table__
 _rank = Rank.__table__
 
+#: a run is there for readers once its first ranks are committed: on PostgreSQL a load commits its run
+#: row early (bulk.run_scope) and its ranks and rows with its data, so until then (or forever, when that
+#: load was SIGKILLed: the next load removes such rows, bulk.remove_abandoned_runs) the run is hidden
+_loaded = select(_rank.c.id).where(_rank.c.run_id == _run.c.id).exists()
+_LOADING = (
+    "run {name!r} has no data yet: an ingest is loading it (on PostgreSQL a run's name is taken when its "
+    "load starts), or that ingest was killed; wait for it, or ingest the run again"
+)
+
 Table = tuple[list[str], list[tuple[Any, ...]]]
 
 
@@ -134,7 +143,7 @@ class RunScope:
 
 def resolve_run(conn: Connection, run: str | None = None) -> RunScope:
     """The run named ``run`` (or with that id), or the most recent run when None."""
-    q = select(_run.c.id, _run.c.name, _run.c.world_size)
+    q = select(_run.c.id, _run.c.name, _run.c.world_size).where(_loaded)
     if run is None:
         row = conn.execute(q.order_by(desc(_run.c.created_at), desc(_run.c.id)).limit(1)).first()
         if row is None:
@@ -144,8 +153,10 @@ def resolve_run(conn: Connection, run: str | None = None) -> RunScope:
         if row is None and run.isdigit():
             row = conn.execute(q.where(_run.c.id == int(run))).first()
         if row is None:
+            if conn.execute(select(_run.c.id).where(_run.c.name == run)).first() is not None:
+                raise QueryError(_LOADING.format(name=run))
             names = conn.execute(
-                select(_run.c.name).order_by(desc(_run.c.created_at), desc(_run.c.id)).limit(8)
+                select(_run.c.name).where(_loaded).order_by(desc(_run.c.created_at), desc(_run.c.id)).limit(8)
             ).scalars().all()
             known = ", ".join(names) if names else "none: ingest some profiles first"
             raise QueryError(f"no run named {run!r} in the store; known runs (newest first): {known}")
@@ -219,11 +230,11 @@ def run_details(conn: Connection, scope: RunScope) -> RunDetails:
 
 
 def all_runs(conn: Connection) -> list[RunInfo]:
-    """Every run, oldest first (by created_at, then id)."""
+    """Every run with data, oldest first (by created_at, then id)."""
     rows = conn.execute(
-        select(_run.c.id, _run.c.name, _run.c.created_at, _run.c.world_size, _run.c.metadata_json).order_by(
-            _run.c.created_at, _run.c.id
-        )
+        select(_run.c.id, _run.c.name, _run.c.created_at, _run.c.world_size, _run.c.metadata_json)
+        .where(_loaded)
+        .order_by(_run.c.created_at, _run.c.id)
     ).all()
     return [RunInfo(r.id, r.name, r.created_at, r.world_size, run_metadata(r.metadata_json, r.name)) for r in rows]
 
@@ -272,7 +283,7 @@ def tag_run(conn: Connection, run: str, values: dict[str, str], remove: Sequence
 
 def run_names(conn: Connection) -> list[str]:
     """Every run's name, oldest first."""
-    return list(conn.execute(select(Run.name).order_by(Run.created_at, Run.id)).scalars())
+    return list(conn.execute(select(Run.name).where(_loaded).order_by(Run.created_at, Run.id)).scalars())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -341,7 +352,9 @@ def list_runs(conn: Connection) -> Table:
     }
     rows = []
     for run in conn.execute(
-        select(Run.id, Run.name, Run.created_at, Run.launcher, Run.world_size).order_by(Run.created_at, Run.id)
+        select(Run.id, Run.name, Run.created_at, Run.launcher, Run.world_size)
+        .where(_loaded)
+        .order_by(Run.created_at, Run.id)
     ):
         missing = missing_ranks(rank_lists.get(run.id, []), run.world_size)
         n_src, n_rows = src.get(run.id, (0, 0))
@@ -363,16 +376,20 @@ def list_runs(conn: Connection) -> Table:
 
 
 def latest_run(conn: Connection) -> str:
-    name = conn.execute(select(Run.name).order_by(Run.created_at.desc(), Run.id.desc()).limit(1)).scalar()
+    name = conn.execute(
+        select(Run.name).where(_loaded).order_by(Run.created_at.desc(), Run.id.desc()).limit(1)
+    ).scalar()
     if name is None:
         raise QueryError("the store has no runs yet; ingest some with `profdb ingest PATH...`")
     return str(name)
 
 
 def run_id(conn: Connection, name: str) -> int:
-    rid = conn.execute(select(Run.id).where(Run.name == name)).scalar()
+    rid = conn.execute(select(Run.id).where(Run.name == name, _loaded)).scalar()
     if rid is None:
-        known = conn.execute(select(Run.name).order_by(Run.created_at.desc()).limit(10)).scalars().all()
+        if conn.execute(select(Run.id).where(Run.name == name)).first() is not None:
+            raise QueryError(_LOADING.format(name=name))
+        known = conn.execute(select(Run.name).where(_loaded).order_by(Run.created_at.desc()).limit(10)).scalars().all()
         raise QueryError(f"no run named {name!r}; runs in this store: {', '.join(known) or 'none'} (see `profdb runs`)")
     return int(rid)
 

@@ -193,7 +193,7 @@ def test_readers_answer_while_an_ingest_holds_the_write_lock(store_url: str, run
             ["report", "--run", "first", "-o", tmp_path / "r.html"],
             ["plot", "--imbalance", "--run", "first", "-o", tmp_path / "h.svg"],
             ["compare", "zero", "first"],
-            ["trend", "--until", "first"],  # PostgreSQL: the in-flight run is committed early (bulk.run_scope), empty
+            ["trend"],  # the newest run with data (PostgreSQL commits the in-flight run early, empty: hidden)
             ["export", "--run", "first", "--to", tmp_path / "copy.db"],
         ):
             run_cli(*args, "--db", store_url)
@@ -207,3 +207,47 @@ def test_readers_answer_while_an_ingest_holds_the_write_lock(store_url: str, run
             proc.kill()
             proc.communicate()
     assert "second" in run_cli("runs", "--db", store_url, "--format", "csv").stdout
+
+
+def _run_rows(url: str, name: str) -> int:
+    engine = open_db(url, readonly=True)
+    try:
+        with engine.connect() as c:
+            return int(c.execute(text("select count(*) from run where name = :n"), {"n": name}).scalar_one())
+    finally:
+        engine.dispose()
+
+
+def test_a_run_appears_when_its_data_commits_and_a_killed_ingest_leaves_none(
+    store_url: str, run_cli: Invoke
+) -> None:
+    """PostgreSQL commits a load's run row first (so nodes loading one run do not wait for each other,
+    bulk.run_scope): readers must not see that empty run, and after the load is SIGKILLed (nothing of
+    it runs to remove the row) the next load removes it."""
+    run_cli("ingest", "--db", store_url, "--run", "first", KINETO / "rank0_iter5_7.json.gz")
+    proc = _start("pause-writer", "ingest", "--db", store_url, "--run", "second", KINETO)
+    try:
+        _wait_for(proc, "paused")
+        listed = run_cli("runs", "--db", store_url, "--format", "csv").stdout
+        assert "first" in listed and "second" not in listed, listed
+        asked = run_cli("query", "--hotspots", "--run", "second", "--db", store_url, ok=False)
+        assert asked.exit_code != 0 and "Traceback" not in asked.output + asked.stderr
+        if store_url.startswith("postgresql"):  # its name is taken: say why it has nothing yet
+            assert "has no data yet: an ingest is loading it" in asked.stderr, asked.stderr
+        else:
+            assert "no run named 'second'" in asked.stderr, asked.stderr
+        # commands without --run take the newest run with data: "first" (one rank), not the loading one
+        ranks = run_cli("ranks", "--db", store_url, "--format", "csv").stdout.strip().splitlines()
+        assert ranks[1].startswith("0,") and ranks[2].startswith("1-3,") and "MISSING" in ranks[2], ranks
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert "second" not in run_cli("runs", "--db", store_url, "--format", "csv").stdout
+    run_cli("ingest", "--db", store_url, "--run", "third", KINETO / "rank1_iter5_7.json.gz")
+    assert _run_rows(store_url, "second") == 0  # removed by the next load (PostgreSQL); never there (SQLite)
+    run_cli("ingest", "--db", store_url, "--run", "second", KINETO)
+    listed = run_cli("runs", "--db", store_url, "--format", "csv").stdout
+    assert "second" in listed and "third" in listed, listed
