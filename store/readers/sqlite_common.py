@@ -8,6 +8,7 @@ Detection looks at the header bytes and the schema only (``sqlite_master``), nev
 
 from __future__ import annotations
 
+import errno
 import gzip
 import os
 import shutil
@@ -58,6 +59,10 @@ def _connect(path: Path) -> sqlite3.Connection:
         return conn
 
 
+#: errno values of a write that found the disk (or the user's quota, or a file size limit) full
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
 @contextmanager
 def open_ro(path: Path) -> Iterator[sqlite3.Connection]:
     """A read-only connection to ``path`` (gzip decompressed to a temporary copy first).
@@ -67,11 +72,28 @@ def open_ro(path: Path) -> Iterator[sqlite3.Connection]:
     target = path
     try:
         if is_gzip(path):
-            fd, tmp = tempfile.mkstemp(prefix="profdb-", suffix=".sqlite")
+            try:
+                fd, tmp = tempfile.mkstemp(prefix="profdb-", suffix=".sqlite")
+            except OSError as e:
+                raise InputError(
+                    f"{path}: cannot make a temporary file to decompress it into ({e}); "
+                    "point TMPDIR at a writable folder, or decompress it with `gunzip` and ingest the .db itself"
+                ) from e
             try:
                 with os.fdopen(fd, "wb") as out, gzip.open(path, "rb") as src:
                     shutil.copyfileobj(src, out, 1 << 20)
-            except (OSError, EOFError, zlib.error) as e:
+            except OSError as e:
+                if e.errno not in _NO_SPACE:
+                    raise InputError(
+                        f"{path}: the gzip stream is truncated or corrupt ({e}); re-copy the file, "
+                        "or decompress it with `gunzip` and ingest the .db itself"
+                    ) from e
+                raise InputError(
+                    f"{path}: no space left in the temporary folder {tempfile.gettempdir()} to decompress it "
+                    f"({e.strerror}); nothing was written: free space there, point TMPDIR at a larger disk, "
+                    "or decompress it with `gunzip` and ingest the .db itself"
+                ) from e
+            except (EOFError, zlib.error) as e:
                 raise InputError(
                     f"{path}: the gzip stream is truncated or corrupt ({e}); re-copy the file, "
                     "or decompress it with `gunzip` and ingest the .db itself"
