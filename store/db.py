@@ -7,6 +7,7 @@ engine ready for one-transaction-per-command use."""
 
 from __future__ import annotations
 
+import glob
 import importlib.util
 import os
 import re
@@ -14,12 +15,14 @@ import shutil
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from .errors import StoreError
 
@@ -82,6 +85,7 @@ def create_sqlite_store(path: Path) -> bool:
         return False
     check_sqlite_file(path)
     _check_writable(path)
+    _remove_abandoned_builds(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.new")
     try:
         engine = make_engine(resolve_url(str(tmp)))
@@ -99,8 +103,35 @@ def create_sqlite_store(path: Path) -> bool:
             Path(str(tmp) + suffix).unlink(missing_ok=True)
 
 
+def _remove_abandoned_builds(path: Path) -> None:
+    """Remove the private builds of ``path`` (``create_sqlite_store``) whose process is gone: one
+    SIGKILLed while building its store left it behind (nothing of it ran to remove it)."""
+    for build in path.parent.glob(f".{glob.escape(path.name)}.*.new*"):
+        pid = build.name[len(path.name) + 2 :].split(".", 1)[0]
+        if pid.isdigit() and not _process_alive(int(pid)):
+            build.unlink(missing_ok=True)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+@dataclass(frozen=True)
+class LoadTarget:
+    engine: Engine
+    #: this load created the SQLite file (``create_sqlite_store``): it is removed again if the load
+    #: fails, and a bulk load may fill it with a rollback journal (bulk.load_transaction ``new_store``)
+    created: bool
+
+
 @contextmanager
-def load_target(db: str | None, keep_on_error: Callable[[], bool] = lambda: False) -> Iterator[Engine]:
+def load_target(db: str | None, keep_on_error: Callable[[], bool] = lambda: False) -> Iterator[LoadTarget]:
     """The store a load (ingest, transfer) writes, opened (created if new) and disposed afterwards.
     When the load fails and this call created the SQLite file, the file (and its -wal, -shm and
     -journal) is removed again, unless ``keep_on_error()`` says some of the load was committed."""
@@ -110,7 +141,7 @@ def load_target(db: str | None, keep_on_error: Callable[[], bool] = lambda: Fals
     engine: Engine | None = None
     try:
         engine = open_db(url)
-        yield engine
+        yield LoadTarget(engine, created)
     except BaseException:
         if engine is not None:
             engine.dispose()
@@ -122,6 +153,29 @@ def load_target(db: str | None, keep_on_error: Callable[[], bool] = lambda: Fals
     finally:
         if engine is not None:
             engine.dispose()
+
+
+def write_failed(e: DBAPIError, store: str) -> StoreError:
+    """What a database error that ends a load (ingest, merge, export) says: what happened, that the
+    load's transaction was rolled back, and what to do; the server's own words in parentheses (the
+    first line: SQLAlchemy's text with its SQL and parameters is for developers)."""
+    said = str(e.orig).strip().splitlines()[0] if e.orig is not None and str(e.orig).strip() else type(e).__name__
+    if isinstance(e, IntegrityError):
+        what = (
+            "another profdb wrote the same rows at the same moment (a key already taken)"
+            if "unique" in said.lower() or "duplicate" in said.lower() or "primary key" in said.lower()
+            else "a row broke one of the store's constraints"
+        )
+        fix = "run the command again; if it fails the same way, report it with this message"
+    elif isinstance(e, OperationalError):
+        what = "the database could not carry out the load (connection, server or storage)"
+        fix = "check that the server (or disk) is up and has room, then run the command again"
+    else:
+        what = "the database refused a statement of the load"
+        fix = "run the command again; if it fails the same way, report it with this message"
+    return StoreError(
+        f"the store {store}: {what} ({said}); the load's transaction was rolled back, nothing of it was written: {fix}"
+    )
 
 
 def migrations_dir() -> str:

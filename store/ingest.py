@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, insert, update
+from sqlalchemy.exc import DBAPIError
 
 from . import bulk, classify, ingest_workers, reclassify, runs, timeline
-from .db import display_url, load_target, resolve_url, sqlite_path
+from .db import display_url, load_target, resolve_url, write_failed
 from .errors import InputError, ProfdbError
 from .identity import Identity, IdentityFlags, RankPlan, missing_ranks
 from .inputs import InputFile, derive_run_name, prepare
@@ -131,10 +132,13 @@ def ingest_paths(
     report.notes = list(
         dict.fromkeys(str(i.info.metadata["rank_by"]["note"]) for i in inputs if "rank_by" in i.info.metadata)
     )
-    path = sqlite_path(resolve_url(db))
-    new_store = path is not None and not path.exists()  # (load_target removes it again if the load fails)
-    with ingest_workers.quiet_gc(), load_target(db) as engine:
-        _load(engine, run_name, inputs, plan, report, progress, flags.allow_duplicate_ranks, new_store)
+    try:
+        with ingest_workers.quiet_gc(), load_target(db) as target:
+            _load(
+                target.engine, run_name, inputs, plan, report, progress, flags.allow_duplicate_ranks, target.created
+            )
+    except DBAPIError as e:  # one the store's own handlers did not already turn into a message
+        raise write_failed(e, report.db) from e
     return report
 
 

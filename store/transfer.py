@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Float, cast, func, insert, select
+from sqlalchemy.exc import DBAPIError
 
 from . import bulk, reclassify, runs, timeline
 from .collectives import RankTimeline, TimelineBuilder
-from .db import display_url, load_target, open_db, resolve_url, sqlite_path
+from .db import display_url, load_target, open_db, resolve_url, sqlite_path, write_failed
 from .errors import ProfdbError, QueryError, StoreError
 from .ingest_workers import NESTED_KINDS
 from .intervals import SelfTotals
@@ -166,17 +167,19 @@ def _transfer(plan: Plan, dst_url: str, allow_dupes: bool, progress: Progress | 
     def committed() -> list[str]:
         return [f"{r.run!r} from {rep.source}" for rep in reports for r in rep.runs if r.files]
 
-    with load_target(dst_url, keep_on_error=lambda: bool(committed())) as dst:
+    with load_target(dst_url, keep_on_error=lambda: bool(committed())) as target:
+        dst = target.engine
         _preflight(dst, plan, allow_dupes)
         for report, (_, src, names) in zip(reports, plan):
             for name in names:
                 try:
                     report.runs.append(_copy_run(src, dst, name, allow_dupes, progress))
-                except ProfdbError as e:  # after the preflight: a concurrent writer, a full disk...
+                except (ProfdbError, DBAPIError) as e:  # after the preflight: a concurrent writer, a full disk...
+                    err = write_failed(e, display_url(dst_url)) if isinstance(e, DBAPIError) else e
                     done = committed()
                     if done:
-                        raise type(e)(f"{e} (run {name!r} not copied; already committed: {', '.join(done)})") from e
-                    raise
+                        raise type(err)(f"{err} (run {name!r} not copied; already committed: {', '.join(done)})") from e
+                    raise err from e
     return reports
 
 
