@@ -495,6 +495,8 @@ def _hotspots_svg(res: queries.Result) -> str | None:
 #: than a wide screen, then tier 2, then tier 3 (CSS media queries, no script), as a terminal leaves
 #: columns out (cli/output.py); the least needed first
 DROP_TIER = 5
+#: text longer than this (a path, a command) may break anywhere; shorter words stay whole
+LONG_TEXT = 24
 
 
 def _drop_class(shown: str) -> str:
@@ -563,8 +565,9 @@ def html_table(
             if i in short and v is not None:
                 cells.append(f"<td{_classes('name', drop[i])}>{_name_html(str(v), short[i][n])}</td>")
             else:
-                kind = "num" if is_number(v) else ""
-                cells.append(f"<td{_classes(kind, drop[i])}>{html.escape(fmt_cell(hdr, v))}</td>")
+                text = fmt_cell(hdr, v)
+                kind = "num" if is_number(v) else ("long" if len(text) > LONG_TEXT else "")
+                cells.append(f"<td{_classes(kind, drop[i])}>{html.escape(text)}</td>")
         out.append(("<tr class=\"straggler\">" if mark else "<tr>") + "".join(cells) + "</tr>")
     out.append("</tbody></table>")
     return "".join(out)
