@@ -38,6 +38,17 @@ DROP_ORDER = (
     "communication_vs_mean",
     "top_name_excess",
     "ranks",
+    # profdb compare (either view): what moved stays, the before / after detail goes first
+    "moved_share_pp",
+    "base_imbalance",
+    "base_comm_per_rank",
+    "new_share_pct",
+    "base_share_pct",
+    "moved_rank",
+    "delta_per_rank",
+    "base_max",
+    "new_imbalance",
+    "new_max",
 )
 
 

@@ -491,16 +491,16 @@ def _hotspots_svg(res: queries.Result) -> str | None:
 # HTML
 
 
-#: DROP_ORDER's columns fall in tiers of this many: the template hides tier 1 on a window narrower
-#: than a wide screen, then tier 2, then tier 3 (CSS media queries, no script), as a terminal leaves
-#: columns out (cli/output.py); the least needed first
+#: DROP_ORDER's columns fall in tiers of this many (the rest in tier 3): the template hides tier 1 on
+#: a window narrower than a wide screen, then tier 2, then tier 3 (CSS media queries, no script), as a
+#: terminal leaves columns out (cli/output.py); the least needed first
 DROP_TIER = 5
 #: text longer than this (a path, a command) may break anywhere; shorter words stay whole
 LONG_TEXT = 24
 
 
 def _drop_class(shown: str) -> str:
-    return f"drop{1 + DROP_ORDER.index(shown) // DROP_TIER}" if shown in DROP_ORDER else ""
+    return f"drop{min(3, 1 + DROP_ORDER.index(shown) // DROP_TIER)}" if shown in DROP_ORDER else ""
 
 
 def _classes(*names: str) -> str:

@@ -323,3 +323,28 @@ def _close(x: object, y: object) -> bool:
     if isinstance(x, (list, tuple)) and isinstance(y, (list, tuple)):
         return len(x) == len(y) and all(_close(a, b) for a, b in zip(x, y))
     return x == y
+
+
+@pytest.mark.parametrize("by", ["kernel", "rank"])
+def test_compare_table_fits_a_terminal(store: Path, by: str) -> None:
+    """On a 120-column terminal the compare table fits: the before / after detail is left out first
+    (display.DROP_ORDER), the names stay distinct, and what changed (status, time per rank before and
+    after, ratio, the suspect rank) stays."""
+    from profdb.cli.output import table_lines
+
+    engine = open_db(str(store))
+    try:
+        with engine.connect() as conn:
+            res = compare(conn, "straggler", "last:5", by=by).result
+    finally:
+        engine.dispose()
+    lines = table_lines(res.headers, res.rows, 120)
+    assert max(len(line) for line in lines) <= 120, lines[0]
+    head = lines[0].split()
+    if by == "kernel":
+        assert head[:2] == ["name", "status"]
+        assert {"base_mean_per_rank", "new_mean_per_rank", "ratio", "new_suspect_rank"} <= set(head)
+        names = [line.split("  ")[0] for line in lines[2:]]
+        assert len(set(names)) == len(names) == len(KERNELS)
+    else:
+        assert {"global_rank", "base_busy_per_rank", "new_busy_per_rank", "share_change_pp"} <= set(head)
