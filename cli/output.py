@@ -21,19 +21,12 @@ from typing import Any
 
 import click
 
+from profdb.store.display import DROP_ORDER, NAME_COLUMNS, fmt_cell, fold_rank_places, shown_header
 from profdb.store.names import MIN_WIDTH, shorten_all
-from profdb.store.units import fmt_ns, visible
+from profdb.store.units import visible
 
 #: ctx.meta key set by --wide (options.output_options)
 WIDE_KEY = "profdb.wide"
-
-
-def _cell(v: Any) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return f"{v:.3f}" if abs(v) < 1e6 else f"{v:.4g}"
-    return visible(str(v))  # a name's escape sequences are shown, never sent to the terminal
 
 
 def _json_value(v: Any) -> Any:
@@ -42,28 +35,9 @@ def _json_value(v: Any) -> Any:
     return str(v)
 
 
-#: name columns: they take the width the other columns leave (shortened by store.names.shorten_all)
-NAME_COLUMNS = ("name", "top_name")
+# name columns (display.NAME_COLUMNS) take the width the other columns leave (store.names.shorten_all)
 #: a name column is never narrower than this while columns can still be left out
 MIN_NAME_WIDTH = 24
-#: on a narrow terminal, columns left out first to last until the table fits (only those present; an
-#: all-empty column goes first); ``--wide`` or ``--format csv`` shows every column
-DROP_ORDER = (
-    "cv",
-    "rank_cv",
-    "fastest",
-    "min",
-    "rank_min",
-    "calls",
-    "category",
-    "slowest",
-    "kind",
-    "max",
-    "rank_max",
-    "communication_vs_mean",
-    "top_name_excess",
-    "ranks",
-)
 AUTO = "auto"
 #: on a terminal, other text columns (a run's command, its metadata) are cut at this width
 MAX_TEXT_WIDTH = 60
@@ -119,12 +93,12 @@ def render(
 
 
 def table_lines(headers: Sequence[str], rows: Iterable[Sequence[Any]], width: int | None = None) -> list[str]:
-    """The lines of an aligned table (header, rule, rows) that fits ``width`` (None: no limit);
-    ``*_ns`` columns in readable units under a header without the suffix."""
-    folded_headers, folded_rows = _fold_rank_places(list(headers), rows)
-    ns_cols = [h.endswith("_ns") for h in folded_headers]
-    shown = [visible(h[:-3] if is_ns else h) for h, is_ns in zip(folded_headers, ns_cols)]
-    cells = [[fmt_ns(v) if is_ns else _cell(v) for v, is_ns in zip(r, ns_cols)] for r in folded_rows]
+    """The lines of an aligned table (header, rule, rows) that fits ``width`` (None: no limit); every
+    cell as ``store.display`` shows it (the report's rule): ``*_ns`` columns in readable units under a
+    header without the suffix, names' control characters escaped."""
+    folded_headers, folded_rows = fold_rank_places(headers, rows)
+    shown = [shown_header(h) for h in folded_headers]
+    cells = [[fmt_cell(h, v) for h, v in zip(folded_headers, r)] for r in folded_rows]
     if width is not None:
         shown, cells = _fit(shown, cells, width)
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(shown)]
@@ -180,32 +154,8 @@ def _fit(shown: list[str], cells: list[list[str]], width: int) -> tuple[list[str
     return shown, cells
 
 
-def _fold_rank_places(headers: list[str], rows: Iterable[Sequence[Any]]) -> tuple[list[str], list[list[Any]]]:
-    """Tables only: ``X_rank, X_host, X_local_rank`` become one column ``X`` shown as ``2 (node01:1)``
-    (rank, hostname, local rank; ``2 (vm)`` when the local rank is unknown), so wide reports fit a
-    terminal; machine formats keep all three columns."""
-    out_rows = [list(r) for r in rows]
-    triplets = [
-        h[: -len("_rank")]
-        for h in headers
-        if h.endswith("_rank") and f"{h[:-5]}_host" in headers and f"{h[:-5]}_local_rank" in headers
-    ]
-    for p in triplets:
-        i, j, k = headers.index(f"{p}_rank"), headers.index(f"{p}_host"), headers.index(f"{p}_local_rank")
-        for r in out_rows:
-            rank, host, local = r[i], r[j], r[k]
-            place = "" if host is None and local is None else (host or "?") + ("" if local is None else f":{local}")
-            r[i] = "" if rank is None else (f"{rank} ({place})" if place else str(rank))
-        for idx in sorted((j, k), reverse=True):
-            del headers[idx]
-            for r in out_rows:
-                del r[idx]
-        headers[headers.index(f"{p}_rank")] = p
-    return headers, out_rows
-
-
 def _is_num(s: str) -> bool:
-    s = s.split(" ")[0]
+    s = s.split(" ")[0].replace(",", "")
     try:
         float(s)
         return True

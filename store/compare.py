@@ -470,9 +470,9 @@ KERNEL_HEADERS = [
     "kind",
     "category",
     "status",
-    "base_mean_ns",
-    "new_mean_ns",
-    "delta_ns",
+    "base_mean_per_rank_ns",
+    "new_mean_per_rank_ns",
+    "delta_per_rank_ns",
     "ratio",
     "base_max_ns",
     "new_max_ns",
@@ -480,7 +480,7 @@ KERNEL_HEADERS = [
     "base_imbalance",
     "new_imbalance",
     "new_share_pct",
-    "new_slowest_rank",
+    "new_suspect_rank",
     "moved_rank",
     "moved_share_pp",
 ]
@@ -578,15 +578,15 @@ def _group_rows(base: RunFigures, new: RunFigures, by: str) -> tuple[list[str], 
     bg, ng = groups(base), groups(new)
     bt, nt = sum(v[1] for v in bg.values()), sum(v[1] for v in ng.values())
     headers = [key_col] + (["hostname", "local_rank"] if by == "rank" else ["ranks"]) + [
-        "base_busy_ns",
-        "new_busy_ns",
-        "delta_ns",
+        "base_busy_per_rank_ns",
+        "new_busy_per_rank_ns",
+        "delta_per_rank_ns",
         "ratio",
         "base_share_pct",
         "new_share_pct",
         "share_change_pp",
-        "base_comm_ns",
-        "new_comm_ns",
+        "base_comm_per_rank_ns",
+        "new_comm_per_rank_ns",
     ]
     rows = []
     for key in sorted(set(bg) | set(ng), key=lambda k: (k is None, str(k) if not isinstance(k, int) else f"{k:012d}")):
@@ -662,14 +662,15 @@ def compare(
         headers = list(KERNEL_HEADERS)
         rows = _kernel_rows(conn, bf, nf, threshold, top)
         notes.append(
-            "mean = time per rank (total over ranks / ranks); max = slowest rank; ratio = new / base; "
+            "mean_per_rank = the name's total over ranks / ranks; max = the slowest rank's time; ratio = new / base "
+            "of mean_per_rank; new_suspect_rank: the slowest rank (communication: the one that waits least); "
             "moved_rank: the rank whose share of the name's time changed most (percentage points)"
         )
     else:
         headers, rows = _group_rows(bf, nf, by)
         notes.append(
-            "busy = non-communication time per rank of the group; share = of the run's busy time; "
-            "comm = communication time per rank (mostly waiting)"
+            "busy_per_rank = non-communication time per rank of the group; share = of the run's busy time; "
+            "comm_per_rank = communication time per rank of the group (mostly waiting)"
         )
     counts: dict[str, int] = defaultdict(int)
     for key in set(bf.names) | set(nf.names):

@@ -32,11 +32,13 @@ from sqlalchemy import Connection, select
 
 from . import queries, runs, straggler
 from .collectives import Analysis
+from .display import DROP_ORDER, NAME_COLUMNS, fmt_cell, fold_rank_places, is_number, shown_header
 from .errors import InputError, ProfdbError
 from .identity import rank_ranges
 from .metrics import spread
 from .models import Rank, Run, SourceFile, Step
-from .units import fmt_ns, visible
+from .names import shorten_all
+from .units import visible
 
 _run = Run.__table__
 _rank = Rank.__table__
@@ -48,6 +50,11 @@ DEFAULT_TOP = 25
 #: beyond this many ranks, per-rank bars become areas and per-rank step lines a min/max band
 MANY_RANKS = 64
 PLOT_FORMATS = ("png", "svg", "pdf")
+#: characters of a name in the report's tables and chart labels (the full name on hover / click)
+NAME_WIDTH = 64
+#: gids of the heatmap's and the hotspots chart's name labels (``-0``, ``-1``... from the top row)
+HEATMAP_LABEL = "heatmap-label"
+HOTSPOTS_LABEL = "hotspots-label"
 
 
 class MissingDependency(ProfdbError):
@@ -243,17 +250,32 @@ def _figure(width: float, height: float) -> Any:
     return Figure(figsize=(width, height), layout="constrained")
 
 
-def _svg(fig: Any) -> str:
+def _svg_document(fig: Any, titles: Sequence[tuple[str, str]] = ()) -> str:
+    """The figure as an SVG document; ``titles`` (gid, text): a hover text (``<title>``) for the
+    element drawn with that gid (the full name behind a shortened label)."""
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
     text = buf.getvalue()
+    for gid, title in titles:
+        anchor = f'<g id="{gid}">'
+        text = text.replace(anchor, f"{anchor}<title>{html.escape(visible(title))}</title>", 1)
+    return text
+
+
+def _svg(fig: Any, titles: Sequence[tuple[str, str]] = ()) -> str:
+    """The figure as an SVG element to inline in the report."""
+    text = _svg_document(fig, titles)
     return text[text.index("<svg") :]
 
 
-def _short(name: str, width: int = 60) -> str:
-    """A name for a chart: control characters escaped (an SVG with them is not valid XML), cut to ``width``."""
-    name = visible(name)
-    return name if len(name) <= width else name[: width - 1] + "…"
+def _label_names(ticks: Any, prefix: str, names: Sequence[str]) -> list[tuple[str, str]]:
+    """Give the tick labels ``ticks`` the gids ``prefix-0``, ``prefix-1``... and return (gid, full
+    name) for ``_svg``'s hover texts."""
+    out = []
+    for i, (tick, name) in enumerate(zip(ticks, names)):
+        tick.set_gid(f"{prefix}-{i}")
+        out.append((f"{prefix}-{i}", name))
+    return out
 
 
 def _rank_ticks(ax: Any, ranks: Sequence[int], axis: str = "x") -> None:
@@ -289,11 +311,13 @@ def heatmap_figure(hm: Heatmap) -> Any:
         interpolation="nearest",
     )
     _rank_ticks(ax, hm.ranks)
+    labels = short_names([n for _k, n, _c in hm.names])
     ax.set_yticks(
         range(n_names),
-        [_short(n) + ("  [comm]" if c == queries.COMM else "") for _k, n, c in hm.names],
+        [label + ("  [comm]" if c == queries.COMM else "") for label, (_k, _n, c) in zip(labels, hm.names)],
         fontsize=7,
     )
+    _label_names(ax.get_yticklabels(), HEATMAP_LABEL, [n for _k, n, _c in hm.names])  # titles: heatmap_titles
     fig.suptitle(
         f"run {visible(hm.run)}: each name's time on each rank / its mean over ranks ({'/'.join(hm.kinds)})", fontsize=9
     )
@@ -311,6 +335,11 @@ def heatmap_figure(hm: Heatmap) -> Any:
     cb = fig.colorbar(im, ax=ax, shrink=0.9, pad=0.01)
     cb.set_label("x mean (1 = fair share)")
     return fig
+
+
+def heatmap_titles(hm: Heatmap) -> list[tuple[str, str]]:
+    """(gid, full name) of the heatmap's row labels (as ``heatmap_figure`` set them), for hover texts."""
+    return [(f"{HEATMAP_LABEL}-{i}", n) for i, (_k, n, _c) in enumerate(hm.names)]
 
 
 def _rank_split_svg(data: ReportData) -> str:
@@ -446,29 +475,59 @@ def _hotspots_svg(res: queries.Result) -> str | None:
     if not res.rows:
         return None
     h = {k: i for i, k in enumerate(res.headers)}
-    rows = res.rows[:10][::-1]
-    fig = _figure(7.5, max(2.0, 0.8 + 0.25 * len(rows)))
+    names = [str(r[h["name"]]) for r in res.rows]
+    labels = short_names(names)  # as the hotspots table below shows them
+    top = min(10, len(names))
+    fig = _figure(7.5, max(2.0, 0.8 + 0.25 * top))
     ax = fig.add_subplot()
-    ax.barh(range(len(rows)), [r[h["share_pct"]] or 0 for r in rows], color="#4575b4")
-    ax.set_yticks(range(len(rows)), [_short(str(r[h["name"]]), 50) for r in rows], fontsize=7)
+    ax.barh(range(top), [r[h["share_pct"]] or 0 for r in res.rows[:top]][::-1], color="#4575b4")
+    ax.set_yticks(range(top), labels[:top][::-1], fontsize=7)
+    titles = _label_names(ax.get_yticklabels(), HOTSPOTS_LABEL, names[:top][::-1])
     ax.set_xlabel("% of the run's time")
-    return _svg(fig)
+    return _svg(fig, titles)
 
 
 # ---------------------------------------------------------------------------------------------
 # HTML
 
 
-def _cell(header: str, v: Any) -> str:
-    if v is None:
-        return ""
-    if header.endswith("_ns"):
-        return fmt_ns(v)
-    if header.endswith("_bytes") and isinstance(v, int):
-        return f"{v:,}"
-    if isinstance(v, float):
-        return f"{v:.3f}"
-    return str(v)
+#: DROP_ORDER's columns fall in tiers of this many (the rest in tier 3): the template hides tier 1 on
+#: a window narrower than a wide screen, then tier 2, then tier 3 (CSS media queries, no script), as a
+#: terminal leaves columns out (cli/output.py); the least needed first
+DROP_TIER = 5
+#: text longer than this (a path, a command) may break anywhere; shorter words stay whole
+LONG_TEXT = 24
+
+
+def _drop_class(shown: str) -> str:
+    return f"drop{min(3, 1 + DROP_ORDER.index(shown) // DROP_TIER)}" if shown in DROP_ORDER else ""
+
+
+def _classes(*names: str) -> str:
+    joined = " ".join(n for n in names if n)
+    return f' class="{joined}"' if joined else ""
+
+
+def _header_html(header: str) -> str:
+    """A column header that may break after its underscores (``mean_per_<wbr>rank``) on a narrow page."""
+    return "_<wbr>".join(html.escape(part) for part in shown_header(header).split("_"))
+
+
+def short_names(names: Sequence[str], width: int = NAME_WIDTH) -> list[str]:
+    """Names as a table column or chart shows them: control characters escaped, shortened to ``width``
+    (``names.shorten_all``: two different names never read the same)."""
+    return shorten_all([visible(n) for n in names], width)
+
+
+def _name_html(full: str, short: str) -> str:
+    """A name cell: the short name, the full one on hover (title) and on click (<details>, no script)."""
+    shown = visible(full)
+    if short == shown:
+        return html.escape(shown)
+    return (
+        f'<details><summary title="{html.escape(shown)}">{html.escape(short)}</summary>'
+        f'<div class="full">{html.escape(shown)}</div></details>'
+    )
 
 
 def html_table(
@@ -478,23 +537,38 @@ def html_table(
     highlight: int | None = None,
     rank_col: str | None = None,
 ) -> str:
-    """An HTML table: *_ns columns in readable units (header without the suffix), every cell escaped;
-    the row whose ``rank_col`` equals ``highlight`` is marked (the straggler)."""
-    shown = [h[:-3] if h.endswith("_ns") else h for h in headers]
-    ri = headers.index(rank_col) if rank_col in headers else None
+    """An HTML table whose cells read as in a terminal table (``display``: *_ns columns in readable
+    units under a header without the suffix, rank / host / local rank folded into one column), every
+    cell escaped; names (``display.NAME_COLUMNS``) shortened so that no two read the same, the full
+    name on hover and on click; the row whose ``rank_col`` equals ``highlight`` is marked (the
+    straggler). Text may wrap, numbers never do, so a table fits the page and its numbers stay in view."""
+    ri = list(headers).index(rank_col) if rank_col is not None and rank_col in headers else None
+    marks = [ri is not None and highlight is not None and r[ri] == highlight for r in rows]
+    shown_headers, shown_rows = fold_rank_places(headers, rows)
+    short = {
+        i: short_names([str(r[i]) if r[i] is not None else "" for r in shown_rows])
+        for i, h in enumerate(shown_headers)
+        if h in NAME_COLUMNS
+    }
+    drop = [_drop_class(shown_header(h)) for h in shown_headers]
     out = [
-        f'<table class="{cls}"><thead><tr>'
-        + "".join(f"<th>{html.escape(h)}</th>" for h in shown)
+        f'<table class="{cls}{" named" if short else ""}"><thead><tr>'
+        + "".join(
+            f"<th{_classes('name' if i in short else '', drop[i])}>{_header_html(h)}</th>"
+            for i, h in enumerate(shown_headers)
+        )
         + "</tr></thead><tbody>"
     ]
-    for r in rows:
-        mark = ' class="straggler"' if ri is not None and highlight is not None and r[ri] == highlight else ""
+    for n, (r, mark) in enumerate(zip(shown_rows, marks)):
         cells = []
-        for hdr, v in zip(headers, r):
-            text = html.escape(_cell(hdr, v))
-            num = isinstance(v, (int, float)) and not isinstance(v, bool)
-            cells.append(f'<td class="num">{text}</td>' if num else f"<td>{text}</td>")
-        out.append(f"<tr{mark}>" + "".join(cells) + "</tr>")
+        for i, (hdr, v) in enumerate(zip(shown_headers, r)):
+            if i in short and v is not None:
+                cells.append(f"<td{_classes('name', drop[i])}>{_name_html(str(v), short[i][n])}</td>")
+            else:
+                text = fmt_cell(hdr, v)
+                kind = "num" if is_number(v) else ("long" if len(text) > LONG_TEXT else "")
+                cells.append(f"<td{_classes(kind, drop[i])}>{html.escape(text)}</td>")
+        out.append(("<tr class=\"straggler\">" if mark else "<tr>") + "".join(cells) + "</tr>")
     out.append("</tbody></table>")
     return "".join(out)
 
@@ -526,7 +600,7 @@ def render_html(data: ReportData, store: str = "") -> str:
     """The report as one HTML document (charts inline as SVG; no script, no external resource)."""
     _matplotlib()
     hm_fig = heatmap_figure(data.heatmap)
-    heat_svg = _svg(hm_fig)
+    heat_svg = _svg(hm_fig, heatmap_titles(data.heatmap))
     try:
         version = importlib.metadata.version("profdb")
     except importlib.metadata.PackageNotFoundError:  # pragma: no cover - running from a checkout
@@ -692,7 +766,10 @@ def plot_heatmap(
     _check_out(out, tuple(f".{f}" for f in PLOT_FORMATS))
     hm = heatmap_data(conn, run, kind, top)
     fig = heatmap_figure(hm)
-    fig.savefig(out, dpi=150, bbox_inches="tight")
+    if out.suffix.lower() == ".svg":  # with the full names on hover
+        out.write_text(_svg_document(fig, heatmap_titles(hm)), encoding="utf-8")
+    else:
+        fig.savefig(out, dpi=150, bbox_inches="tight")
     return hm
 
 

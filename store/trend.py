@@ -32,8 +32,10 @@ class TrendRow(NamedTuple):
     mean_per_rank_ns: int | None
     max_ns: int
     imbalance: float | None
-    straggler_rank: int | None
-    comm_ns: int | None
+    #: the rank to blame, as in ``profdb query --imbalance``: the name's slowest (for communication the
+    #: one that waits least); without a name filter, the run's verdict
+    suspect_rank: int | None
+    comm_per_rank_ns: int | None
     vs_prev: float | None
     vs_first: float | None
 
@@ -132,8 +134,8 @@ def trend(
                 first = mean
     what = f"names like {pattern!r}" if pattern else f"busy ({'/'.join(kinds)}, non-communication) time"
     notes.append(
-        f"{what} per run; mean = per rank, max = slowest rank, "
-        "vs_prev / vs_first = mean against the previous / first run"
+        f"{what} per run; mean_per_rank = total / ranks, max = the slowest rank's time, "
+        "vs_prev / vs_first = mean_per_rank against the previous / first run"
     )
     if pattern and not any(calls.values()):
         notes.append(f"no {'/'.join(kinds)} names match {name_like!r} in these runs")
