@@ -58,6 +58,7 @@ def timeline_command(run: str | None, step: int | None, from_ns: int | None, to_
     \b
     profdb timeline --run llama-tp8 --step 12 -o job.json.gz
     profdb timeline --from 2s --to 2.5s --ranks 0-7 -o window.json
+    profdb timeline --ranks 0-1 -o ranks01.json.gz
 
     `profdb ingest` reads the file back, one rank per process."""
     if step is not None and (from_ns is not None or to_ns is not None):

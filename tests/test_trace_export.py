@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -143,7 +144,7 @@ def test_torchrun_export_is_the_raw_files_on_one_timeline(
     want = sorted((g, base[g] + to_ns(e["ts"]) - origin, e["name"]) for g, ev in torchrun_raw.items() for e in ev)
     assert got == want
     # flows: the k-th gloo:all_reduce of every rank shares one bind_id, chained in arrival order
-    raw_calls = {g: sorted((to_ns(e["ts"]) + base[g] - origin for e in ev if e["name"] == "gloo:all_reduce"))
+    raw_calls = {g: sorted(to_ns(e["ts"]) + base[g] - origin for e in ev if e["name"] == "gloo:all_reduce")
                  for g, ev in torchrun_raw.items()}
     linked = flows(trace)
     assert len(linked) == 3 == len(raw_calls[0])
@@ -418,3 +419,15 @@ def test_rendered_in_headless_chromium(db_path: Path, tmp_path: Path, run_cli: I
     assert dom.rects == sum(raw.values()) == int(dom.text["events"])
     assert dom.lines == 12 * 3 == int(dom.text["flows"])  # 12 all-reduces, each a chain over 4 ranks
     assert dom.text["meta"].startswith("run gen: likely straggler: rank 3")
+
+
+@pytest.mark.skipif(not os.environ.get("PROFDB_DOCS_SCREENSHOT"), reason="refreshes docs/timeline.png on request")
+def test_docs_screenshot(db_path: Path, tmp_path: Path, run_cli: Invoke) -> None:
+    """Refreshes docs/timeline.png: the merged timeline of the real torchrun4_cpu sample in the offline viewer."""
+    run_cli("ingest", "--db", db_path, "--run", "torchrun4_cpu", TORCHRUN)
+    trace = tmp_path / "job.json.gz"
+    run_cli("timeline", "--db", db_path, "-o", trace)
+    out = Path(__file__).parent.parent / "docs" / "timeline.png"
+    done = render(trace, tmp_path / "view", f"--screenshot={out}", "--window-size=1240,680")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert out.stat().st_size < 300_000
