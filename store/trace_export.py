@@ -26,6 +26,7 @@ comes: memory holds one batch of rows and the run's collective calls, never the 
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import os
@@ -524,13 +525,13 @@ def _write(conn: Connection, plan: Plan, out: Any, progress: Progress | None) ->
             dur = int(row.duration_ns)
             args = _args(row)
             ev = (f'{{"ph":"X","pid":{g},"tid":{tid},"ts":{fmt_us(start - shift)},"dur":{fmt_us(dur)},'
-                  f'"cat":"{KINETO_CATEGORY.get(kind, kind)}","name":{dumps(row.name)}')
+                  f'"cat":"{KINETO_CATEGORY.get(kind, kind)}","name":{_json(row.name)}')
             links = pending.get((kind, start, start + dur)) if pending else None
             if links:
                 fid, fin, fout = links.pop(0)
                 ev += f',"bind_id":{fid},"flow_in":{_JS[fin]},"flow_out":{_JS[fout]}'
             if args:
-                ev += ',"args":' + dumps(args)
+                ev += ',"args":' + args
             emit(ev + "}")
             count.events += 1
             count.total_ns += dur
@@ -552,28 +553,35 @@ def _thread_name(key: tuple[Any, ...]) -> str:
     return f"thread {tid}" + (f" (pid {pid})" if pid is not None else "")
 
 
-def _args(row: Any) -> dict[str, Any]:
-    """The event's args as Kineto writes them: device, stream, correlation, grid/block, and the
-    collective args kept at ingest."""
-    args: dict[str, Any] = {}
+def _args(row: Any) -> str:
+    """The event's args as Kineto writes them (device, stream, correlation, grid/block, and the collective
+    args kept at ingest), as JSON object text ("" for none): built by hand, the export's hot loop."""
+    parts: list[str] = []
     if row.device is not None:
-        args["device"] = row.device
+        parts.append(f'"device":{int(row.device)}')
     if row.stream is not None:
-        args["stream"] = row.stream
+        parts.append(f'"stream":{int(row.stream)}')
     if row.correlation is not None:
-        args["correlation"] = row.correlation
+        parts.append(f'"correlation":{int(row.correlation)}')
     if row.grid_x is not None or row.grid_y is not None or row.grid_z is not None:
-        args["grid"] = [row.grid_x, row.grid_y, row.grid_z]
+        parts.append('"grid":' + json.dumps([row.grid_x, row.grid_y, row.grid_z]))
     if row.block_x is not None or row.block_y is not None or row.block_z is not None:
-        args["block"] = [row.block_x, row.block_y, row.block_z]
+        parts.append('"block":' + json.dumps([row.block_x, row.block_y, row.block_z]))
     if row.args:
         try:
             kept = json.loads(row.args)
         except ValueError:
             kept = None
         if isinstance(kept, dict):
-            args.update(kept)
-    return args
+            parts.extend(_json(str(k)) + ":" + json.dumps(v) for k, v in kept.items()
+                         if k not in _FIXED_ARGS)
+    return "{" + ",".join(parts) + "}" if parts else ""
+
+
+#: args written from the row's own columns (a kept arg of the same name is not written twice)
+_FIXED_ARGS = frozenset(("device", "stream", "correlation", "grid", "block"))
+#: JSON text of a string: names repeat (a few thousand names over millions of rows)
+_json = functools.lru_cache(maxsize=65536)(json.dumps)
 
 
 def _rows(conn: Connection, w: RankWindow) -> Iterator[Any]:

@@ -284,6 +284,38 @@ def test_shifted_host_comes_out_aligned(db_path: Path, tmp_path: Path, run_cli: 
             assert start + shift in {s for s, _ in raw[e["pid"]]}
     # rank 3 starts late every step: it is the last arrival, and the verdict says so in the metadata
     assert trace["otherData"]["straggler_verdict"].startswith("likely straggler: rank 3 (host node01")
+    # read back, the ranks keep their hosts and local ranks, and their clocks are now one clock
+    back = tmp_path / "back.db"
+    run_cli("ingest", "--db", back, "--run", "gen", out)
+    assert sql(back, "select global_rank, hostname, local_rank from rank order by 1") == [
+        (0, "node00", 0), (1, "node00", 1), (2, "node01", 0), (3, "node01", 1)]
+    ((offset, error),) = sql(back, "select offset_ns, error_ns from host_clock where hostname = 'node01'")
+    assert abs(offset) <= error + 3_000 < 20_000
+    q = ("select r.global_rank, n.value, s.calls, s.total_ns from summary s join rank r on r.id = s.rank_id "
+         "join name n on n.id = s.name_id order by 1, 2")
+    assert sql(back, q) == sql(db_path, q)
+
+
+def test_real_rocprofv3_csv_sample(db_path: Path, tmp_path: Path, run_cli: Invoke) -> None:
+    """rocprofv3's own CSV example (kernels, copies, HIP runtime calls): every row, on its stream or thread."""
+    folder = DATA / "rocprofv3_csv/rocm-systems_2025-08"
+    files = {"kernel": "kernel_trace.csv", "gpu_memcpy": "memory_copy_trace.csv",
+             "cuda_runtime": "hip_runtime_trace.csv"}
+    run_cli("ingest", "--db", db_path, "--run", "rc", "--rank", "0", *(folder / f for f in files.values()))
+    out = tmp_path / "rc.json.gz"
+    run_cli("timeline", "--db", db_path, "-o", out)
+    trace = load(out)
+    check_valid(trace)
+    for cat, name in files.items():
+        with open(folder / name, newline="") as f:
+            rows = list(csv.DictReader(f))
+        want = (len(rows), sum(int(r["End_Timestamp"]) - int(r["Start_Timestamp"]) for r in rows))
+        got = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] == cat]
+        assert (len(got), sum(to_ns(e["dur"]) for e in got)) == want and want[0] > 0
+    with open(folder / "kernel_trace.csv", newline="") as f:
+        streams = {int(r["Stream_Id"]) for r in csv.DictReader(f)}
+    kernels = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] == "kernel"]
+    assert {e["args"]["stream"] for e in kernels} == streams
 
 
 def test_nsys_export_matches_the_raw_database(db_path: Path, tmp_path: Path, run_cli: Invoke) -> None:
@@ -431,3 +463,31 @@ def test_docs_screenshot(db_path: Path, tmp_path: Path, run_cli: Invoke) -> None
     done = render(trace, tmp_path / "view", f"--screenshot={out}", "--window-size=1240,680")
     assert done.returncode == 0, done.stderr[-2000:]
     assert out.stat().st_size < 300_000
+
+
+def test_large_output_is_announced_and_progress_reported(
+    db_path: Path, tmp_path: Path, run_cli: Invoke, monkeypatch: pytest.MonkeyPatch,
+    torchrun_raw: dict[int, list[dict[str, Any]]],
+) -> None:
+    from profdb.store import db as store_db
+    from profdb.store import trace_export
+
+    run_cli("ingest", "--db", db_path, "--run", "t4", TORCHRUN)
+    total = sum(len(ev) for ev in torchrun_raw.values())
+    monkeypatch.setattr(trace_export, "LARGE_EVENTS", total - 1)
+    r = run_cli("timeline", "--db", db_path, "-o", tmp_path / "all.json")
+    assert f"large output: about {total:,} events" in r.stderr and "--step N, --from/--to or --ranks" in r.stderr
+    r = run_cli("timeline", "--db", db_path, "--ranks", "0", "-o", tmp_path / "r0.json")
+    assert "large output" not in r.stderr
+    # progress: per rank, with the events written so far (the CLI shows it on a terminal)
+    seen: list[tuple[int, int, int, int]] = []
+    engine = store_db.open_db(str(db_path), readonly=True)
+    try:
+        with engine.connect() as conn:
+            plan = trace_export.plan_export(conn, "t4", trace_export.Window())
+            assert plan.events == total
+            trace_export.write_trace(conn, plan, tmp_path / "p.json",
+                                     lambda done, n, w, events: seen.append((done, n, w.rank.global_rank, events)))
+    finally:
+        engine.dispose()
+    assert seen == [(g + 1, 4, g, len(torchrun_raw[g])) for g in range(4)]
