@@ -254,7 +254,15 @@ def plan_export(conn: Connection, run: str | RunScope | None, window: Window) ->
     if not windows:
         raise QueryError(f"nothing to export for {window.describe()} of run {scope.name!r}")
     if window.step is not None or window.from_ns is not None or window.to_ns is not None:
-        events = _count(conn, windows)
+        counts = _count(conn, windows)
+        empty = [w.rank.global_rank for w in windows if not counts[w.rank.id]]
+        if len(empty) == len(windows):
+            raise QueryError(f"no activity in {window.describe()} of run {scope.name!r}; widen the window "
+                             "(--from/--to count from the run's first event)")
+        if empty:
+            notes.append(f"rank(s) {_ranges(empty)} have no activity in the window: left out")
+            windows = [w for w in windows if counts[w.rank.id]]
+        events = sum(counts.values())
     else:
         events = int(conn.execute(
             select(func.coalesce(func.sum(_sum.c.calls), 0)).where(_sum.c.rank_id.in_([w.rank.id for w in windows]))
@@ -313,13 +321,14 @@ def _in_window(w: RankWindow) -> list[ColumnElement[bool]]:
     return cond
 
 
-def _count(conn: Connection, windows: Sequence[RankWindow]) -> int:
-    total = 0
-    for w in windows:
-        total += int(conn.execute(
+def _count(conn: Connection, windows: Sequence[RankWindow]) -> dict[int, int]:
+    """Rank id -> its events in its window."""
+    return {
+        w.rank.id: int(conn.execute(
             select(func.count()).select_from(_act.join(_src, _src.c.id == _act.c.source_id)).where(*_in_window(w))
         ).scalar_one())
-    return total
+        for w in windows
+    }
 
 
 def _flows(

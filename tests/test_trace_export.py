@@ -358,6 +358,13 @@ def test_bad_requests_say_what_to_do(db_path: Path, tmp_path: Path, run_cli: Inv
     assert r.exit_code == 2 and "with its unit" in r.stderr
     r = run_cli("timeline", "--db", db_path, "--step", "5", "--to", "1s", "-o", out, ok=False)
     assert r.exit_code == 2 and "one or the other" in r.stderr
+    r = run_cli("timeline", "--db", db_path, "--from", "100s", "--to", "101s", "-o", out, ok=False)
+    assert r.exit_code == 1 and "no activity in 100 s to 101 s of the common clock" in r.stderr
+    r = run_cli("timeline", "--db", db_path, "--from", "0", "--to", "1us", "-o", out)  # one rank starts first
+    assert "have no activity in the window: left out" in r.stderr
+    assert [x["global_rank"] for x in load(Path(out))["profdb"]["ranks"]] == [
+        g for g in range(4) if per_pid(load(Path(out))).get(g)]
+    Path(out).unlink()
     r = run_cli("timeline", "--db", db_path, "-o", tmp_path / "nowhere" / "x.json", ok=False)
     assert r.exit_code == 1 and "no such folder" in r.stderr
     assert not list(tmp_path.glob(".x.json*")) and not Path(out).exists()
