@@ -43,7 +43,6 @@ from sqlalchemy import ColumnElement, Connection, func, select
 from . import collectives, queries
 from .errors import QueryError
 from .models import Activity, Name, Rank, SourceFile, Step, Summary
-from .models import RankTimeline as TimelineRow
 from .runs import RankRef, RunScope, resolve_run, with_ranks
 from .timeline import load_timelines
 from .units import fmt_ns
@@ -53,7 +52,6 @@ _name = Name.__table__
 _src = SourceFile.__table__
 _step = Step.__table__
 _sum = Summary.__table__
-_tl = TimelineRow.__table__
 _rank = Rank.__table__
 
 #: the version of the ``profdb`` identity block (readers/kineto_json.py checks it)
@@ -275,21 +273,22 @@ def plan_export(conn: Connection, run: str | RunScope | None, window: Window) ->
 
 
 def _first_starts(conn: Connection, ranks: Sequence[RankRef]) -> dict[int, int]:
-    """Rank id -> its earliest activity on its own clock: from ``rank_timeline`` (kept at ingest),
-    else from ``activity`` (stores ingested before it existed)."""
+    """Rank id -> its earliest activity on its own clock: one aggregate over ``activity`` per source file
+    (no join; ~0.25 s per million rows, small beside writing those rows). ``rank_timeline.first_ns`` is
+    not used: it leaves out files without work, calls or steps (an API-only trace), which can start first."""
     ids = [r.id for r in ranks]
-    out = {int(rid): int(first) for rid, first in conn.execute(
-        select(_tl.c.rank_id, _tl.c.first_ns).where(_tl.c.rank_id.in_(ids), _tl.c.work_domain.is_not(None)))}
-    rest = [i for i in ids if i not in out]
-    if rest:
-        for rid, first in conn.execute(
-            select(_act.c.rank_id, func.min(_act.c.start_ns + _src.c.time_base_ns))
-            .select_from(_act.join(_src, _src.c.id == _act.c.source_id))
-            .where(_act.c.rank_id.in_(rest))
-            .group_by(_act.c.rank_id)
-        ):
-            if first is not None:
-                out[int(rid)] = int(first)
+    base = {int(sid): (int(rid), int(tb)) for sid, rid, tb in conn.execute(
+        select(_src.c.id, _src.c.rank_id, _src.c.time_base_ns).where(_src.c.rank_id.in_(ids)))}
+    out: dict[int, int] = {}
+    for sid, first in conn.execute(
+        select(_act.c.source_id, func.min(_act.c.start_ns)).where(_act.c.source_id.in_(list(base)))
+        .group_by(_act.c.source_id)
+    ):
+        if first is None:
+            continue
+        rid, tb = base[int(sid)]
+        t = int(first) + tb
+        out[rid] = min(out.get(rid, t), t)
     return out
 
 

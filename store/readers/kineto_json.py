@@ -36,7 +36,8 @@ from .json_guard import guarded
 NAME = "kineto"
 DESCRIPTION = (
     "PyTorch profiler / Kineto Chrome trace (.json, .json.gz): kernels, memcpy/memset, cpu ops, "
-    "annotations (ProfilerStep#N, collectives), runtime calls"
+    "annotations (ProfilerStep#N, collectives), runtime calls; a merged trace of many ranks written by "
+    "profdb timeline"
 )
 
 #: why a trace of this format can produce no rows (ingest names the file and this reason)
