@@ -34,6 +34,7 @@ COMMANDS = {
     "tag": "compare:tag_command",
     "report": "report:report_command",
     "plot": "report:plot_command",
+    "timeline": "timeline:timeline_command",
     "export": "transfer:export_command",
     "merge": "transfer:merge_command",
     "env": "record:env_command",

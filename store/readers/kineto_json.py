@@ -10,7 +10,12 @@ Identity comes from the top-level ``distributedInfo`` (rank, world_size) and ``h
 Kineto writes before or after ``traceEvents`` depending on version: ``inspect`` looks at the head and
 the tail of the file only, so GB traces are not parsed twice. The rank's GPU is the one ``args.device``
 of the GPU events found there (or the only entry of ``deviceProperties``); several devices leave it
-unset (listed in the source's metadata as ``devices``)."""
+unset (listed in the source's metadata as ``devices``).
+
+A merged trace ``profdb timeline`` wrote holds many ranks, one process each: its top-level ``profdb``
+block (written first) names every process's rank (pid -> global_rank, local_rank, hostname). Only that
+explicit block makes a file multi-rank (never pids guessed from the events): ``inspect`` then lists one
+rank section per process and ``read_rank`` streams the events of that process only."""
 
 from __future__ import annotations
 
@@ -31,7 +36,8 @@ from .json_guard import guarded
 NAME = "kineto"
 DESCRIPTION = (
     "PyTorch profiler / Kineto Chrome trace (.json, .json.gz): kernels, memcpy/memset, cpu ops, "
-    "annotations (ProfilerStep#N, collectives), runtime calls"
+    "annotations (ProfilerStep#N, collectives), runtime calls; a merged trace of many ranks written by "
+    "profdb timeline"
 )
 
 #: why a trace of this format can produce no rows (ingest names the file and this reason)
@@ -89,7 +95,9 @@ _EVENT_ARGS = re.compile(rb"\{((?:" + _STR + rb'|[^{}"])*)"args"\s*:\s*\{((?:' +
 _GPU_CAT = re.compile(rb'"cat"\s*:\s*"(?:kernel|Kernel|gpu_memcpy|Memcpy|gpu_memset|Memset)"')
 _ARG_DEVICE = re.compile(rb'"device"\s*:\s*(\d+)')
 _EVENTS = re.compile(rb'"traceEvents"\s*:\s*(\S)')
-_TOP_MARK = re.compile(rb'"(traceEvents|schemaVersion|deviceProperties|distributedInfo)"\s*:')
+_TOP_MARK = re.compile(rb'"(traceEvents|schemaVersion|deviceProperties|distributedInfo)"\s*:|^\s*\{\s*"profdb"\s*:')
+#: the version of the ``profdb`` block this reader knows (store/trace_export.py BLOCK_VERSION)
+PROFDB_BLOCK_VERSION = 1
 
 
 def detect(path: Path) -> bool:
@@ -149,6 +157,8 @@ def inspect(path: Path) -> SourceInfo:
         )
     head_part = h.split(b'"traceEvents"', 1)[0]
     tail_part = t
+    if re.match(rb'\s*\{\s*"profdb"\s*:', head_part):
+        return _inspect_merged(path, h)
     meta: dict[str, Any] = {}
     for blob in (head_part, tail_part):
         for key in ("distributedInfo", "host_name", "baseTimeNanoseconds", "displayTimeUnit", "schemaVersion"):
@@ -190,6 +200,52 @@ def inspect(path: Path) -> SourceInfo:
     )
 
 
+def _inspect_merged(path: Path, h: bytes) -> SourceInfo:
+    """A merged trace of several ranks (``profdb timeline``): one rank section per process named in
+    its leading ``profdb`` block, which is parsed as a stream (it is written first, so only the
+    file's head is read, however many ranks it names)."""
+    try:
+        with open_binary(path) as raw, guarded(raw, path) as f:
+            block = next(ijson.items(f, "profdb", use_float=True), None)
+    except ijson.common.IncompleteJSONError as e:
+        raise InputError(f"{path}: the profdb block at the top of this merged trace is not valid JSON ({e}); "
+                         "write the trace again with profdb timeline") from e
+    bad = f"{path}: the profdb block of this merged trace (profdb timeline) "
+    if not isinstance(block, dict) or not isinstance(block.get("ranks"), list) or not block["ranks"]:
+        raise InputError(bad + "lists no ranks; write the trace again with profdb timeline")
+    if block.get("version") != PROFDB_BLOCK_VERSION:
+        raise InputError(bad + f"has version {block.get('version')!r}, this profdb reads version "
+                         f"{PROFDB_BLOCK_VERSION}; use the profdb that wrote it, or write it again")
+    ranks: list[RankHint] = []
+    pids: set[int] = set()
+    globals_: set[int] = set()
+    world = block.get("world_size") if isinstance(block.get("world_size"), int) else None
+    for i, r in enumerate(block["ranks"]):
+        pid = r.get("pid") if isinstance(r, dict) else None
+        g = r.get("global_rank") if isinstance(r, dict) else None
+        local = r.get("local_rank") if isinstance(r, dict) else None
+        host = r.get("hostname") if isinstance(r, dict) else None
+        if (type(pid) is not int or type(g) is not int or g < 0 or not (local is None or type(local) is int)
+                or not (host is None or isinstance(host, str))):
+            raise InputError(bad + f"has a bad entry {i} ({str(r)[:120]}): each needs an integer pid and "
+                             "global_rank, an integer or null local_rank, a string or null hostname")
+        if pid in pids or g in globals_:
+            raise InputError(bad + f"names pid {pid} or rank {g} twice; write the trace again with profdb timeline")
+        pids.add(pid)
+        globals_.add(g)
+        ranks.append(RankHint(global_rank=g, local_rank=local, hostname=host or None, world_size=world, pid=pid,
+                              origin="profdb block of a merged timeline"))
+    base = _top_value(h.split(b'"traceEvents"', 1)[0], "baseTimeNanoseconds")
+    return SourceInfo(
+        format=NAME,
+        kind="merged_trace",
+        hint=RankHint(world_size=world, origin="profdb block of a merged timeline"),
+        time_base_ns=int(base) if isinstance(base, int) else 0,
+        metadata={"profdb_run": block.get("run"), "ranks": len(ranks)},
+        ranks=ranks,
+    )
+
+
 def _gpu_devices(*blobs: bytes) -> list[int]:
     """The distinct ``args.device`` of the GPU events (kernels, copies, sets) found in the head and
     tail of the event list: the GPU this process used. A device is an index on the node, never a local
@@ -216,6 +272,16 @@ def _int_or_none(v: Any) -> int | None:
 
 
 def read(path: Path, info: SourceInfo) -> Iterator[Record]:
+    return _read(path, None)
+
+
+def read_rank(path: Path, info: SourceInfo, index: int) -> Iterator[Record]:
+    """The events of rank section ``index`` of a merged trace: those of its process (pid)."""
+    return _read(path, info.ranks[index].pid)
+
+
+def _read(path: Path, pid: int | None) -> Iterator[Record]:
+    """Every event (``pid`` None), or those of process ``pid``."""
     cats = _CATS
     keep = _KEEP_ARGS
     try:
@@ -225,7 +291,7 @@ def read(path: Path, info: SourceInfo) -> Iterator[Record]:
                     raise InputError(
                         f"{path}: an entry of traceEvents is {str(ev)[:80]!r}, not an event object; {_DAMAGED}"
                     )
-                if ev.get("ph") != "X":
+                if ev.get("ph") != "X" or (pid is not None and ev.get("pid") != pid):
                     continue
                 kind = cats.get(ev.get("cat", ""))
                 if kind is None:
