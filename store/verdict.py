@@ -85,45 +85,64 @@ def label(rank: int, ident: RankIdentity | None) -> str:
     return f"rank {rank} (host {ident.host or '?'}, local_rank {lr})"
 
 
-def work_ratio(analysis: Analysis, rank: int) -> float | None:
+def _others_median(values: Sequence[int], skip: int) -> float:
+    """The median of ``values`` without the entry at ``skip`` (``values`` need not be sorted)."""
+    rest = list(values)
+    del rest[skip]
+    return _median(rest)
+
+
+def _sorted_median_without(values: Sequence[int], skip: int) -> float:
+    """``_others_median`` of values sorted ascending, without copying them: the middle of the rest."""
+    n = len(values) - 1
+    mid = n // 2
+
+    def at(k: int) -> int:
+        return values[k if k < skip else k + 1]
+
+    return float(at(mid)) if n % 2 else (at(mid - 1) + at(mid)) / 2
+
+
+def _taking_part(analysis: Analysis, rank: int) -> list[tuple[int, int]]:
+    """(instance index, the rank's position in it) for the instances ``rank`` took part in (the
+    ``part`` argument of the functions below, computed once by ``decide``)."""
+    return [(idx, i.ranks.index(rank)) for idx, i in enumerate(analysis.instances) if rank in i.ranks]
+
+
+def _skip_first(part: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The first instance left out when there are 3 or more: its window starts where the rank's
+    profile does."""
+    return part[1:] if len(part) >= 3 else part
+
+
+def work_ratio(analysis: Analysis, rank: int, part: list[tuple[int, int]] | None = None) -> float | None:
     """The median over instances of: c's busy time in the window before the collective, over the
     median of the peers' busy time in theirs (the first instance left out when there are 3 or more:
     its window starts where the rank's profile does; instances where the peers did no work are left
     out). A median, not a ratio of sums: a planted slow rank is slower at every collective, a rank
     that lost its core to another process for a moment only at a few. None when unknown."""
-    mine = analysis.windows.get(rank, {})
-    idx = sorted(mine)
-    if len(idx) >= 3:
-        idx = idx[1:]
-    peers_w = [w for r, w in analysis.windows.items() if r != rank]
     ratios: list[float] = []
-    for i in idx:
-        peers = [w[i][0] for w in peers_w if i in w]
-        if peers:
-            m = _median(peers)
-            if m > 0:
-                ratios.append(mine[i][0] / m)
+    instances = analysis.instances
+    for idx, p in _skip_first(_taking_part(analysis, rank) if part is None else part):
+        busy = instances[idx].busy_before
+        m = _others_median(busy, p)
+        if m > 0:
+            ratios.append(busy[p] / m)
     return _median(ratios) if ratios else None
 
 
-def extra_work(analysis: Analysis, rank: int) -> tuple[float, float] | None:
+def extra_work(analysis: Analysis, rank: int,
+               part: list[tuple[int, int]] | None = None) -> tuple[float, float] | None:
     """(median extra busy time of ``rank`` before its collectives over the peers' median, median of
     how late it arrives vs the others' median arrival), in ns; the first instance left out when there
     are 3 or more (as ``work_ratio``). None when unknown."""
-    mine = analysis.windows.get(rank, {})
-    idx = set(sorted(mine)[1:] if len(mine) >= 3 else mine)
-    peers_w = [w for r, w in analysis.windows.items() if r != rank]
     extra: list[float] = []
     late: list[float] = []
-    for i, inst in enumerate(analysis.instances):
-        if i not in idx:
-            continue
-        peers = [w[i][0] for w in peers_w if i in w]
-        others = [a for r, a in inst.arrivals if r != rank]
-        at = [a for r, a in inst.arrivals if r == rank]
-        if peers and others and at:
-            extra.append(mine[i][0] - _median(peers))
-            late.append(at[0] - _median(others))
+    instances = analysis.instances
+    for idx, p in _skip_first(_taking_part(analysis, rank) if part is None else part):
+        i = instances[idx]
+        extra.append(i.busy_before[p] - _others_median(i.busy_before, p))
+        late.append(i.times[p] - _sorted_median_without(i.times, p))
     if not extra:
         return None
     return _median(extra), _median(late)
@@ -137,22 +156,17 @@ def _median(values: list[float] | list[int]) -> float:
     return float(values[mid]) if n % 2 else (values[mid - 1] + values[mid]) / 2
 
 
-def lateness(analysis: Analysis, rank: int) -> float | None:
+def lateness(analysis: Analysis, rank: int, part: list[tuple[int, int]] | None = None) -> float | None:
     """How late ``rank`` typically is: the median over instances of its arrival minus the median
     arrival of the other participants, as a share of its median window between collectives (the
     time it had to get there). Robust to a few instances where the machine stalled one rank."""
     late: list[float] = []
-    for inst in analysis.instances:
-        mine = None
-        others = []
-        for r, a in inst.arrivals:
-            if r == rank:
-                mine = a
-            else:
-                others.append(a)
-        if mine is not None and others:
-            late.append(mine - _median(others))
-    windows = [w for _, w in analysis.windows.get(rank, {}).values()]
+    windows: list[int] = []
+    instances = analysis.instances
+    for idx, p in _taking_part(analysis, rank) if part is None else part:
+        i = instances[idx]
+        late.append(i.times[p] - _sorted_median_without(i.times, p))
+        windows.append(i.window[p])
     if not late or not windows or _median(windows) <= 0:
         return None
     return _median(late) / _median(windows)
@@ -171,14 +185,15 @@ def decide(analysis: Analysis, identities: Mapping[int, RankIdentity]) -> Verdic
                        f"{len(analysis.instances)} ended in a tie)", "timeline", instances=len(analysis.instances))
     order = sorted(ranks.values(), key=lambda r: (-r.wait_caused_ns, r.rank))
     c = order[0]
-    probs = [1 / len(i.arrivals) for i in analysis.instances if i.last_rank is not None]
+    probs = [1 / len(i.ranks) for i in analysis.instances if i.last_rank is not None]
     p = min(1.0, p_at_least(c.last, probs) * len(ranks))
     wait_share = c.wait_caused_ns / total_wait
     others_time = sum(r.span_ns for r in ranks.values() if r.rank != c.rank)
     time_share = c.wait_caused_ns / others_time if others_time else None
-    ratio = work_ratio(analysis, c.rank)
+    part = _taking_part(analysis, c.rank)
+    ratio = work_ratio(analysis, c.rank, part)
     base = Verdict(None, "", "timeline", last=c.last, instances=n, p_value=p, wait_share=wait_share,
-                   time_share=time_share, work_ratio=ratio, lateness=lateness(analysis, c.rank))
+                   time_share=time_share, work_ratio=ratio, lateness=lateness(analysis, c.rank, part))
     counts = sorted((r.last for r in ranks.values() if r.last), reverse=True)
     spread = (f"last arrivals spread over {len(counts)} rank(s), {counts[-1]}-{counts[0]} of {n} each"
               if counts else "")
@@ -198,7 +213,7 @@ def decide(analysis: Analysis, identities: Mapping[int, RankIdentity]) -> Verdic
                        "others' time)")
     plurality = len(counts) >= 1 and c.last == counts[0] and (len(counts) == 1 or counts[1] < c.last)
     compute = ratio is not None and ratio >= COMPUTE_RATIO
-    explained = extra_work(analysis, c.rank)
+    explained = extra_work(analysis, c.rank, part)
     explains = explained is not None and explained[1] > 0 and explained[0] >= EXPLAINED * explained[1]
     if not (p <= ALPHA or (plurality and compute)):
         return replace(base, line=f"no clear straggler: {spread}; rank {c.rank} entered last at {c.last} of {n} and "
