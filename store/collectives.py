@@ -782,11 +782,21 @@ def analyze_matched(
     several = len(clocks.offsets) > 1
     spreads: list[int] = []  # per instance: latest end - earliest end on the common clock
     durations: list[int] = []  # per instance: its longest participant's call
+    # per distinct participant tuple (instances usually share one): all on a known clock?, their offsets
+    # and the largest clock error among them
+    per_ranks: dict[tuple[int, ...], tuple[bool, tuple[int, ...], int]] = {}
     for inst in matching.instances:
         rk, starts, ends, busy, window = inst.ranks, inst.starts, inst.ends, inst.busy_before, inst.window
-        if not known.issuperset(rk):  # ranks on a host whose clock is unknown are left out
+        how = per_ranks.get(rk)
+        if how is None:
+            how = per_ranks[rk] = (known.issuperset(rk), tuple(shift.get(r, 0) for r in rk),
+                                   max((error.get(r, 0) for r in rk), default=0))
+        all_known, offsets, err = how
+        if not all_known:  # ranks on a host whose clock is unknown are left out
             keep = [j for j, r in enumerate(rk) if r in known]
-            rk, starts, ends, busy, window = (tuple(col[j] for j in keep) for col in (rk, starts, ends, busy, window))
+            rk, starts, ends, busy, window, offsets = (tuple(col[j] for j in keep)
+                                                       for col in (rk, starts, ends, busy, window, offsets))
+            err = max((error[r] for r in rk), default=0)
         if len(rk) < 2:
             dropped += 1
             continue
@@ -795,14 +805,13 @@ def analyze_matched(
             arrive: Sequence[int] = starts
             leave: Sequence[int] = ends
         else:
-            arrive = [s - shift[r] for r, s in zip(rk, starts)]
-            leave = [e - shift[r] for r, e in zip(rk, ends)]
+            arrive = list(map(operator.sub, starts, offsets))
+            leave = list(map(operator.sub, ends, offsets))
         spreads.append(max(leave) - min(leave))
         # arrival order (rank order among equal arrivals), the rank's columns alongside
         times, ranks, bb, ww = zip(*sorted(zip(arrive, rk, busy, window)))
         latest = times[-1]
-        err = max(map(error.__getitem__, ranks)) if several else 0
-        tie_ns = TIE_NS if 2 * err < TIE_NS else 2 * err
+        tie_ns = TIE_NS if not several or 2 * err < TIE_NS else 2 * err
         if latest - times[-2] > tie_ns:
             last_rank: int | None = ranks[-1]
             tops: tuple[int, ...] = ()

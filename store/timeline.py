@@ -134,8 +134,11 @@ def match_stored(conn: Connection, run_id: int, rank_ids: Mapping[int, int], fam
     where = f"FROM collective_call WHERE run_id = {m} AND family = {m}"
     order = "ORDER BY run_id, family, collective, group_name, seq"  # the index's order: no sort
     glob = rank_ids.__getitem__
-    counts: dict[tuple[str, str], Counter[int]] = {}
+    # per (group, collective): how many instances each participant tuple made (instances usually share one)
+    made: dict[tuple[str, str], dict[tuple[int, ...], int]] = {}
     found: list[collectives.Instance] = []
+    rids_before: tuple[int, ...] = ()
+    rk: tuple[int, ...] = ()
     with _raw_cursor(conn) as cur, _raw_cursor(conn) as sizes_cur:
         # the calls first: on SQLite the sizes below are then read while this statement is active, in
         # its read transaction (one snapshot); the seq of every row is checked against them anyway
@@ -152,17 +155,26 @@ def match_stored(conn: Connection, run_id: int, rank_ids: Mapping[int, int], fam
             if seqs.count(seq) != n:
                 raise QueryError("the collective calls of this run changed while they were read (an ingest into "
                                  "it?): ask again when it is done")
-            rk = tuple(map(glob, rids))
+            if rids != rids_before:
+                rids_before, rk = rids, tuple(map(glob, rids))
             key = (group, name)
-            seen = counts.get(key)
-            if seen is None:
-                seen = counts[key] = Counter()
-            seen.update(rk)
+            tuples = made.get(key)
+            if tuples is None:
+                tuples = made[key] = {}
+            tuples[rk] = tuples.get(rk, 0) + 1
             if n < 2:
                 continue
-            known = [b for b in nbytes if b is not None]
-            found.append(collectives.Instance(group, name, seq, rk, starts, ends, busy, window,
-                                              max(known) if known else None))
+            if nbytes.count(None) == n:
+                size = None
+            else:
+                size = max(b for b in nbytes if b is not None)
+            found.append(collectives.Instance(group, name, seq, rk, starts, ends, busy, window, size))
+    counts: dict[tuple[str, str], Counter[int]] = {}
+    for key, tuples in made.items():
+        c = counts[key] = Counter()
+        for participants, times in tuples.items():
+            for r in participants:
+                c[r] += times
     notes = collectives.matching_notes(family, ranks, used, counts)
     found.sort(key=collectives.time_order)
     return collectives.Matching(family, tuple(found), tuple(used), tuple(notes))

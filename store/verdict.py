@@ -103,49 +103,53 @@ def _sorted_median_without(values: Sequence[int], skip: int) -> float:
     return float(at(mid)) if n % 2 else (at(mid - 1) + at(mid)) / 2
 
 
-def _taking_part(analysis: Analysis, rank: int) -> list[tuple[int, int]]:
-    """(instance index, the rank's position in it) for the instances ``rank`` took part in (the
-    ``part`` argument of the functions below, computed once by ``decide``)."""
-    return [(idx, i.ranks.index(rank)) for idx, i in enumerate(analysis.instances) if rank in i.ranks]
+class Seen(NamedTuple):
+    """One rank in one instance it took part in, beside the other participants (their medians)."""
+
+    busy: int
+    peers_busy: float
+    arrival: int
+    peers_arrival: float
+    window: int
 
 
-def _skip_first(part: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def rank_view(analysis: Analysis, rank: int) -> list[Seen]:
+    """``rank`` in each instance it took part in, in instance order (the ``view`` argument of the
+    functions below: ``decide`` computes it once for its candidate)."""
+    out = []
+    for i in analysis.instances:
+        if rank in i.ranks:
+            p = i.ranks.index(rank)
+            out.append(Seen(i.busy_before[p], _others_median(i.busy_before, p), i.times[p],
+                            _sorted_median_without(i.times, p), i.window[p]))
+    return out
+
+
+def _skip_first(view: list[Seen]) -> list[Seen]:
     """The first instance left out when there are 3 or more: its window starts where the rank's
     profile does."""
-    return part[1:] if len(part) >= 3 else part
+    return view[1:] if len(view) >= 3 else view
 
 
-def work_ratio(analysis: Analysis, rank: int, part: list[tuple[int, int]] | None = None) -> float | None:
+def work_ratio(analysis: Analysis, rank: int, view: list[Seen] | None = None) -> float | None:
     """The median over instances of: c's busy time in the window before the collective, over the
     median of the peers' busy time in theirs (the first instance left out when there are 3 or more:
     its window starts where the rank's profile does; instances where the peers did no work are left
     out). A median, not a ratio of sums: a planted slow rank is slower at every collective, a rank
     that lost its core to another process for a moment only at a few. None when unknown."""
-    ratios: list[float] = []
-    instances = analysis.instances
-    for idx, p in _skip_first(_taking_part(analysis, rank) if part is None else part):
-        busy = instances[idx].busy_before
-        m = _others_median(busy, p)
-        if m > 0:
-            ratios.append(busy[p] / m)
+    ratios = [x.busy / x.peers_busy for x in _skip_first(rank_view(analysis, rank) if view is None else view)
+              if x.peers_busy > 0]
     return _median(ratios) if ratios else None
 
 
-def extra_work(analysis: Analysis, rank: int,
-               part: list[tuple[int, int]] | None = None) -> tuple[float, float] | None:
+def extra_work(analysis: Analysis, rank: int, view: list[Seen] | None = None) -> tuple[float, float] | None:
     """(median extra busy time of ``rank`` before its collectives over the peers' median, median of
     how late it arrives vs the others' median arrival), in ns; the first instance left out when there
     are 3 or more (as ``work_ratio``). None when unknown."""
-    extra: list[float] = []
-    late: list[float] = []
-    instances = analysis.instances
-    for idx, p in _skip_first(_taking_part(analysis, rank) if part is None else part):
-        i = instances[idx]
-        extra.append(i.busy_before[p] - _others_median(i.busy_before, p))
-        late.append(i.times[p] - _sorted_median_without(i.times, p))
-    if not extra:
+    seen = _skip_first(rank_view(analysis, rank) if view is None else view)
+    if not seen:
         return None
-    return _median(extra), _median(late)
+    return _median([x.busy - x.peers_busy for x in seen]), _median([x.arrival - x.peers_arrival for x in seen])
 
 
 def _median(values: list[float] | list[int]) -> float:
@@ -156,20 +160,17 @@ def _median(values: list[float] | list[int]) -> float:
     return float(values[mid]) if n % 2 else (values[mid - 1] + values[mid]) / 2
 
 
-def lateness(analysis: Analysis, rank: int, part: list[tuple[int, int]] | None = None) -> float | None:
+def lateness(analysis: Analysis, rank: int, view: list[Seen] | None = None) -> float | None:
     """How late ``rank`` typically is: the median over instances of its arrival minus the median
     arrival of the other participants, as a share of its median window between collectives (the
     time it had to get there). Robust to a few instances where the machine stalled one rank."""
-    late: list[float] = []
-    windows: list[int] = []
-    instances = analysis.instances
-    for idx, p in _taking_part(analysis, rank) if part is None else part:
-        i = instances[idx]
-        late.append(i.times[p] - _sorted_median_without(i.times, p))
-        windows.append(i.window[p])
-    if not late or not windows or _median(windows) <= 0:
+    seen = rank_view(analysis, rank) if view is None else view
+    if not seen:
         return None
-    return _median(late) / _median(windows)
+    window = _median([x.window for x in seen])
+    if window <= 0:
+        return None
+    return _median([x.arrival - x.peers_arrival for x in seen]) / window
 
 
 def decide(analysis: Analysis, identities: Mapping[int, RankIdentity]) -> Verdict:
@@ -190,10 +191,10 @@ def decide(analysis: Analysis, identities: Mapping[int, RankIdentity]) -> Verdic
     wait_share = c.wait_caused_ns / total_wait
     others_time = sum(r.span_ns for r in ranks.values() if r.rank != c.rank)
     time_share = c.wait_caused_ns / others_time if others_time else None
-    part = _taking_part(analysis, c.rank)
-    ratio = work_ratio(analysis, c.rank, part)
+    view = rank_view(analysis, c.rank)
+    ratio = work_ratio(analysis, c.rank, view)
     base = Verdict(None, "", "timeline", last=c.last, instances=n, p_value=p, wait_share=wait_share,
-                   time_share=time_share, work_ratio=ratio, lateness=lateness(analysis, c.rank, part))
+                   time_share=time_share, work_ratio=ratio, lateness=lateness(analysis, c.rank, view))
     counts = sorted((r.last for r in ranks.values() if r.last), reverse=True)
     spread = (f"last arrivals spread over {len(counts)} rank(s), {counts[-1]}-{counts[0]} of {n} each"
               if counts else "")
@@ -213,7 +214,7 @@ def decide(analysis: Analysis, identities: Mapping[int, RankIdentity]) -> Verdic
                        "others' time)")
     plurality = len(counts) >= 1 and c.last == counts[0] and (len(counts) == 1 or counts[1] < c.last)
     compute = ratio is not None and ratio >= COMPUTE_RATIO
-    explained = extra_work(analysis, c.rank, part)
+    explained = extra_work(analysis, c.rank, view)
     explains = explained is not None and explained[1] > 0 and explained[0] >= EXPLAINED * explained[1]
     if not (p <= ALPHA or (plurality and compute)):
         return replace(base, line=f"no clear straggler: {spread}; rank {c.rank} entered last at {c.last} of {n} and "
