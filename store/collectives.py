@@ -631,12 +631,12 @@ TIE_NS = 1_000
 
 class InstanceResult(NamedTuple):
     """One matched instance on the common clock (a NamedTuple, for the same reason as Instance):
-    its participants as columns, in arrival order."""
+    its participants as columns, in rank order (``arrivals``: in arrival order)."""
 
     group: str
     name: str
     seq: int
-    #: the participating ranks (on a known clock), earliest arrival first (rank order among equals)
+    #: the participating ranks on a known clock, in rank order
     ranks: tuple[int, ...]
     #: their arrivals, ns on the common clock, in the same order
     times: tuple[int, ...]
@@ -652,17 +652,22 @@ class InstanceResult(NamedTuple):
     #: busy_before_ns and window_ns), in the same order, for the cause
     busy_before: tuple[int, ...]
     window: tuple[int, ...]
+    #: the latest arrival (``latest_ns - skew_ns``: the first)
+    latest_ns: int
+
+    @property
+    def first_ns(self) -> int:
+        return self.latest_ns - self.skew_ns
 
     @property
     def arrivals(self) -> tuple[tuple[int, int], ...]:
-        """(rank, arrival ns on the common clock), earliest first."""
-        return tuple(zip(self.ranks, self.times))
+        """(rank, arrival ns on the common clock), earliest first (rank order among equal arrivals)."""
+        return tuple((r, t) for t, r in sorted(zip(self.times, self.ranks)))
 
     @property
     def waits(self) -> dict[int, int]:
         """rank -> time it waited for the latest arrival."""
-        latest = self.times[-1]
-        return {r: latest - t for r, t in zip(self.ranks, self.times)}
+        return {r: self.latest_ns - t for r, t in zip(self.ranks, self.times)}
 
 
 @dataclass(frozen=True)
@@ -785,6 +790,8 @@ def analyze_matched(
     # per distinct participant tuple (instances usually share one): all on a known clock?, their offsets
     # and the largest clock error among them
     per_ranks: dict[tuple[int, ...], tuple[bool, tuple[int, ...], int]] = {}
+    # per participant tuple: instances, the sum of their latest arrivals, each participant's sum of arrivals
+    sums: dict[tuple[int, ...], tuple[int, int, list[int]]] = {}
     for inst in matching.instances:
         rk, starts, ends, busy, window = inst.ranks, inst.starts, inst.ends, inst.busy_before, inst.window
         how = per_ranks.get(rk)
@@ -805,31 +812,36 @@ def analyze_matched(
             arrive: Sequence[int] = starts
             leave: Sequence[int] = ends
         else:
-            arrive = list(map(operator.sub, starts, offsets))
-            leave = list(map(operator.sub, ends, offsets))
+            arrive = tuple(map(operator.sub, starts, offsets))
+            leave = tuple(map(operator.sub, ends, offsets))
         spreads.append(max(leave) - min(leave))
-        # arrival order (rank order among equal arrivals), the rank's columns alongside
-        times, ranks, bb, ww = zip(*sorted(zip(arrive, rk, busy, window)))
-        latest = times[-1]
+        order = sorted(arrive)
+        latest = order[-1]
         tie_ns = TIE_NS if not several or 2 * err < TIE_NS else 2 * err
-        if latest - times[-2] > tie_ns:
-            last_rank: int | None = ranks[-1]
+        if latest - order[-2] > tie_ns:
+            last_rank: int | None = rk[arrive.index(latest)]
             tops: tuple[int, ...] = ()
         else:
             last_rank = None
-            tops = tuple(sorted(r for a, r in zip(times, ranks) if latest - a <= tie_ns))
-        total_wait = latest * len(times) - sum(times)
-        results.append(InstanceResult(inst.group, inst.name, inst.seq, ranks, times, latest - times[0], last_rank,
-                                      tops, inst.bytes, total_wait, bb, ww))
-        for r, a in zip(ranks, times):
-            suffered[r] += latest - a
-            seen[r] += 1
+            tops = tuple(sorted(r for r, a in zip(rk, arrive) if latest - a <= tie_ns))
+        total = sum(arrive)
+        total_wait = latest * len(arrive) - total
+        results.append(InstanceResult(inst.group, inst.name, inst.seq, rk, tuple(arrive), latest - order[0], last_rank,
+                                      tops, inst.bytes, total_wait, busy, window, latest))
+        # wait suffered, summed per participant tuple: sum of latest arrivals minus the rank's own arrivals
+        acc = sums.get(rk)
+        sums[rk] = (1, latest, list(arrive)) if acc is None else (
+            acc[0] + 1, acc[1] + latest, list(map(operator.add, acc[2], arrive)))
         if last_rank is not None:
             last[last_rank] += 1
             caused[last_rank] += total_wait
         else:
             for r in tops:
                 tied[r] += 1
+    for rk, (count, latest_sum, arrived) in sums.items():
+        for r, a in zip(rk, arrived):
+            suffered[r] += latest_sum - a
+            seen[r] += count
     if dropped:
         notes.append(f"{dropped} instance(s) had fewer than two ranks on a known clock and were left out")
     ranks_out = {
@@ -894,7 +906,7 @@ def _steps(timelines: Sequence[RankTimeline], results: Sequence[InstanceResult],
     caused: dict[tuple[int, int], int] = {}
     suffered: dict[tuple[int, int], int] = {}
     for res in results:
-        latest = res.times[-1]
+        latest = res.latest_ns
         for r, a in zip(res.ranks, res.times):
             n = step_of(r, a)
             if n is None:

@@ -11,10 +11,11 @@ are also written to ``host_clock`` after every ingest or transfer into the run, 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from itertools import islice
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import Connection, delete, insert, select
@@ -139,6 +140,7 @@ def match_stored(conn: Connection, run_id: int, rank_ids: Mapping[int, int], fam
     found: list[collectives.Instance] = []
     rids_before: tuple[int, ...] = ()
     rk: tuple[int, ...] = ()
+    in_order: Callable[[tuple[int, ...]], tuple[int, ...]] | None = None
     with _raw_cursor(conn) as cur, _raw_cursor(conn) as sizes_cur:
         # the calls first: on SQLite the sizes below are then read while this statement is active, in
         # its read transaction (one snapshot); the seq of every row is checked against them anyway
@@ -155,8 +157,15 @@ def match_stored(conn: Connection, run_id: int, rank_ids: Mapping[int, int], fam
             if seqs.count(seq) != n:
                 raise QueryError("the collective calls of this run changed while they were read (an ingest into "
                                  "it?): ask again when it is done")
-            if rids != rids_before:
+            if rids != rids_before:  # instances usually share one participant tuple: looked up once
                 rids_before, rk = rids, tuple(map(glob, rids))
+                # the columns in rank order (the rows of an instance come in the table's order)
+                perm = sorted(range(n), key=rk.__getitem__)
+                in_order = None if perm == list(range(n)) or n < 2 else itemgetter(*perm)
+                if in_order is not None:
+                    rk = in_order(rk)
+            if in_order is not None:
+                starts, ends, busy, window = in_order(starts), in_order(ends), in_order(busy), in_order(window)
             key = (group, name)
             tuples = made.get(key)
             if tuples is None:
@@ -367,8 +376,8 @@ def window_notes(a: Analysis, scope: RunScope) -> list[str]:
     if not a.instances:
         return []
     ranks = sorted(set().union(*(i.ranks for i in a.instances)))
-    start = min(i.times[0] for i in a.instances)  # each instance's arrivals are in time order
-    end = max(i.times[-1] for i in a.instances)
+    start = min(i.first_ns for i in a.instances)
+    end = max(i.latest_ns for i in a.instances)
     notes = [
         f"window: {len(a.instances)} matched collective instances ({a.family} calls) over {fmt_ns(end - start)} "
         f"of the common clock, ranks {_ranks(ranks)} of {len(scope.ranks)}; busy/idle/exposed: each rank's whole "

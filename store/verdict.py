@@ -38,6 +38,7 @@ wait, the share of the others' time spent waiting on it."""
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple
@@ -120,8 +121,11 @@ def rank_view(analysis: Analysis, rank: int) -> list[Seen]:
     for i in analysis.instances:
         if rank in i.ranks:
             p = i.ranks.index(rank)
-            out.append(Seen(i.busy_before[p], _others_median(i.busy_before, p), i.times[p],
-                            _sorted_median_without(i.times, p), i.window[p]))
+            arrived = sorted(i.times)
+            mine = i.times[p]
+            # without one arrival equal to the rank's (which one does not change the median)
+            out.append(Seen(i.busy_before[p], _others_median(i.busy_before, p), mine,
+                            _sorted_median_without(arrived, bisect.bisect_left(arrived, mine)), i.window[p]))
     return out
 
 
