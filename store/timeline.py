@@ -123,6 +123,13 @@ def calls_by_family(conn: Connection, run_id: int, rank_ids: Mapping[int, int]) 
     return out
 
 
+def _picker(positions: Sequence[int]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+    """A function taking these positions of a tuple, as a tuple (itemgetter, in C, for two or more)."""
+    if len(positions) >= 2:
+        return itemgetter(*positions)
+    return lambda t: tuple(t[j] for j in positions)
+
+
 def match_stored(conn: Connection, run_id: int, rank_ids: Mapping[int, int], family: str,
                  ranks: Sequence[int], used: Sequence[int]) -> collectives.Matching:
     """``collectives.match_instances`` on the stored calls of one family, done by the database's
@@ -134,13 +141,12 @@ def match_stored(conn: Connection, run_id: int, rank_ids: Mapping[int, int], fam
     m = _mark(conn)
     where = f"FROM collective_call WHERE run_id = {m} AND family = {m}"
     order = "ORDER BY run_id, family, collective, group_name, seq"  # the index's order: no sort
-    glob = rank_ids.__getitem__
     # per (group, collective): how many instances each participant tuple made (instances usually share one)
     made: dict[tuple[str, str], dict[tuple[int, ...], int]] = {}
     found: list[collectives.Instance] = []
     rids_before: tuple[int, ...] = ()
     rk: tuple[int, ...] = ()
-    in_order: Callable[[tuple[int, ...]], tuple[int, ...]] | None = None
+    in_order: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None = None
     with _raw_cursor(conn) as cur, _raw_cursor(conn) as sizes_cur:
         # the calls first: on SQLite the sizes below are then read while this statement is active, in
         # its read transaction (one snapshot); the seq of every row is checked against them anyway
@@ -158,26 +164,31 @@ def match_stored(conn: Connection, run_id: int, rank_ids: Mapping[int, int], fam
                 raise QueryError("the collective calls of this run changed while they were read (an ingest into "
                                  "it?): ask again when it is done")
             if rids != rids_before:  # instances usually share one participant tuple: looked up once
-                rids_before, rk = rids, tuple(map(glob, rids))
-                # the columns in rank order (the rows of an instance come in the table's order)
-                perm = sorted(range(n), key=rk.__getitem__)
-                in_order = None if perm == list(range(n)) or n < 2 else itemgetter(*perm)
-                if in_order is not None:
-                    rk = in_order(rk)
+                rids_before = rids
+                # the columns in rank order (the rows of an instance come in the table's order), without
+                # ranks outside ``rank_ids`` (on PostgreSQL, ranks another node committed since the scope
+                # was read)
+                perm = sorted((j for j, rid in enumerate(rids) if rid in rank_ids), key=lambda j: rank_ids[rids[j]])
+                rk = tuple(rank_ids[rids[j]] for j in perm)
+                in_order = None if perm == list(range(n)) else _picker(perm)
             if in_order is not None:
-                starts, ends, busy, window = in_order(starts), in_order(ends), in_order(busy), in_order(window)
+                starts, ends, busy, window, nbytes = (in_order(starts), in_order(ends), in_order(busy),
+                                                      in_order(window), in_order(nbytes))
             key = (group, name)
             tuples = made.get(key)
             if tuples is None:
                 tuples = made[key] = {}
             tuples[rk] = tuples.get(rk, 0) + 1
-            if n < 2:
+            if len(rk) < 2:
                 continue
-            if nbytes.count(None) == n:
+            if nbytes.count(None) == len(nbytes):
                 size = None
             else:
                 size = max(b for b in nbytes if b is not None)
             found.append(collectives.Instance(group, name, seq, rk, starts, ends, busy, window, size))
+        if next(rows, None) is not None:
+            raise QueryError("the collective calls of this run changed while they were read (an ingest into "
+                             "it?): ask again when it is done")
     counts: dict[tuple[str, str], Counter[int]] = {}
     for key, tuples in made.items():
         c = counts[key] = Counter()
