@@ -47,8 +47,10 @@ SLOW_FACTOR = 1.6
 LATE_NS = 250_000
 DISPATCHES_1X = 1_000_000
 META = "generated.meta"
-#: bumped whenever the output for the same parameters changes (cached inputs are then rebuilt)
+#: bumped whenever the output for the same parameters changes (cached inputs are then rebuilt): the CSV
+#: run's (3: blocking collectives, a late rank) and the Kineto traces'
 VERSION = 3
+KINETO_VERSION = 2
 
 # Real rocprofv3 2025 headers (shared/samples/rocprofv3_csv/rocm-systems_2025-08), byte for byte.
 KERNEL_TRACE_HEADER = (
@@ -621,7 +623,7 @@ def generate_kineto(out: Path, *, ranks: int = 8, size_mb: float = 300.0, names:
     seq = step_sequence(kernels, 2 * names, rng)
     slow_k = slow_kernel(kernels, seq)
     slow_r = (ranks * 2) // 3 if ranks > 1 else 0
-    gen = Generated("kineto", dict(ranks=ranks, size_mb=size_mb, names=names, gzip=gz, seed=seed, version=VERSION), slow_r, kernels[slow_k].name)
+    gen = Generated("kineto", dict(ranks=ranks, size_mb=size_mb, names=names, gzip=gz, seed=seed, version=KINETO_VERSION), slow_r, kernels[slow_k].name)
     gen.rows = {"x_events": 0, "kernels": 0}
     out.mkdir(parents=True, exist_ok=True)
     target = int(size_mb * 1e6 / ranks)

@@ -348,7 +348,7 @@ def bench_kineto(b: Bench) -> None:
     a, base, profdb, rows, results, s, log = b.a, b.base, b.profdb, b.rows, b.results, b.sizes, b.log
     kdir = base / "kineto"
     ensure(kdir, dict(ranks=s.kineto_ranks, size_mb=s.kineto_mb, names=320, gzip=False, seed=generate.SEED,
-                      version=generate.VERSION),
+                      version=generate.KINETO_VERSION),
            lambda: generate.generate_kineto(kdir, ranks=s.kineto_ranks, size_mb=s.kineto_mb), log)
     kfiles = sorted(kdir.glob("rank-*.json"))
     warm(kfiles)
