@@ -30,9 +30,11 @@ import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 LAYERS = 3
-#: matmuls per block for an ordinary rank; a compute straggler does 3x this many
-MATMULS = 4
-#: matrix size: one block of MATMULS matmuls takes a few ms on one core, far above scheduling jitter
+#: matmuls per block for an ordinary rank; a compute straggler does 3x this many. One block takes ~10 ms
+#: on one core (1.3 ms with 4 matmuls was too close to a loaded machine's wake-up latency after each
+#: all_reduce, a few ms: the planted rank's 2.6 ms extra then made it only 5% late, and not named)
+MATMULS = 32
+#: matrix size
 SIZE = 256
 #: the least a late rank sleeps before each block (else: as long as its previous block's compute)
 LATE_S = 0.004
