@@ -13,7 +13,11 @@ Two formats, both streamed to disk (nothing is built whole in memory):
 
 Every run is a function of its parameters and the seed: the same command writes the same bytes.
 One rank is planted slow in one compute kernel (its time there is ``SLOW_FACTOR`` times the
-others'); the other ranks wait for it in their collectives, as on a real job.
+others'); the other ranks wait for it in their collectives, as on a real job. In the CSV run the
+collectives block across ranks (all participants leave together, on the job's common clock, when
+the last has arrived) and the planted rank also reaches each of them ``LATE_NS`` late, so profdb's
+collective timeline can name it; the Kineto traces only lengthen the others' collective kernels
+(their clocks are not aligned across ranks).
 
     python benchmarks/generate.py csv OUT [--scale 1] [--ranks 32] [--hosts 4] [--counters 3]
     python benchmarks/generate.py kineto OUT [--ranks 8] [--size-mb 300] [--gzip]
@@ -38,10 +42,15 @@ from typing import IO, Any
 
 SEED = 20250806
 SLOW_FACTOR = 1.6
+#: the CSV run's planted rank also reaches every collective this much later than its own work allows
+#: (host side: data loading, host code; about 30% of its typical 0.9 ms between collectives)
+LATE_NS = 250_000
 DISPATCHES_1X = 1_000_000
 META = "generated.meta"
-#: bumped whenever the output for the same parameters changes (cached inputs are then rebuilt)
-VERSION = 2
+#: bumped whenever the output for the same parameters changes (cached inputs are then rebuilt): the CSV
+#: run's (3: blocking collectives, a late rank) and the Kineto traces'
+VERSION = 3
+KINETO_VERSION = 2
 
 # Real rocprofv3 2025 headers (shared/samples/rocprofv3_csv/rocm-systems_2025-08), byte for byte.
 KERNEL_TRACE_HEADER = (
@@ -271,6 +280,48 @@ def _hosts_layout(ranks: int, hosts: int, rng: random.Random) -> list[tuple[str,
     return [(f"mi300x-n{r // per_host:03d}", r % per_host, rng.randrange(100_000, 4_000_000)) for r in range(ranks)]
 
 
+class _CsvRank:
+    """One rank's files and clock while ``generate_csv`` writes all ranks in lock-step."""
+
+    def __init__(self, out: Path, r: int, host: str, local: int, pid: int, host_clock: int, kernels: list[Kernel],
+                 counters: int, seed: int) -> None:
+        self.rng = random.Random(seed * 1000 + r)
+        folder = out / f"rank{r:04d}" / host
+        folder.mkdir(parents=True, exist_ok=True)
+        agent = 2 + local  # rocprofv3 numbers CPU agents first
+        tid = pid + self.rng.randrange(1, 64)
+        self.cc_head = [f',"Agent {agent}",1,{pid},{tid},{k.grid[0] * k.grid[1] * k.grid[2]},{k.kernel_id},'
+                        f"{_q(k.name)},{k.wg[0] * k.wg[1] * k.wg[2]},{k.lds},{k.scratch},{k.vgpr},{k.accum_vgpr},"
+                        f"{k.sgpr}," for k in kernels]
+        self.kt_path = folder / f"{pid}_kernel_trace.csv"
+        self.cc_path = folder / f"{pid}_counter_collection.csv"
+        self.kt_prefix = f'"KERNEL_DISPATCH","Agent {agent}",1,1,{tid},'
+        self.kt = open(self.kt_path, "w", encoding="utf-8", newline="")
+        self.cc = open(self.cc_path, "w", encoding="utf-8", newline="") if counters else None
+        self.kt.write(KERNEL_TRACE_HEADER)
+        if self.cc is not None:
+            self.cc.write(COUNTER_COLLECTION_HEADER)
+        #: this host's clock minus the job's common clock (rocprofv3 writes each node's own clock)
+        self.clock = host_clock
+        #: now, on the common clock: ranks start their profiles up to 5 ms apart
+        self.t = self.rng.randrange(0, 5_000_000)
+        self.kbuf: list[str] = []
+        self.cbuf: list[str] = []
+
+    def flush(self) -> None:
+        self.kt.write("".join(self.kbuf))
+        self.kbuf.clear()
+        if self.cc is not None and self.cbuf:
+            self.cc.write("".join(self.cbuf))
+            self.cbuf.clear()
+
+    def close(self) -> None:
+        self.flush()
+        self.kt.close()
+        if self.cc is not None:
+            self.cc.close()
+
+
 def generate_csv(
     out: Path,
     *,
@@ -285,7 +336,16 @@ def generate_csv(
     short: bool = False,
 ) -> Generated:
     """Write a rocprofv3 CSV run of ``dispatches * scale`` kernel dispatches over ``ranks`` ranks;
-    ``short``: short kernel names (~180 bytes per kernel_trace row instead of ~540)."""
+    ``short``: short kernel names (~180 bytes per kernel_trace row instead of ~540).
+
+    The ranks run as a real data-parallel job does: they dispatch the same kernel sequence, each at
+    its own pace (a 0.8-12 us launch gap before every kernel, durations within a few percent), and
+    every collective blocks: each rank arrives when its own work before it is done, and all of them
+    leave together (within 2 us), when the last one has arrived and the transfer is over. The ranks
+    are written in lock-step, collective by collective, so each can be given the common end. The
+    planted rank is slower in the planted kernel and reaches every collective ``LATE_NS`` late (host
+    side), so it arrives last and the others wait for it. Each host writes its own clock (a different
+    base, days apart)."""
     total = int(dispatches * scale)
     per_rank = max(1, total // ranks)
     rng = random.Random(seed)
@@ -304,62 +364,54 @@ def generate_csv(
     kt_tail = [f",{k.lds},{k.scratch},{k.vgpr},{k.accum_vgpr},{k.sgpr},{k.wg[0]},{k.wg[1]},{k.wg[2]},"
                f"{k.grid[0]},{k.grid[1]},{k.grid[2]}\n" for k in kernels]
     host_base = {h: rng.randrange(1_200_000_000_000_000, 3_400_000_000_000_000) for h, _, _ in layout}
-    for r, (host, local, pid) in enumerate(layout):
-        rrng = random.Random(seed * 1000 + r)
-        folder = out / f"rank{r:04d}" / host
-        folder.mkdir(parents=True, exist_ok=True)
-        agent = 2 + local  # rocprofv3 numbers CPU agents first
-        tid = pid + rrng.randrange(1, 64)
-        cc_head = [f',"Agent {agent}",1,{pid},{tid},{k.grid[0] * k.grid[1] * k.grid[2]},{k.kernel_id},{_q(k.name)},'
-                   f"{k.wg[0] * k.wg[1] * k.wg[2]},{k.lds},{k.scratch},{k.vgpr},{k.accum_vgpr},{k.sgpr}," for k in kernels]
-        kt_path = folder / f"{pid}_kernel_trace.csv"
-        cc_path = folder / f"{pid}_counter_collection.csv"
-        kt_prefix = f'"KERNEL_DISPATCH","Agent {agent}",1,1,{tid},'
-        with open(kt_path, "w", encoding="utf-8", newline="") as kt, (
-            open(cc_path, "w", encoding="utf-8", newline="") if counters else open(os.devnull, "w")
-        ) as cc:
-            kt.write(KERNEL_TRACE_HEADER)
-            if counters:
-                cc.write(COUNTER_COLLECTION_HEADER)
-            t = host_base[host] + rrng.randrange(0, 5_000_000_000)
-            kbuf: list[str] = []
-            cbuf: list[str] = []
-            gauss = rrng.gauss
-            for d in range(1, per_rank + 1):
-                i = seq[(d - 1) % len(seq)]
-                k = kernels[i]
-                dur = k.base_ns * (1.0 + 0.04 * gauss(0.0, 1.0))
-                if i == slow_k and r == slow_r:
-                    dur *= SLOW_FACTOR
-                elif k.comm and r != slow_r:
-                    dur *= 1.0 + 0.5 * (SLOW_FACTOR - 1.0)  # waiting for the straggler
-                dur = max(1000, int(dur))
-                t += rrng.randrange(800, 12_000)
-                start, end = t, t + dur
-                t = end
-                kbuf.append(f"{kt_prefix}{d},{kt_name[i]}{d},{start},{end}{kt_tail[i]}")
+    # the transfer time of each collective (from its last arrival to the common end): one job-wide draw
+    transfer_rng = random.Random(seed * 1000 - 1)
+    states = [_CsvRank(out, r, host, local, pid, host_base[host], kernels, counters, seed)
+              for r, (host, local, pid) in enumerate(layout)]
+    try:
+        for d in range(1, per_rank + 1):
+            i = seq[(d - 1) % len(seq)]
+            k = kernels[i]
+            if k.comm:
+                for r, s in enumerate(states):
+                    s.t += s.rng.randrange(800, 12_000) + (LATE_NS if r == slow_r else 0)  # the rank arrives
+                last = max(s.t for s in states)
+                common_end = last + max(1000, int(k.base_ns * (1.0 + 0.04 * transfer_rng.gauss(0.0, 1.0))))
+            for r, s in enumerate(states):
+                if k.comm:
+                    start = s.t
+                    end = common_end + s.rng.randrange(0, 2000)  # all leave together, within 2 us
+                else:
+                    dur = k.base_ns * (1.0 + 0.04 * s.rng.gauss(0.0, 1.0))
+                    if i == slow_k and r == slow_r:
+                        dur *= SLOW_FACTOR
+                    s.t += s.rng.randrange(800, 12_000)
+                    start, end = s.t, s.t + max(1000, int(dur))
+                s.t = end
+                dur_ns = end - start
+                start += s.clock
+                end += s.clock
+                s.kbuf.append(f"{s.kt_prefix}{d},{kt_name[i]}{d},{start},{end}{kt_tail[i]}")
                 if counters:
                     waves = max(1, k.grid[0] * k.grid[1] // 64)
-                    values = (float(waves), dur * 2.1, waves * dur / 97.0, waves * dur / 611.0, dur / 13.0, dur * 0.37)
-                    head = f"{d},{d}{cc_head[i]}"
+                    values = (float(waves), dur_ns * 2.1, waves * dur_ns / 97.0, waves * dur_ns / 611.0,
+                              dur_ns / 13.0, dur_ns * 0.37)
+                    head = f"{d},{d}{s.cc_head[i]}"
                     for c in range(counters):
-                        cbuf.append(f'{head}"{COUNTERS[c]}",{values[c]:.6f},{start},{end}\n')
-                if len(kbuf) >= 4096:
-                    kt.write("".join(kbuf))
-                    kbuf.clear()
-                    if cbuf:
-                        cc.write("".join(cbuf))
-                        cbuf.clear()
-            kt.write("".join(kbuf))
-            if cbuf:
-                cc.write("".join(cbuf))
+                        s.cbuf.append(f'{head}"{COUNTERS[c]}",{values[c]:.6f},{start},{end}\n')
+                if len(s.kbuf) >= 512:
+                    s.flush()
+    finally:
+        for s in states:
+            s.close()
+    for s in states:
         gen.rows["kernel_trace"] += per_rank
-        gen.files.append(str(kt_path.relative_to(out)))
-        gen.bytes += kt_path.stat().st_size
+        gen.files.append(str(s.kt_path.relative_to(out)))
+        gen.bytes += s.kt_path.stat().st_size
         if counters:
             gen.rows["counter_collection"] += per_rank * counters
-            gen.files.append(str(cc_path.relative_to(out)))
-            gen.bytes += cc_path.stat().st_size
+            gen.files.append(str(s.cc_path.relative_to(out)))
+            gen.bytes += s.cc_path.stat().st_size
     (out / META).write_text(json.dumps(asdict(gen), indent=1) + "\n")
     return gen
 
@@ -571,7 +623,7 @@ def generate_kineto(out: Path, *, ranks: int = 8, size_mb: float = 300.0, names:
     seq = step_sequence(kernels, 2 * names, rng)
     slow_k = slow_kernel(kernels, seq)
     slow_r = (ranks * 2) // 3 if ranks > 1 else 0
-    gen = Generated("kineto", dict(ranks=ranks, size_mb=size_mb, names=names, gzip=gz, seed=seed, version=VERSION), slow_r, kernels[slow_k].name)
+    gen = Generated("kineto", dict(ranks=ranks, size_mb=size_mb, names=names, gzip=gz, seed=seed, version=KINETO_VERSION), slow_r, kernels[slow_k].name)
     gen.rows = {"x_events": 0, "kernels": 0}
     out.mkdir(parents=True, exist_ok=True)
     target = int(size_mb * 1e6 / ranks)

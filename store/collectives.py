@@ -33,6 +33,7 @@ from __future__ import annotations
 import bisect
 import functools
 import json
+import operator
 import re
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -377,24 +378,35 @@ class TimelineBuilder:
 
 
 class Instance(NamedTuple):
-    """The k-th call of one collective in one group, matched across the ranks that made it (a
-    NamedTuple: a run can have hundreds of thousands)."""
+    """The k-th call of one collective in one group, matched across the ranks that made it. Stored
+    as columns, one entry per participating rank in rank order (a run can have hundreds of thousands
+    of instances and millions of calls: no object per call)."""
 
     group: str
     name: str
     seq: int
-    #: one call per participating rank, in rank order
-    calls: tuple[CollectiveCall, ...]
+    ranks: tuple[int, ...]
+    starts: tuple[int, ...]
+    ends: tuple[int, ...]
+    #: each rank's ``CollectiveCall.busy_before_ns`` and ``window_ns``
+    busy_before: tuple[int, ...]
+    window: tuple[int, ...]
+    #: the largest message size any rank recorded, None when none did
+    bytes: int | None
 
-    @property
-    def bytes(self) -> int | None:
-        sizes = [c.bytes for c in self.calls if c.bytes is not None]
-        return max(sizes) if sizes else None
+
+def instance_of(group: str, name: str, seq: int, calls: Sequence[CollectiveCall]) -> Instance:
+    """An Instance from one call per rank (in rank order)."""
+    sizes = [c.bytes for c in calls if c.bytes is not None]
+    return Instance(group, name, seq, tuple(c.rank for c in calls), tuple(c.start_ns for c in calls),
+                    tuple(c.end_ns for c in calls), tuple(c.busy_before_ns for c in calls),
+                    tuple(c.window_ns for c in calls), max(sizes) if sizes else None)
 
 
 @dataclass(frozen=True)
 class Matching:
     family: str
+    #: in time order (earliest first call first)
     instances: tuple[Instance, ...]
     #: ranks whose calls were used
     ranks: tuple[int, ...]
@@ -404,41 +416,67 @@ class Matching:
 def choose_family(timelines: Sequence[RankTimeline]) -> tuple[str, tuple[int, ...]]:
     """The best call family (FAMILIES order) that every rank has; else the one most ranks have
     ("" when fewer than two ranks have any calls)."""
+    return choose_family_of({f: tuple(t.rank for t in timelines if t.calls.get(f)) for f in FAMILIES},
+                            len(timelines))
+
+
+def choose_family_of(having: Mapping[str, Sequence[int]], n_ranks: int) -> tuple[str, tuple[int, ...]]:
+    """``choose_family`` from the ranks having calls of each family, out of ``n_ranks``."""
     best = ("", ())  # type: tuple[str, tuple[int, ...]]
     for family in FAMILIES:
-        ranks = tuple(t.rank for t in timelines if t.calls.get(family))
-        if len(ranks) == len(timelines) and len(ranks) >= 2:
+        ranks = tuple(having.get(family, ()))
+        if len(ranks) == n_ranks and len(ranks) >= 2:
             return family, ranks
         if len(ranks) >= 2 and len(ranks) > len(best[1]):
             best = (family, ranks)
     return best
 
 
+def no_family_notes(ranks: Sequence[int], with_calls: Sequence[int]) -> tuple[str, ...]:
+    """Why nothing could be matched: ``ranks`` all ranks, ``with_calls`` those with any calls."""
+    if len(ranks) < 2:
+        return ("a single rank: no cross-rank comparison is possible",)
+    if not with_calls:
+        return ("no collective calls on any rank (no NCCL/RCCL/gloo kernels, annotations, API calls or c10d ops)",)
+    return (f"collective calls on rank {min(with_calls)} only: nothing to match them with",)
+
+
+def matching_notes(family: str, ranks: Sequence[int], used: Sequence[int],
+                   counts: Mapping[tuple[str, str], Mapping[int, int]]) -> list[str]:
+    """What could not be matched: ranks without calls of ``family`` (``used``: those with), and per
+    (group, collective) the ranks that made fewer calls than others or were alone in making them
+    (``counts``: rank -> calls)."""
+    notes = []
+    missing = [r for r in ranks if r not in set(used)]
+    if missing:
+        notes.append(f"no {family} collective calls on rank(s) {_ranges(missing)}: left out of the collective timeline")
+    for (group, name), per_rank in sorted(counts.items()):
+        label = f"{name}" + (f" (group {group})" if group else "")
+        if len(per_rank) < 2:
+            ((only, n),) = per_rank.items()
+            notes.append(f"{label}: called on rank {only} only ({n} calls), not matched")
+            continue
+        if len(set(per_rank.values())) > 1:
+            lo, hi = min(per_rank.values()), max(per_rank.values())
+            notes.append(
+                f"{label}: ranks made {lo}-{hi} calls ("
+                + ", ".join(f"rank {r}: {n}" for r, n in sorted(per_rank.items()))
+                + f"); matched in call order, the first {lo} on all of them, later calls on the ranks that have them"
+            )
+    return notes
+
+
 def match_instances(timelines: Sequence[RankTimeline], family: str | None = None) -> Matching:
     """Match the k-th call of each (group, collective) across ranks. Ranks with fewer calls of a
     collective than others (a truncated profile, different profiling windows) take part in the
     instances they have; what could not be matched is said in ``notes``."""
-    notes: list[str] = []
     if family is None:
         family, ranks = choose_family(timelines)
     else:
         ranks = tuple(t.rank for t in timelines if t.calls.get(family))
     if not family:
-        with_calls = [t.rank for t in timelines if any(t.calls.values())]
-        if len(timelines) < 2:
-            notes.append("a single rank: no cross-rank comparison is possible")
-        elif not with_calls:
-            notes.append(
-                "no collective calls on any rank (no NCCL/RCCL/gloo kernels, annotations, API calls or c10d ops)"
-            )
-        else:
-            notes.append(f"collective calls on rank {with_calls[0]} only: nothing to match them with")
-        return Matching("", (), (), tuple(notes))
-    missing = [t.rank for t in timelines if t.rank not in ranks]
-    if missing:
-        notes.append(
-            f"no {family} collective calls on rank(s) {_ranges(missing)}: left out of the collective timeline"
-        )
+        return Matching("", (), (), no_family_notes([t.rank for t in timelines],
+                                                    [t.rank for t in timelines if any(t.calls.values())]))
     by_key: dict[tuple[str, str], dict[int, list[CollectiveCall]]] = {}
     for t in timelines:
         mine: dict[tuple[str, str], list[CollectiveCall]] = {}
@@ -450,28 +488,24 @@ def match_instances(timelines: Sequence[RankTimeline], family: str | None = None
             lst.append(c)
         for key, lst in mine.items():
             by_key.setdefault(key, {})[t.rank] = lst
-    instances: list[tuple[int, Instance]] = []
+    notes = matching_notes(family, [t.rank for t in timelines], ranks,
+                           {k: {r: len(v) for r, v in per_rank.items()} for k, per_rank in by_key.items()})
+    instances: list[Instance] = []
     for (group, name), per_rank in sorted(by_key.items()):
-        label = f"{name}" + (f" (group {group})" if group else "")
         if len(per_rank) < 2:
-            (only,) = per_rank
-            notes.append(f"{label}: called on rank {only} only ({len(per_rank[only])} calls), not matched")
             continue
-        counts = {r: len(v) for r, v in per_rank.items()}
-        if len(set(counts.values())) > 1:
-            lo, hi = min(counts.values()), max(counts.values())
-            notes.append(
-                f"{label}: ranks made {lo}-{hi} calls ("
-                + ", ".join(f"rank {r}: {n}" for r, n in sorted(counts.items()))
-                + f"); matched in call order, the first {lo} on all of them, later calls on the ranks that have them"
-            )
         lists = [v for _, v in sorted(per_rank.items())]
-        for k in range(max(counts.values())):
-            calls = tuple(v[k] for v in lists if k < len(v))
+        for k in range(max(len(v) for v in lists)):
+            calls = [v[k] for v in lists if k < len(v)]
             if len(calls) >= 2:
-                instances.append((min(c.start_ns for c in calls), Instance(group, name, k, calls)))
-    instances.sort(key=lambda x: x[0])
-    return Matching(family, tuple(i for _, i in instances), ranks, tuple(notes))
+                instances.append(instance_of(group, name, k, calls))
+    instances.sort(key=time_order)
+    return Matching(family, tuple(instances), ranks, tuple(notes))
+
+
+def time_order(i: Instance) -> tuple[int, str, str, int]:
+    """Instances in time order: by their first call (on the ranks' own clocks), then group, name, seq."""
+    return (min(i.starts), i.group, i.name, i.seq)
 
 
 def _ranges(ranks: Sequence[int]) -> str:
@@ -523,7 +557,7 @@ def estimate_offsets(instances: Sequence[Instance], hosts: Mapping[int, str]) ->
     if len(instances) > CLOCK_SAMPLES:
         step = len(instances) / CLOCK_SAMPLES
         instances = [instances[int(i * step)] for i in range(CLOCK_SAMPLES)]
-    all_hosts = sorted({hosts[r] for i in instances for r in (c.rank for c in i.calls) if r in hosts})
+    all_hosts = sorted({hosts[r] for i in instances for r in i.ranks if r in hosts})
     ranked = sorted(hosts.items())
     if not ranked:
         return Clocks("", {}, ("no rank identities: clocks not aligned",))
@@ -535,9 +569,9 @@ def estimate_offsets(instances: Sequence[Instance], hosts: Mapping[int, str]) ->
     ends: list[dict[str, int]] = []  # per instance: host -> median end, for hosts whose ranks left together
     for inst in instances:
         per_host: dict[str, list[int]] = {}
-        for c in inst.calls:
-            if c.rank in hosts:
-                per_host.setdefault(hosts[c.rank], []).append(c.end_ns)
+        for r, end in zip(inst.ranks, inst.ends):
+            if r in hosts:
+                per_host.setdefault(hosts[r], []).append(end)
         row = {h: int(statistics.median(v)) for h, v in per_host.items() if max(v) - min(v) <= BLOCKING_TOLERANCE_NS}
         if len(row) >= 2:
             ends.append(row)
@@ -596,23 +630,44 @@ TIE_NS = 1_000
 
 
 class InstanceResult(NamedTuple):
-    """One matched instance on the common clock (a NamedTuple, for the same reason as Instance)."""
+    """One matched instance on the common clock (a NamedTuple, for the same reason as Instance):
+    its participants as columns, in rank order (``arrivals``: in arrival order)."""
 
     group: str
     name: str
     seq: int
-    #: (rank, arrival ns on the common clock), earliest first
-    arrivals: tuple[tuple[int, int], ...]
+    #: the participating ranks on a known clock, in rank order
+    ranks: tuple[int, ...]
+    #: their arrivals, ns on the common clock, in the same order
+    times: tuple[int, ...]
     skew_ns: int
     #: the rank every other participant waited for; None when the latest arrivals tie
     last_rank: int | None
     #: ranks tied for last (empty when ``last_rank`` is set)
     tied: tuple[int, ...]
-    #: rank -> time it waited for the latest arrival
-    waits: Mapping[int, int]
     bytes: int | None
-    #: the sum of ``waits``: the time the other participants waited for the last arrival
-    wait_total_ns: int = 0
+    #: the time the other participants waited for the last arrival (the sum of ``waits``)
+    wait_total_ns: int
+    #: each participant's work before its call and the window it was measured in (``CollectiveCall``
+    #: busy_before_ns and window_ns), in the same order, for the cause
+    busy_before: tuple[int, ...]
+    window: tuple[int, ...]
+    #: the latest arrival (``latest_ns - skew_ns``: the first)
+    latest_ns: int
+
+    @property
+    def first_ns(self) -> int:
+        return self.latest_ns - self.skew_ns
+
+    @property
+    def arrivals(self) -> tuple[tuple[int, int], ...]:
+        """(rank, arrival ns on the common clock), earliest first (rank order among equal arrivals)."""
+        return tuple((r, t) for t, r in sorted(zip(self.times, self.ranks)))
+
+    @property
+    def waits(self) -> dict[int, int]:
+        """rank -> time it waited for the latest arrival."""
+        return {r: self.latest_ns - t for r, t in zip(self.ranks, self.times)}
 
 
 @dataclass(frozen=True)
@@ -668,8 +723,6 @@ class Analysis:
     ranks: Mapping[int, RankResult]
     steps: tuple[StepResult, ...]
     clocks: Clocks
-    #: per rank per used instance: (busy_before_ns, window_ns) in instance order, for the cause
-    windows: Mapping[int, Mapping[int, tuple[int, int]]]
     notes: tuple[str, ...] = ()
     #: median over instances of the end spread (latest minus earliest end of the participants, common
     #: clock), and of the instance's duration (its longest participant's call); None without instances
@@ -682,6 +735,16 @@ class Analysis:
     def has_timeline(self) -> bool:
         return bool(self.instances)
 
+    @functools.cached_property
+    def windows(self) -> Mapping[int, Mapping[int, tuple[int, int]]]:
+        """Per rank per instance it took part in (index into ``instances``): (busy_before_ns,
+        window_ns). Built on first use (the verdict reads the instances' columns directly)."""
+        out: dict[int, dict[int, tuple[int, int]]] = {}
+        for idx, i in enumerate(self.instances):
+            for r, b, w in zip(i.ranks, i.busy_before, i.window):
+                out.setdefault(r, {})[idx] = (b, w)
+        return out
+
 
 def analyze(
     timelines: Sequence[RankTimeline], identities: Mapping[int, RankIdentity], clocks: Clocks | None = None
@@ -690,8 +753,17 @@ def analyze(
     of the host named ``""``. ``clocks``: offsets estimated before from the same timelines (the
     store keeps them), else estimated here. Never raises for the shape of the data: what could not
     be answered is in ``notes``."""
+    return analyze_matched(timelines, match_instances(timelines), identities, clocks)
+
+
+def analyze_matched(
+    timelines: Sequence[RankTimeline], matching: Matching, identities: Mapping[int, RankIdentity],
+    clocks: Clocks | None = None,
+) -> Analysis:
+    """``analyze`` of instances matched before (``match_instances``, or the store's own matching of
+    its stored calls, which reads no call objects): ``timelines`` give every rank's busy, idle and
+    step figures (their ``calls`` are not read here) and must include every rank of ``matching``."""
     hosts = {t.rank: identities[t.rank].host if t.rank in identities else "" for t in timelines}
-    matching = match_instances(timelines)
     if clocks is None:
         clocks = estimate_offsets(matching.instances, hosts)
     notes = list(matching.notes) + list(clocks.notes)
@@ -702,63 +774,77 @@ def analyze(
     tied = {t.rank: 0 for t in timelines}
     seen = {t.rank: 0 for t in timelines}
     dropped = 0
-    # per rank: its host's offset and error (None: the host's clock is unknown)
-    clock_of: dict[int, tuple[int, int] | None] = {}
+    # per rank on a known clock: its host's offset and error
+    shift: dict[int, int] = {}
+    error: dict[int, int] = {}
     for t in timelines:
         off = clocks.offsets.get(hosts[t.rank])
-        clock_of[t.rank] = (off.offset_ns, off.error_ns) if off is not None else None
-    rank_windows: dict[int, dict[int, tuple[int, int]]] = {t.rank: {} for t in timelines}
+        if off is not None:
+            shift[t.rank] = off.offset_ns
+            error[t.rank] = off.error_ns
+    known = set(shift)
+    same_clock = not any(shift.values())
+    several = len(clocks.offsets) > 1
     spreads: list[int] = []  # per instance: latest end - earliest end on the common clock
     durations: list[int] = []  # per instance: its longest participant's call
+    # per distinct participant tuple (instances usually share one): all on a known clock?, their offsets
+    # and the largest clock error among them
+    per_ranks: dict[tuple[int, ...], tuple[bool, tuple[int, ...], int]] = {}
+    # per participant tuple: instances, the sum of their latest arrivals, each participant's sum of arrivals
+    sums: dict[tuple[int, ...], tuple[int, int, list[int]]] = {}
     for inst in matching.instances:
-        aligned: list[tuple[int, int, int]] = []  # (arrival, rank, clock error)
-        end_lo = end_hi = None
-        longest = 0
-        for c in inst.calls:
-            oe = clock_of[c.rank]
-            if oe is not None:
-                aligned.append((c.start_ns - oe[0], c.rank, oe[1]))
-                end = c.end_ns - oe[0]
-                end_lo = end if end_lo is None or end < end_lo else end_lo
-                end_hi = end if end_hi is None or end > end_hi else end_hi
-                longest = max(longest, c.end_ns - c.start_ns)
-        if len(aligned) < 2 or end_lo is None or end_hi is None:
+        rk, starts, ends, busy, window = inst.ranks, inst.starts, inst.ends, inst.busy_before, inst.window
+        how = per_ranks.get(rk)
+        if how is None:
+            how = per_ranks[rk] = (known.issuperset(rk), tuple(shift.get(r, 0) for r in rk),
+                                   max((error.get(r, 0) for r in rk), default=0))
+        all_known, offsets, err = how
+        if not all_known:  # ranks on a host whose clock is unknown are left out
+            keep = [j for j, r in enumerate(rk) if r in known]
+            rk, starts, ends, busy, window, offsets = (tuple(col[j] for j in keep)
+                                                       for col in (rk, starts, ends, busy, window, offsets))
+            err = max((error[r] for r in rk), default=0)
+        if len(rk) < 2:
             dropped += 1
             continue
-        spreads.append(end_hi - end_lo)
-        durations.append(longest)
-        aligned.sort()
-        latest = aligned[-1][0]
-        err = max(e for _, _, e in aligned) if len(clocks.offsets) > 1 else 0
-        tie_ns = TIE_NS if 2 * err < TIE_NS else 2 * err
-        if latest - aligned[-2][0] > tie_ns:
-            last_rank: int | None = aligned[-1][1]
+        durations.append(max(map(operator.sub, ends, starts)))
+        if same_clock:
+            arrive: Sequence[int] = starts
+            leave: Sequence[int] = ends
+        else:
+            arrive = tuple(map(operator.sub, starts, offsets))
+            leave = tuple(map(operator.sub, ends, offsets))
+        spreads.append(max(leave) - min(leave))
+        order = sorted(arrive)
+        latest = order[-1]
+        tie_ns = TIE_NS if not several or 2 * err < TIE_NS else 2 * err
+        if latest - order[-2] > tie_ns:
+            last_rank: int | None = rk[arrive.index(latest)]
             tops: tuple[int, ...] = ()
         else:
             last_rank = None
-            tops = tuple(sorted(r for a, r, _ in aligned if latest - a <= tie_ns))
-        waits = {r: latest - a for a, r, _ in aligned}
-        total_wait = latest * len(aligned) - sum(a for a, _, _ in aligned)
-        idx = len(results)
-        results.append(
-            InstanceResult(inst.group, inst.name, inst.seq, tuple((r, a) for a, r, _ in aligned),
-                           latest - aligned[0][0], last_rank, tops, waits, inst.bytes, total_wait)
-        )
-        for c in inst.calls:
-            if c.rank in waits:
-                rank_windows[c.rank][idx] = (c.busy_before_ns, c.window_ns)
-        for r, w in waits.items():
-            suffered[r] += w
-            seen[r] += 1
+            tops = tuple(sorted(r for r, a in zip(rk, arrive) if latest - a <= tie_ns))
+        total = sum(arrive)
+        total_wait = latest * len(arrive) - total
+        results.append(InstanceResult(inst.group, inst.name, inst.seq, rk, tuple(arrive), latest - order[0], last_rank,
+                                      tops, inst.bytes, total_wait, busy, window, latest))
+        # wait suffered, summed per participant tuple: sum of latest arrivals minus the rank's own arrivals
+        acc = sums.get(rk)
+        sums[rk] = (1, latest, list(arrive)) if acc is None else (
+            acc[0] + 1, acc[1] + latest, list(map(operator.add, acc[2], arrive)))
         if last_rank is not None:
             last[last_rank] += 1
             caused[last_rank] += total_wait
         else:
             for r in tops:
                 tied[r] += 1
+    for rk, (count, latest_sum, arrived) in sums.items():
+        for r, a in zip(rk, arrived):
+            suffered[r] += latest_sum - a
+            seen[r] += count
     if dropped:
         notes.append(f"{dropped} instance(s) had fewer than two ranks on a known clock and were left out")
-    ranks = {
+    ranks_out = {
         t.rank: RankResult(
             t.rank, hosts[t.rank], identities[t.rank].local_rank if t.rank in identities else None, seen[t.rank],
             last[t.rank], tied[t.rank], caused[t.rank], suffered[t.rank], t.busy_ns, t.idle_ns, t.span_ns,
@@ -775,9 +861,7 @@ def analyze(
                  f"{fmt_ns(duration)}, so arrival order and waits are not evidence of a straggler")
         notes.append(apart)
     steps = _steps(timelines, results, hosts, clocks)
-    windows = {r: w for r, w in rank_windows.items() if w}
-    return Analysis(matching.family, tuple(results), ranks, steps, clocks, windows, tuple(notes), spread, duration,
-                    apart)
+    return Analysis(matching.family, tuple(results), ranks_out, steps, clocks, tuple(notes), spread, duration, apart)
 
 
 def fmt_ns(ns: float) -> str:
@@ -822,11 +906,12 @@ def _steps(timelines: Sequence[RankTimeline], results: Sequence[InstanceResult],
     caused: dict[tuple[int, int], int] = {}
     suffered: dict[tuple[int, int], int] = {}
     for res in results:
-        for r, a in res.arrivals:
+        latest = res.latest_ns
+        for r, a in zip(res.ranks, res.times):
             n = step_of(r, a)
             if n is None:
                 continue
-            suffered[(n, r)] = suffered.get((n, r), 0) + res.waits[r]
+            suffered[(n, r)] = suffered.get((n, r), 0) + latest - a
             if r == res.last_rank:
                 last[(n, r)] = last.get((n, r), 0) + 1
                 caused[(n, r)] = caused.get((n, r), 0) + res.wait_total_ns

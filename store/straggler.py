@@ -92,15 +92,15 @@ def collectives(conn: Connection, run: str | RunScope | None = None, top: int = 
     a = rv.analysis
     notes = list(a.notes) + window_notes(a, scope)
     by_rank = {r.global_rank: r for r in scope.ranks}
-    t0 = min((t for i in a.instances for _, t in i.arrivals), default=0)
-    ordered = sorted(a.instances, key=lambda i: (-i.skew_ns, i.arrivals[0][1]))
+    t0 = min((i.first_ns for i in a.instances), default=0)
+    ordered = sorted(a.instances, key=lambda i: (-i.skew_ns, i.first_ns))
     if top > 0:
         ordered = ordered[:top]
     rows: list[tuple[Any, ...]] = []
     for i in ordered:
         last = by_rank.get(i.last_rank) if i.last_rank is not None else None
         rows.append((
-            i.name, i.group, i.seq, len(i.arrivals), i.arrivals[0][1] - t0, i.skew_ns,
+            i.name, i.group, i.seq, len(i.ranks), i.first_ns - t0, i.skew_ns,
             i.last_rank if i.last_rank is not None else "tie " + ",".join(map(str, i.tied)),
             last.hostname if last else None, last.local_rank if last else None, i.wait_total_ns, i.bytes,
         ))

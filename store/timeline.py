@@ -10,15 +10,20 @@ are also written to ``host_clock`` after every ingest or transfer into the run, 
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from itertools import islice
+from operator import itemgetter
+from typing import Any
 
 from sqlalchemy import Connection, delete, insert, select
 
 from . import collectives, verdict
 from .bulk import insert_rows
 from .collectives import Analysis, ClockOffset, Clocks, CollectiveCall, RankIdentity, RankTimeline, Step
+from .errors import QueryError
 from .models import CollectiveCall as CallRow
 from .models import HostClock, Rank, SourceFile
 from .models import RankTimeline as TimelineRow
@@ -86,9 +91,120 @@ def combine(parts: Sequence[RankTimeline], rank: int) -> RankTimeline:
     )
 
 
-def load_timelines(conn: Connection, rank_ids: Mapping[int, int]) -> dict[int, RankTimeline]:
+def _mark(conn: Connection) -> str:
+    return "?" if conn.dialect.paramstyle == "qmark" else "%s"
+
+
+@contextmanager
+def _raw_cursor(conn: Connection) -> Iterator[Any]:
+    """The driver's own cursor (plain tuples, no SQLAlchemy row per call), closed after use."""
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    cur = raw.cursor()
+    try:
+        yield cur
+    finally:
+        cur.close()
+
+
+def calls_by_family(conn: Connection, run_id: int, rank_ids: Mapping[int, int]) -> dict[str, tuple[int, ...]]:
+    """Per call family, the global ranks (of ``rank_ids``: rank id -> global rank) with calls of it:
+    one primary-key probe per rank and family, never a scan of the calls."""
+    out: dict[str, tuple[int, ...]] = {}
+    m = _mark(conn)
+    with _raw_cursor(conn) as cur:
+        for family in collectives.FAMILIES:
+            cur.execute(
+                f"SELECT id FROM rank WHERE run_id = {m} AND EXISTS "
+                f"(SELECT 1 FROM collective_call c WHERE c.rank_id = rank.id AND c.family = {m})",
+                (run_id, family),
+            )
+            out[family] = tuple(sorted(rank_ids[rid] for (rid,) in cur.fetchall() if rid in rank_ids))
+    return out
+
+
+def _picker(positions: Sequence[int]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+    """A function taking these positions of a tuple, as a tuple (itemgetter, in C, for two or more)."""
+    if len(positions) >= 2:
+        return itemgetter(*positions)
+    return lambda t: tuple(t[j] for j in positions)
+
+
+def match_stored(conn: Connection, run_id: int, rank_ids: Mapping[int, int], family: str,
+                 ranks: Sequence[int], used: Sequence[int]) -> collectives.Matching:
+    """``collectives.match_instances`` on the stored calls of one family, done by the database's
+    index (ix_collective_call_match: run, family, collective, group, seq): the k-th calls of a
+    collective in a group come out together, so an instance is a run of consecutive rows, and its
+    columns are sliced out of them with no object per call. ``ranks``: the run's ranks with a
+    timeline, ``used``: those with calls of ``family``. Gives what ``match_instances`` gives on the
+    same calls (tests/test_straggler_store.py)."""
+    m = _mark(conn)
+    where = f"FROM collective_call WHERE run_id = {m} AND family = {m}"
+    order = "ORDER BY run_id, family, collective, group_name, seq"  # the index's order: no sort
+    # per (group, collective): how many instances each participant tuple made (instances usually share one)
+    made: dict[tuple[str, str], dict[tuple[int, ...], int]] = {}
+    found: list[collectives.Instance] = []
+    rids_before: tuple[int, ...] = ()
+    rk: tuple[int, ...] = ()
+    in_order: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None = None
+    with _raw_cursor(conn) as cur, _raw_cursor(conn) as sizes_cur:
+        # the calls first: on SQLite the sizes below are then read while this statement is active, in
+        # its read transaction (one snapshot); the seq of every row is checked against them anyway
+        cur.execute(f"SELECT seq, rank_id, start_ns, end_ns, busy_before_ns, window_ns, bytes {where} {order}",
+                    (run_id, family))
+        # how many ranks made each k-th call (the index alone answers it)
+        sizes_cur.execute(f"SELECT group_name, collective, seq, COUNT(*) {where} GROUP BY run_id, family, "
+                          f"collective, group_name, seq {order}", (run_id, family))
+        sizes = sizes_cur.fetchall()
+        rows = iter(cur)
+        for group, name, seq, n in sizes:
+            chunk = list(islice(rows, n))
+            seqs, rids, starts, ends, busy, window, nbytes = zip(*chunk) if len(chunk) == n else ((),) * 7
+            if seqs.count(seq) != n:
+                raise QueryError("the collective calls of this run changed while they were read (an ingest into "
+                                 "it?): ask again when it is done")
+            if rids != rids_before:  # instances usually share one participant tuple: looked up once
+                rids_before = rids
+                # the columns in rank order (the rows of an instance come in the table's order), without
+                # ranks outside ``rank_ids`` (on PostgreSQL, ranks another node committed since the scope
+                # was read)
+                perm = sorted((j for j, rid in enumerate(rids) if rid in rank_ids), key=lambda j: rank_ids[rids[j]])
+                rk = tuple(rank_ids[rids[j]] for j in perm)
+                in_order = None if perm == list(range(n)) else _picker(perm)
+            if in_order is not None:
+                starts, ends, busy, window, nbytes = (in_order(starts), in_order(ends), in_order(busy),
+                                                      in_order(window), in_order(nbytes))
+            key = (group, name)
+            tuples = made.get(key)
+            if tuples is None:
+                tuples = made[key] = {}
+            tuples[rk] = tuples.get(rk, 0) + 1
+            if len(rk) < 2:
+                continue
+            if nbytes.count(None) == len(nbytes):
+                size = None
+            else:
+                size = max(b for b in nbytes if b is not None)
+            found.append(collectives.Instance(group, name, seq, rk, starts, ends, busy, window, size))
+        if next(rows, None) is not None:
+            raise QueryError("the collective calls of this run changed while they were read (an ingest into "
+                             "it?): ask again when it is done")
+    counts: dict[tuple[str, str], Counter[int]] = {}
+    for key, tuples in made.items():
+        c = counts[key] = Counter()
+        for participants, times in tuples.items():
+            for r in participants:
+                c[r] += times
+    notes = collectives.matching_notes(family, ranks, used, counts)
+    found.sort(key=collectives.time_order)
+    return collectives.Matching(family, tuple(found), tuple(used), tuple(notes))
+
+
+def load_timelines(conn: Connection, rank_ids: Mapping[int, int], with_calls: bool = True) -> dict[int, RankTimeline]:
     """The stored timelines of ``rank_ids`` (rank id -> global rank), keyed by rank id. Ranks with
-    nothing stored (ingested before migration 0003, or without timed activity) are absent."""
+    nothing stored (ingested before migration 0003, or without timed activity) are absent.
+    ``with_calls=False``: without their calls (``calls`` empty), for ``analyze_run``, which matches
+    the calls in SQL order (``match_stored``) instead of building an object per call."""
     ids = sorted(rank_ids)
     if not ids:
         return {}
@@ -96,24 +212,21 @@ def load_timelines(conn: Connection, rank_ids: Mapping[int, int]) -> dict[int, R
     heads: dict[int, tuple[int, int, str, int, int, int]] = {}
     steps: dict[int, list[Step]] = defaultdict(list)
     for chunk in (ids[i : i + 500] for i in range(0, len(ids), 500)):
-        marks = ", ".join(["?" if conn.dialect.paramstyle == "qmark" else "%s"] * len(chunk))
-        # the driver's own cursor and tuples: a run's calls can be many (this is the questions' only large read)
-        raw = conn.connection.driver_connection
-        assert raw is not None
-        cur = raw.cursor()
-        try:
-            cur.execute(
-                "SELECT rank_id, family, group_name, collective, seq, start_ns, end_ns, bytes, busy_before_ns, "
-                f"window_ns FROM collective_call WHERE rank_id IN ({marks}) "
-                "ORDER BY rank_id, family, group_name, collective, seq",  # the primary key's order: no sort
-                tuple(chunk),
-            )
-            rows = cur.fetchall()
-        finally:
-            cur.close()
-        make = CollectiveCall._make
-        for rid, family, group, coll, seq, start, end, nbytes, busy, window in rows:
-            calls[rid][family].append(make((rank_ids[rid], family, group, coll, seq, start, end, nbytes, busy, window)))
+        marks = ", ".join([_mark(conn)] * len(chunk))
+        if with_calls:
+            # the driver's own cursor and tuples: a run's calls can be many
+            with _raw_cursor(conn) as cur:
+                cur.execute(
+                    "SELECT rank_id, family, group_name, collective, seq, start_ns, end_ns, bytes, busy_before_ns, "
+                    f"window_ns FROM collective_call WHERE rank_id IN ({marks}) "
+                    "ORDER BY rank_id, family, group_name, collective, seq",  # the primary key's order: no sort
+                    tuple(chunk),
+                )
+                rows = cur.fetchall()
+            make = CollectiveCall._make
+            for rid, family, group, coll, seq, start, end, nbytes, busy, window in rows:
+                calls[rid][family].append(
+                    make((rank_ids[rid], family, group, coll, seq, start, end, nbytes, busy, window)))
         for h in conn.execute(
             select(_tl.c.rank_id, _tl.c.first_ns, _tl.c.last_ns, _tl.c.work_domain, _tl.c.busy_ns, _tl.c.comm_ns,
                    _tl.c.exposed_comm_ns).where(_tl.c.rank_id.in_(chunk))
@@ -198,15 +311,27 @@ def stored_clocks(conn: Connection, scope: RunScope, hosts: set[str]) -> Clocks 
 def analyze_run(conn: Connection, scope: RunScope, fresh_clocks: bool = False) -> Analysis:
     """Match, align and attribute the run's collectives (collectives.analyze) from the stored
     timelines, with the stored clock offsets unless ``fresh_clocks`` (or they do not cover the run)."""
-    stored = load_timelines(conn, {r.id: r.global_rank for r in scope.ranks})
+    rank_ids = {r.id: r.global_rank for r in scope.ranks}
+    stored = load_timelines(conn, rank_ids, with_calls=False)
     timelines = [stored[r.id] for r in scope.ranks if r.id in stored]
     if not timelines:
-        return Analysis("", (), {}, (), collectives.Clocks("", {}), {}, (
+        return Analysis("", (), {}, (), collectives.Clocks("", {}), (
             "no collective timeline stored for this run (its profiles have no timed activity, or were ingested "
             "before this profdb version: re-ingest them)",))
+    having = calls_by_family(conn, scope.id, rank_ids)
+    with_calls = sorted({r for rs in having.values() for r in rs})
+    have = {t.rank for t in timelines}
+    # a rank with calls has a rank_timeline row (save_timelines writes both); if not, it still takes part
+    timelines += [RankTimeline(r, {}, (), 0, 0, "", 0, 0, 0) for r in with_calls if r not in have]
+    all_ranks = sorted(t.rank for t in timelines)
+    family, used = collectives.choose_family_of(having, len(timelines))
+    if family:
+        matching = match_stored(conn, scope.id, rank_ids, family, all_ranks, used)
+    else:
+        matching = collectives.Matching("", (), (), collectives.no_family_notes(all_ranks, with_calls))
     ids = identities(scope)
     clocks = None if fresh_clocks else stored_clocks(conn, scope, {ids[t.rank].host for t in timelines})
-    a = collectives.analyze(timelines, ids, clocks)
+    a = collectives.analyze_matched(timelines, matching, ids, clocks)
     missing = [r.global_rank for r in scope.ranks if r.id not in stored]
     if missing and timelines:
         shown = ", ".join(map(str, missing[:20])) + (" ..." if len(missing) > 20 else "")
@@ -261,9 +386,9 @@ def window_notes(a: Analysis, scope: RunScope) -> list[str]:
     ranks, and the clock offsets used."""
     if not a.instances:
         return []
-    ranks = sorted({r for i in a.instances for r, _ in i.arrivals})
-    start = min(t for i in a.instances for _, t in i.arrivals)
-    end = max(t for i in a.instances for _, t in i.arrivals)
+    ranks = sorted(set().union(*(i.ranks for i in a.instances)))
+    start = min(i.first_ns for i in a.instances)
+    end = max(i.latest_ns for i in a.instances)
     notes = [
         f"window: {len(a.instances)} matched collective instances ({a.family} calls) over {fmt_ns(end - start)} "
         f"of the common clock, ranks {_ranks(ranks)} of {len(scope.ranks)}; busy/idle/exposed: each rank's whole "

@@ -38,6 +38,7 @@ wait, the share of the others' time spent waiting on it."""
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple
@@ -85,48 +86,74 @@ def label(rank: int, ident: RankIdentity | None) -> str:
     return f"rank {rank} (host {ident.host or '?'}, local_rank {lr})"
 
 
-def work_ratio(analysis: Analysis, rank: int) -> float | None:
+def _others_median(values: Sequence[int], skip: int) -> float:
+    """The median of ``values`` without the entry at ``skip`` (``values`` need not be sorted)."""
+    rest = list(values)
+    del rest[skip]
+    return _median(rest)
+
+
+def _sorted_median_without(values: Sequence[int], skip: int) -> float:
+    """``_others_median`` of values sorted ascending, without copying them: the middle of the rest."""
+    n = len(values) - 1
+    mid = n // 2
+
+    def at(k: int) -> int:
+        return values[k if k < skip else k + 1]
+
+    return float(at(mid)) if n % 2 else (at(mid - 1) + at(mid)) / 2
+
+
+class Seen(NamedTuple):
+    """One rank in one instance it took part in, beside the other participants (their medians)."""
+
+    busy: int
+    peers_busy: float
+    arrival: int
+    peers_arrival: float
+    window: int
+
+
+def rank_view(analysis: Analysis, rank: int) -> list[Seen]:
+    """``rank`` in each instance it took part in, in instance order (the ``view`` argument of the
+    functions below: ``decide`` computes it once for its candidate)."""
+    out = []
+    for i in analysis.instances:
+        if rank in i.ranks:
+            p = i.ranks.index(rank)
+            arrived = sorted(i.times)
+            mine = i.times[p]
+            # without one arrival equal to the rank's (which one does not change the median)
+            out.append(Seen(i.busy_before[p], _others_median(i.busy_before, p), mine,
+                            _sorted_median_without(arrived, bisect.bisect_left(arrived, mine)), i.window[p]))
+    return out
+
+
+def _skip_first(view: list[Seen]) -> list[Seen]:
+    """The first instance left out when there are 3 or more: its window starts where the rank's
+    profile does."""
+    return view[1:] if len(view) >= 3 else view
+
+
+def work_ratio(analysis: Analysis, rank: int, view: list[Seen] | None = None) -> float | None:
     """The median over instances of: c's busy time in the window before the collective, over the
     median of the peers' busy time in theirs (the first instance left out when there are 3 or more:
     its window starts where the rank's profile does; instances where the peers did no work are left
     out). A median, not a ratio of sums: a planted slow rank is slower at every collective, a rank
     that lost its core to another process for a moment only at a few. None when unknown."""
-    mine = analysis.windows.get(rank, {})
-    idx = sorted(mine)
-    if len(idx) >= 3:
-        idx = idx[1:]
-    peers_w = [w for r, w in analysis.windows.items() if r != rank]
-    ratios: list[float] = []
-    for i in idx:
-        peers = [w[i][0] for w in peers_w if i in w]
-        if peers:
-            m = _median(peers)
-            if m > 0:
-                ratios.append(mine[i][0] / m)
+    ratios = [x.busy / x.peers_busy for x in _skip_first(rank_view(analysis, rank) if view is None else view)
+              if x.peers_busy > 0]
     return _median(ratios) if ratios else None
 
 
-def extra_work(analysis: Analysis, rank: int) -> tuple[float, float] | None:
+def extra_work(analysis: Analysis, rank: int, view: list[Seen] | None = None) -> tuple[float, float] | None:
     """(median extra busy time of ``rank`` before its collectives over the peers' median, median of
     how late it arrives vs the others' median arrival), in ns; the first instance left out when there
     are 3 or more (as ``work_ratio``). None when unknown."""
-    mine = analysis.windows.get(rank, {})
-    idx = set(sorted(mine)[1:] if len(mine) >= 3 else mine)
-    peers_w = [w for r, w in analysis.windows.items() if r != rank]
-    extra: list[float] = []
-    late: list[float] = []
-    for i, inst in enumerate(analysis.instances):
-        if i not in idx:
-            continue
-        peers = [w[i][0] for w in peers_w if i in w]
-        others = [a for r, a in inst.arrivals if r != rank]
-        at = [a for r, a in inst.arrivals if r == rank]
-        if peers and others and at:
-            extra.append(mine[i][0] - _median(peers))
-            late.append(at[0] - _median(others))
-    if not extra:
+    seen = _skip_first(rank_view(analysis, rank) if view is None else view)
+    if not seen:
         return None
-    return _median(extra), _median(late)
+    return _median([x.busy - x.peers_busy for x in seen]), _median([x.arrival - x.peers_arrival for x in seen])
 
 
 def _median(values: list[float] | list[int]) -> float:
@@ -137,25 +164,17 @@ def _median(values: list[float] | list[int]) -> float:
     return float(values[mid]) if n % 2 else (values[mid - 1] + values[mid]) / 2
 
 
-def lateness(analysis: Analysis, rank: int) -> float | None:
+def lateness(analysis: Analysis, rank: int, view: list[Seen] | None = None) -> float | None:
     """How late ``rank`` typically is: the median over instances of its arrival minus the median
     arrival of the other participants, as a share of its median window between collectives (the
     time it had to get there). Robust to a few instances where the machine stalled one rank."""
-    late: list[float] = []
-    for inst in analysis.instances:
-        mine = None
-        others = []
-        for r, a in inst.arrivals:
-            if r == rank:
-                mine = a
-            else:
-                others.append(a)
-        if mine is not None and others:
-            late.append(mine - _median(others))
-    windows = [w for _, w in analysis.windows.get(rank, {}).values()]
-    if not late or not windows or _median(windows) <= 0:
+    seen = rank_view(analysis, rank) if view is None else view
+    if not seen:
         return None
-    return _median(late) / _median(windows)
+    window = _median([x.window for x in seen])
+    if window <= 0:
+        return None
+    return _median([x.arrival - x.peers_arrival for x in seen]) / window
 
 
 def decide(analysis: Analysis, identities: Mapping[int, RankIdentity]) -> Verdict:
@@ -171,14 +190,15 @@ def decide(analysis: Analysis, identities: Mapping[int, RankIdentity]) -> Verdic
                        f"{len(analysis.instances)} ended in a tie)", "timeline", instances=len(analysis.instances))
     order = sorted(ranks.values(), key=lambda r: (-r.wait_caused_ns, r.rank))
     c = order[0]
-    probs = [1 / len(i.arrivals) for i in analysis.instances if i.last_rank is not None]
+    probs = [1 / len(i.ranks) for i in analysis.instances if i.last_rank is not None]
     p = min(1.0, p_at_least(c.last, probs) * len(ranks))
     wait_share = c.wait_caused_ns / total_wait
     others_time = sum(r.span_ns for r in ranks.values() if r.rank != c.rank)
     time_share = c.wait_caused_ns / others_time if others_time else None
-    ratio = work_ratio(analysis, c.rank)
+    view = rank_view(analysis, c.rank)
+    ratio = work_ratio(analysis, c.rank, view)
     base = Verdict(None, "", "timeline", last=c.last, instances=n, p_value=p, wait_share=wait_share,
-                   time_share=time_share, work_ratio=ratio, lateness=lateness(analysis, c.rank))
+                   time_share=time_share, work_ratio=ratio, lateness=lateness(analysis, c.rank, view))
     counts = sorted((r.last for r in ranks.values() if r.last), reverse=True)
     spread = (f"last arrivals spread over {len(counts)} rank(s), {counts[-1]}-{counts[0]} of {n} each"
               if counts else "")
@@ -198,7 +218,7 @@ def decide(analysis: Analysis, identities: Mapping[int, RankIdentity]) -> Verdic
                        "others' time)")
     plurality = len(counts) >= 1 and c.last == counts[0] and (len(counts) == 1 or counts[1] < c.last)
     compute = ratio is not None and ratio >= COMPUTE_RATIO
-    explained = extra_work(analysis, c.rank)
+    explained = extra_work(analysis, c.rank, view)
     explains = explained is not None and explained[1] > 0 and explained[0] >= EXPLAINED * explained[1]
     if not (p <= ALPHA or (plurality and compute)):
         return replace(base, line=f"no clear straggler: {spread}; rank {c.rank} entered last at {c.last} of {n} and "

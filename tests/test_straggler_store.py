@@ -159,3 +159,116 @@ def _nums(row: list[str]) -> list[Any]:
         except ValueError:
             out.append(v)
     return out
+
+
+def _both_ways(db: Path, run: str) -> tuple[Any, Any]:
+    """The run's analysis as the questions compute it (calls matched in SQL order, timeline.match_stored)
+    and as the pure function computes it from the same stored calls read back as objects."""
+    from profdb.store import collectives, timeline
+    from profdb.store.db import open_db
+    from profdb.store.runs import scope_of
+
+    engine = open_db(str(db))
+    try:
+        with engine.connect() as conn:
+            scope = scope_of(conn, run)
+            fast = timeline.analyze_run(conn, scope)
+            stored = timeline.load_timelines(conn, {r.id: r.global_rank for r in scope.ranks})
+            slow = collectives.analyze([stored[r.id] for r in scope.ranks if r.id in stored],
+                                       timeline.identities(scope), fast.clocks)
+    finally:
+        engine.dispose()
+    return fast, slow
+
+
+def test_matching_in_sql_order_equals_matching_the_call_objects(
+    dlrm_files: list[Path], tmp_path: Path, run_cli: Invoke
+) -> None:
+    """The questions match the stored calls in the index's order without an object per call; the
+    result (instances, per-rank figures, notes) must be the pure function's on the same calls, on
+    the real DLRM job and on a multi-host run whose ranks made different numbers of calls."""
+    db = tmp_path / "s.db"
+    run_cli("ingest", "--db", db, "--run", "dlrm", *dlrm_files)
+    generate(tmp_path / "gen", nodes=2, late_rank=1)
+    run_cli("ingest", "--db", db, "--run", "gen", *sorted((tmp_path / "gen").glob("rank*")))
+    # rank 2's profile lost its last two all-reduces, rank 3 alone called a broadcast (a truncated profile,
+    # and a call nothing matches)
+    sql_rw = __import__("sqlite3").connect(db)
+    with sql_rw:
+        sql_rw.execute("delete from collective_call where rank_id = (select r.id from rank r join run on "
+                       "run.id = r.run_id where run.name = 'gen' and r.global_rank = 2) and seq >= 28")
+        sql_rw.execute("insert into collective_call select rank_id, family, group_name, 'broadcast', seq, run_id, "
+                       "start_ns, end_ns, bytes, busy_before_ns, window_ns from collective_call where rank_id = "
+                       "(select r.id from rank r join run on run.id = r.run_id where run.name = 'gen' and "
+                       "r.global_rank = 3) and seq < 2")
+    sql_rw.close()
+    for run, n in (("dlrm", 8), ("gen", 30)):
+        fast, slow = _both_ways(db, run)
+        assert len(fast.instances) == n and fast.family == slow.family
+        assert fast.instances == slow.instances
+        assert fast.ranks == slow.ranks and fast.steps == slow.steps and fast.notes == slow.notes
+        assert (fast.end_spread_ns, fast.duration_ns, fast.apart) == (slow.end_spread_ns, slow.duration_ns, slow.apart)
+    assert [len(i.ranks) for i in fast.instances][-3:] == [4, 3, 3]
+    assert any("allreduce: ranks made 28-30 calls" in n for n in fast.notes), fast.notes
+    assert any("broadcast: called on rank 3 only (2 calls), not matched" in n for n in fast.notes), fast.notes
+
+
+def _load_generator() -> Any:
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("bench_generate", Path(__file__).parents[1] / "benchmarks" /
+                                                  "generate.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_benchmark_generator_run_names_its_planted_rank(tmp_path: Path, run_cli: Invoke) -> None:
+    """benchmarks/generate.py's CSV run (the 10M-row benchmark store, here at 48k dispatches): its
+    collectives block, so the ends line up, and the verdict names the planted rank, host side; the
+    instances it entered last and the wait it caused are the ones computed from the raw CSV files."""
+    gen = _load_generator()
+    g = gen.generate_csv(tmp_path / "csv", dispatches=48_000, ranks=8, hosts=2, counters=0)
+    db = tmp_path / "s.db"
+    run_cli("ingest", "--db", db, "--run", "big", *sorted((tmp_path / "csv").glob("rank*")))
+    # from the raw files: per rank its collective kernels in time order (k-th call per collective),
+    # each host's clock from the common ends of the all-reduces, then who arrived last and the wait
+    calls: dict[int, dict[str, list[tuple[int, int]]]] = {}
+    host: dict[int, str] = {}
+    for rel in g.files:
+        rank = int(Path(rel).parts[0].removeprefix("rank"))
+        host[rank] = Path(rel).parts[1]
+        with open(tmp_path / "csv" / rel, newline="") as f:
+            for row in csv.DictReader(f):
+                if row["Kernel_Name"].startswith("ncclDevKernel_"):
+                    coll = row["Kernel_Name"].split("_")[1]
+                    calls.setdefault(rank, {}).setdefault(coll, []).append(
+                        (int(row["Start_Timestamp"]), int(row["End_Timestamp"])))
+    offset = {}
+    for r in sorted(host):
+        if host[r] not in offset:
+            ends = [b[1] - a[1] for a, b in zip(calls[0]["AllReduce"], calls[r]["AllReduce"])]
+            offset[host[r]] = sorted(ends)[len(ends) // 2]
+    lasts = {r: 0 for r in host}
+    caused = {r: 0 for r in host}
+    for coll, first in calls[0].items():
+        for k in range(len(first)):
+            arrive = {r: calls[r][coll][k][0] - offset[host[r]] for r in host}
+            last = max(arrive, key=arrive.__getitem__)
+            lasts[last] += 1
+            caused[last] += sum(arrive[last] - a for a in arrive.values())
+    n = sum(lasts.values())
+    assert lasts[g.slow_rank] >= n - 1  # late at every collective (the first may go to a rank starting late)
+
+    r = run_cli("query", "--stragglers", "--db", db, "--format", "csv")
+    line = r.stderr.splitlines()[0]
+    assert line.startswith(f"likely straggler: rank {g.slow_rank} (host {host[g.slow_rank]}, "), line
+    assert f"entered last at {lasts[g.slow_rank]} of {n} collectives" in line and "cause: host side" in line
+    rows = {int(x["global_rank"]): x for x in rows_of(r.stdout)}
+    assert {k: int(x["entered_last"]) for k, x in rows.items()} == lasts
+    # the clock offsets are estimated within a few us; the waits agree within that per rank and instance
+    assert int(rows[g.slow_rank]["wait_caused_ns"]) == pytest.approx(caused[g.slow_rank], abs=n * 8 * 4_000)
+    assert caused[g.slow_rank] > n * 7 * gen.LATE_NS * 0.9

@@ -6,12 +6,16 @@ Every step does ``LAYERS`` blocks of (matmuls, then a blocking all_reduce), so t
 
 - ``none``: every rank does the same work;
 - ``compute:R``: rank R does 3x the matmuls of each block (its ops are longer: a compute straggler);
-- ``late:R``: rank R sleeps before each block (a slow data loader: its ops are the same length, it is
-  only late to every collective).
+- ``late:R``: rank R sleeps before each block, as long as its previous block's compute took (at least
+  LATE_S): a slow data loader; its ops are the same length, it is only late to every collective, by
+  about half its time between collectives however fast the machine is at the moment.
 
 Each rank pins itself to one core (``local_rank % cores``) and uses one intra-op thread, so on a
-two-core machine the two ranks do not take each other's time and the machine makes no straggler of
-its own. The trace goes to ``$PROFDB_RANK_DIR/trace.json`` (``profdb record``) or ``--trace PATH``.
+two-core machine the two ranks do not take each other's time. Other processes can still take a
+rank's core: each rank writes the share of its compute blocks' wall time it got the CPU for (its
+thread's CPU time / wall time) to ``cpu_share.txt`` beside its trace, so the test can tell a
+straggler the machine made from a false alarm. The trace goes to ``$PROFDB_RANK_DIR/trace.json``
+(``profdb record``) or ``--trace PATH``.
 """
 
 from __future__ import annotations
@@ -26,11 +30,13 @@ import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 LAYERS = 3
-#: matmuls per block for an ordinary rank; a compute straggler does 3x this many
-MATMULS = 4
-#: matrix size: one block of MATMULS matmuls takes a few ms on one core, far above scheduling jitter
+#: matmuls per block for an ordinary rank; a compute straggler does 3x this many. One block takes ~10 ms
+#: on one core (1.3 ms with 4 matmuls was too close to a loaded machine's wake-up latency after each
+#: all_reduce, a few ms: the planted rank's 2.6 ms extra then made it only 5% late, and not named)
+MATMULS = 32
+#: matrix size
 SIZE = 256
-#: seconds a late rank sleeps before each block (about the length of one block's compute)
+#: the least a late rank sleeps before each block (else: as long as its previous block's compute)
 LATE_S = 0.004
 
 
@@ -43,23 +49,31 @@ def parse_plant(text: str) -> tuple[str, int | None]:
     return kind, int(rank)
 
 
-def train(steps: int, rank: int, plant: tuple[str, int | None], prof: profile) -> None:
+def train(steps: int, rank: int, plant: tuple[str, int | None], prof: profile) -> float:
+    """The loop; returns the share of its compute blocks' wall time this rank had the CPU."""
     torch.manual_seed(rank)
     w = torch.randn(SIZE, SIZE) / SIZE**0.5
     x = torch.randn(SIZE, SIZE)
     kind, who = plant
     matmuls = MATMULS * 3 if kind == "compute" and who == rank else MATMULS
+    block_s = LATE_S
+    wall = cpu = 0.0
     for _ in range(steps):
         for layer in range(LAYERS):
             if kind == "late" and who == rank:
-                time.sleep(LATE_S)
+                time.sleep(max(LATE_S, block_s))
+            t0, c0 = time.perf_counter(), time.thread_time()
             with record_function(f"block{layer}"):
                 y = x
                 for _ in range(matmuls):
                     y = torch.tanh(y @ w)
+            block_s = time.perf_counter() - t0
+            wall += block_s
+            cpu += time.thread_time() - c0
             grad = y.sum(dim=0)
             dist.all_reduce(grad)
         prof.step()
+    return cpu / wall if wall > 0 else 1.0
 
 
 def main() -> None:
@@ -82,7 +96,8 @@ def main() -> None:
             schedule=schedule(wait=0, warmup=1, active=args.steps - 1, repeat=1),
             on_trace_ready=lambda p: p.export_chrome_trace(trace),
         ) as prof:
-            train(args.steps, rank, plant, prof)
+            share = train(args.steps, rank, plant, prof)
+        Path(trace).with_name("cpu_share.txt").write_text(f"{share:.4f}\n")
     finally:
         dist.destroy_process_group()
 
