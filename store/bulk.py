@@ -17,6 +17,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine
@@ -289,9 +290,13 @@ class Writer:
         self.name_ids(values)
         return [self.names[v] for v in values]
 
-    def insert(self, table: str, rows: list[tuple[Any, ...]]) -> None:
+    def insert(self, table: str, rows: Any) -> None:
         """Rows a worker built, in ACTIVITY_COLS or COUNTER_COLS order; "counter1" rows are per-dispatch
-        counters (the first six COUNTER_COLS; samples 1, no min/max), bound with fewer parameters."""
+        counters (the first six COUNTER_COLS; samples 1, no min/max), bound with fewer parameters;
+        "activity_columns" / "counter_columns": one batch as columns (``insert_columns``)."""
+        if table in ("activity_columns", "counter_columns"):
+            self.insert_columns(table.split("_")[0], rows)
+            return
         if table == "counter1" and self.dialect != "sqlite":  # PostgreSQL loads through COPY: all columns
             insert_rows(self.conn, "counter", self.COUNTER_COLS, [r + (1, None, None) for r in rows])
             return
@@ -302,6 +307,46 @@ class Writer:
             return
         cols = self.ACTIVITY_COLS if table == "activity" else self.COUNTER_COLS
         insert_rows(self.conn, table, cols, rows)
+
+    def insert_columns(self, table: str, columns: dict[str, Any]) -> None:
+        """A batch a worker read as columns (``ingest_workers.Columns``): every column that holds one
+        value is written as an SQL literal, the others are bound from lists made in C (numpy's
+        ``tolist``) and zipped into the driver's executemany, so no Python code runs per row.
+        PostgreSQL: COPY of the same rows."""
+        cols = self.ACTIVITY_COLS if table == "activity" else self.COUNTER_COLS
+        n = 0
+        bound: list[str] = []
+        lists: list[Any] = []
+        literals: list[tuple[str, Any]] = []
+        for c in cols:
+            v = columns[c]
+            if v is None or isinstance(v, (int, str)):
+                literals.append((c, v))
+                continue
+            values = v.tolist()
+            n = len(values)
+            bound.append(c)
+            lists.append(values)
+        if not n:
+            return
+        if self.dialect != "sqlite":
+            consts = {c: v for c, v in literals}
+            data = dict(zip(bound, lists))
+            rows = zip(*[data[c] if c in data else repeat(consts[c], n) for c in cols])
+            if uses_copy(self.conn):
+                copy_rows(self.conn, table, cols, rows)
+            else:
+                self.conn.exec_driver_sql(insert_sql(self.conn, table, cols), list(rows))
+            return
+        values = [self.mark] * len(bound)
+        for _c, v in literals:
+            lit = sql_literal(v)
+            assert lit is not None
+            values.append(lit)
+        sql = f"INSERT INTO {table} ({', '.join([*bound, *(c for c, _ in literals)])}) VALUES ({', '.join(values)})"
+        raw = self.conn.connection.driver_connection  # (the same connection, in the same transaction)
+        assert raw is not None
+        raw.executemany(sql, zip(*lists))
 
     def merge(self, rank_id: int, source_id: int, parsed: Parsed) -> None:
         """A file's summary rows and steps, as a worker (``ingest_workers``) sends them when done."""

@@ -28,7 +28,9 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, cast
 
-from . import classify, lifetime, readers, validate
+import numpy as np
+
+from . import classify, columnar, lifetime, readers, validate
 from .collectives import RankTimeline, TimelineBuilder
 from .intervals import SelfTotals
 from .records import Activity, Aggregate, Counter, SourceInfo
@@ -119,9 +121,15 @@ class NamesMsg(NamedTuple):
 
 class RowsMsg(NamedTuple):
     task: int
-    #: "activity", "counter", or "counter1" (per-dispatch counters: the first six counter columns)
+    #: "activity", "counter", or "counter1" (per-dispatch counters: the first six counter columns): rows
+    #: are tuples; "activity_columns" or "counter_columns": rows is one ``Columns`` dict of a batch
     table: str
-    rows: list[tuple[Any, ...]]
+    rows: Any
+
+
+#: a batch as columns, for the writer: column name -> one value for every row (an SQL constant: None,
+#: an int, a str), a numpy array, a list, or ``columnar.Ints`` (integers with empty cells)
+Columns = dict[str, Any]
 
 
 class DoneMsg(NamedTuple):
@@ -272,6 +280,13 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
         counts["counter"] = counts.get("counter", 0) + len(rows)
         conn.send(RowsMsg(task.index, table, rows))
 
+    if task.section is None and task.info.kind in getattr(reader, "COLUMNAR_KINDS", ()):
+        _parse_columns(task, reader, conn, names, cats, counts, summary, timeline)
+        rows = [SummaryRow(nid, kind, t.category, t.calls, t.total_ns, t.min_ns, t.max_ns, t.sum_sq_ns, t.total_ns)
+                for (nid, kind), t in summary.items()]
+        tl = timeline.finish(-1) if timeline.first is not None else None
+        conn.send(DoneMsg(task.index, Parsed(counts, rows, steps, tl)))
+        return
     if task.section is not None:
         records = reader.read_rank(task.path, task.info, task.section)  # type: ignore[attr-defined]
     else:
@@ -315,6 +330,107 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
     ]
     tl = timeline.finish(-1) if timeline.first is not None else None
     conn.send(DoneMsg(task.index, Parsed(counts, rows, steps, tl)))
+
+
+def _parse_columns(
+    task: Task,
+    reader: Any,
+    conn: _Channel,
+    names: _Names,
+    cats: dict[tuple[str, str], str],
+    counts: dict[str, int],
+    summary: dict[tuple[int, str], Totals],
+    timeline: TimelineBuilder,
+) -> None:
+    """``_parse`` for a reader that yields column batches (``columnar``): the same rows, summary and
+    timeline, computed with numpy over each batch; no Python step per row. (Only kinds without nesting
+    or steps are read as columns: self time is the total.)"""
+    path, ids = task.path, names.ids
+    for b in reader.read_columns(task.path, task.info):
+        if isinstance(b, columnar.CounterColumns):
+            columnar.check_counters(b, path)
+            names.resolve(set(b.kernels) | set(b.counters))
+            cols: Columns = {
+                "rank_id": task.rank_id, "source_id": task.source_id,
+                "kernel_name_id": np.array([ids[n] for n in b.kernels], dtype=np.int64)[b.kernel_index],
+                "counter_name_id": np.array([ids[n] for n in b.counters], dtype=np.int64)[b.counter_index],
+                "dispatch_id": b.dispatch_id, "value": b.value, "samples": 1, "min_value": None, "max_value": None,
+            }
+            counts["counter"] = counts.get("counter", 0) + len(b)
+            conn.send(RowsMsg(task.index, "counter_columns", cols))
+            continue
+        columnar.check_activities(b, path)
+        kind = b.kind
+        names.resolve(set(b.names))
+        nids = [ids[n] for n in b.names]
+        entry_cats = []
+        for n in b.names:
+            cat = b.category or cats.get((kind, n))
+            if cat is None:
+                cat = cats[(kind, n)] = classify.category(kind, n)
+            entry_cats.append(cat)
+        for e, calls, total, lo, hi, sq in columnar.group_durations(b.name_index, b.duration_ns, len(b.names)):
+            key = (nids[e], kind)
+            s = summary.get(key)
+            if s is None:
+                summary[key] = Totals(entry_cats[e], calls, total, lo, hi, sq)
+            else:
+                s.add(calls, total, lo, hi, sq)
+        counts[kind] = counts.get(kind, 0) + len(b)
+        _timeline_columns(timeline, b)
+        cols = {"rank_id": task.rank_id, "source_id": task.source_id, "kind": kind,
+                "name_id": np.array(nids, dtype=np.int64)[b.name_index], "start_ns": b.start_ns,
+                "duration_ns": b.duration_ns, "args": None}
+        if len(set(entry_cats)) == 1:
+            cols["category"] = entry_cats[0]
+        else:
+            cols["category"] = np.array(entry_cats, dtype=object)[b.name_index]
+        for f in columnar.ACTIVITY_INTS:
+            col = b.ints.get(f)
+            if col is None:
+                cols[f] = None
+                continue
+            same, value = col.constant()
+            cols[f] = value if same else col
+        conn.send(RowsMsg(task.index, "activity_columns", cols))
+
+
+def _timeline_columns(timeline: TimelineBuilder, b: columnar.ActivityColumns) -> None:
+    """``TimelineBuilder.add_many`` for a column batch: the work and communication intervals of each
+    bucket folded into their union with numpy (the union of a union is the union), first and last;
+    rows that may be collective calls or steps (a few) go through ``add_many`` as records."""
+    how = [timeline._classify(b.kind, n, b.category) for n in b.names]
+    special = [e for e, (_bucket, is_call, step) in enumerate(how) if is_call or step is not None]
+    idx = b.name_index
+    plain = np.ones(len(b), dtype=bool) if not special else ~np.isin(idx, special)
+    base = timeline.base
+    if bool(plain.any()):
+        starts = b.start_ns[plain] + base
+        ends = starts + b.duration_ns[plain]
+        lo, hi = int(starts.min()), int(ends.max())
+        timeline.first = lo if timeline.first is None else min(timeline.first, lo)
+        timeline.last = hi if timeline.last is None else max(timeline.last, hi)
+        by_bucket: dict[int, list[int]] = {}
+        for e, (bucket, _c, _s) in enumerate(how):
+            if bucket is not None and e not in special:
+                by_bucket.setdefault(id(bucket), []).append(e)
+        buckets = {id(h[0]): h[0] for h in how if h[0] is not None}
+        pidx = idx[plain]
+        for key, entries in by_bucket.items():
+            bucket = buckets[key]
+            assert bucket is not None
+            mask = np.isin(pidx, entries) if len(entries) < len(b.names) else slice(None)
+            u_starts, u_ends = columnar.union(starts[mask], ends[mask])
+            bucket.pending.extend(zip(u_starts, u_ends))
+            bucket.compact()
+    if special:
+        rows = np.nonzero(~plain)[0]
+        sub = columnar.ActivityColumns(
+            b.kind, b.names, idx[rows], b.start_ns[rows], b.duration_ns[rows],
+            {f: columnar.Ints(c.values[rows], None if c.null is None else c.null[rows]) for f, c in b.ints.items()},
+            b.category,
+        )
+        timeline.add_many(sub.records())
 
 
 class _Here:
