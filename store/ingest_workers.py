@@ -281,6 +281,7 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
         conn.send(RowsMsg(task.index, table, rows))
 
     if task.section is None and task.info.kind in getattr(reader, "COLUMNAR_KINDS", ()):
+        timeline = columnar.ColumnTimeline(task.info.time_base_ns)
         _parse_columns(task, reader, conn, names, cats, counts, summary, timeline)
         rows = [SummaryRow(nid, kind, t.category, t.calls, t.total_ns, t.min_ns, t.max_ns, t.sum_sq_ns, t.total_ns)
                 for (nid, kind), t in summary.items()]
@@ -340,7 +341,7 @@ def _parse_columns(
     cats: dict[tuple[str, str], str],
     counts: dict[str, int],
     summary: dict[tuple[int, str], Totals],
-    timeline: TimelineBuilder,
+    timeline: columnar.ColumnTimeline,
 ) -> None:
     """``_parse`` for a reader that yields column batches (``columnar``): the same rows, summary and
     timeline, computed with numpy over each batch; no Python step per row. (Only kinds without nesting
@@ -377,7 +378,7 @@ def _parse_columns(
             else:
                 s.add(calls, total, lo, hi, sq)
         counts[kind] = counts.get(kind, 0) + len(b)
-        _timeline_columns(timeline, b)
+        timeline.add_columns(b)
         cols = {"rank_id": task.rank_id, "source_id": task.source_id, "kind": kind,
                 "name_id": np.array(nids, dtype=np.int64)[b.name_index], "start_ns": b.start_ns,
                 "duration_ns": b.duration_ns, "args": None}
@@ -393,44 +394,6 @@ def _parse_columns(
             same, value = col.constant()
             cols[f] = value if same else col
         conn.send(RowsMsg(task.index, "activity_columns", cols))
-
-
-def _timeline_columns(timeline: TimelineBuilder, b: columnar.ActivityColumns) -> None:
-    """``TimelineBuilder.add_many`` for a column batch: the work and communication intervals of each
-    bucket folded into their union with numpy (the union of a union is the union), first and last;
-    rows that may be collective calls or steps (a few) go through ``add_many`` as records."""
-    how = [timeline._classify(b.kind, n, b.category) for n in b.names]
-    special = [e for e, (_bucket, is_call, step) in enumerate(how) if is_call or step is not None]
-    idx = b.name_index
-    plain = np.ones(len(b), dtype=bool) if not special else ~np.isin(idx, special)
-    base = timeline.base
-    if bool(plain.any()):
-        starts = b.start_ns[plain] + base
-        ends = starts + b.duration_ns[plain]
-        lo, hi = int(starts.min()), int(ends.max())
-        timeline.first = lo if timeline.first is None else min(timeline.first, lo)
-        timeline.last = hi if timeline.last is None else max(timeline.last, hi)
-        by_bucket: dict[int, list[int]] = {}
-        for e, (bucket, _c, _s) in enumerate(how):
-            if bucket is not None and e not in special:
-                by_bucket.setdefault(id(bucket), []).append(e)
-        buckets = {id(h[0]): h[0] for h in how if h[0] is not None}
-        pidx = idx[plain]
-        for key, entries in by_bucket.items():
-            bucket = buckets[key]
-            assert bucket is not None
-            mask = np.isin(pidx, entries) if len(entries) < len(b.names) else slice(None)
-            u_starts, u_ends = columnar.union(starts[mask], ends[mask])
-            bucket.pending.extend(zip(u_starts, u_ends))
-            bucket.compact()
-    if special:
-        rows = np.nonzero(~plain)[0]
-        sub = columnar.ActivityColumns(
-            b.kind, b.names, idx[rows], b.start_ns[rows], b.duration_ns[rows],
-            {f: columnar.Ints(c.values[rows], None if c.null is None else c.null[rows]) for f, c in b.ints.items()},
-            b.category,
-        )
-        timeline.add_many(sub.records())
 
 
 class _Here:
