@@ -161,6 +161,43 @@ def intern_names(
     return out
 
 
+#: the launch shape of an activity (table ``launch``, migration 0005), in the launch key's order
+LAUNCH_COLS = ("device", "stream", "pid", "tid", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+
+
+def launch_key(shape: Sequence[Any]) -> str:
+    """A launch shape's unique text: the ten values, '|'-separated, empty for NULL (migration 0005
+    builds the same text in SQL)."""
+    return "|".join("" if v is None else str(v) for v in shape)
+
+
+def intern_launches(
+    conn: Connection, shapes: Sequence[tuple[Any, ...]], names_conn: Connection | None = None
+) -> dict[tuple[Any, ...], int]:
+    """Intern launch shapes (tuples in LAUNCH_COLS order) like names (``intern_names``: PostgreSQL on
+    the autocommit names connection, race-safe by the unique key); returns shape -> id."""
+    if not shapes:
+        return {}
+    by_key = {launch_key(s): tuple(s) for s in shapes}
+    keys = sorted(by_key)
+    m = placeholder(conn)
+    nc = names_conn if conn.dialect.name == "postgresql" and names_conn is not None else conn
+    ignore = "INSERT OR IGNORE INTO" if conn.dialect.name == "sqlite" else "INSERT INTO"
+    tail = "" if conn.dialect.name == "sqlite" else " ON CONFLICT (key) DO NOTHING"
+    nc.exec_driver_sql(
+        f"{ignore} launch (key, {', '.join(LAUNCH_COLS)}) VALUES ({', '.join([m] * (1 + len(LAUNCH_COLS)))}){tail}",
+        [(k, *by_key[k]) for k in keys],
+    )
+    out: dict[tuple[Any, ...], int] = {}
+    for i in range(0, len(keys), 500):
+        chunk = keys[i : i + 500]
+        for lid, key in nc.exec_driver_sql(
+            f"SELECT id, key FROM launch WHERE key IN ({', '.join([m] * len(chunk))})", tuple(chunk)
+        ):
+            out[by_key[key]] = int(lid)
+    return out
+
+
 def add_summaries(conn: Connection, rows: Iterable[Sequence[Any]]) -> None:
     """Add (rank_id, name_id, kind, category, calls, total_ns, min_ns, max_ns, sum_sq_ns, self_ns) rows
     to the summary table: new keys are inserted, existing ones accumulate (calls and sums add, min/max
@@ -253,8 +290,8 @@ class Writer:
     """Streams records into one open transaction; keeps names, summaries and steps in memory."""
 
     ACTIVITY_COLS = (
-        "rank_id", "source_id", "kind", "category", "name_id", "start_ns", "duration_ns", "device", "stream",
-        "correlation", "pid", "tid", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "args",
+        "rank_id", "source_id", "kind", "category", "name_id", "start_ns", "duration_ns", "correlation", "launch_id",
+        "args",
     )
     COUNTER_COLS = (
         "rank_id", "source_id", "kernel_name_id", "counter_name_id", "dispatch_id", "value", "samples",
@@ -267,6 +304,7 @@ class Writer:
         self.timelines: dict[int, list[RankTimeline]] = {}
         self.dialect = conn.dialect.name
         self.names: dict[str, int] = {}
+        self.launches: dict[tuple[Any, ...], int] = {}
         # (rank_id, name_id, kind) -> [category, calls, total, min, max, sumsq]
         self.summary: dict[tuple[int, int, str], Totals] = {}
         self.steps: dict[tuple[int, int], tuple[int, int, int]] = {}
@@ -285,10 +323,25 @@ class Writer:
             self._close_names = weakref.finalize(self, nc.close)
         self.names.update((v, i) for i, v in intern_names(self.conn, new, self._names_conn))
 
-    def answer_names(self, values: list[str]) -> list[int]:
-        """Ids of ``values`` (interned now if new), for a parsing worker."""
-        self.name_ids(values)
-        return [self.names[v] for v in values]
+    def launch_ids(self, shapes: Iterable[tuple[Any, ...]]) -> None:
+        """Intern every new launch shape (LAUNCH_COLS tuples) in one round trip per batch."""
+        new = [v for v in set(shapes) if v not in self.launches]
+        if not new:
+            return
+        if self.conn.dialect.name == "postgresql" and self._names_conn is None:
+            self._names_conn = nc = names_connection(self.conn)
+            assert nc is not None
+            self._close_names = weakref.finalize(self, nc.close)
+        self.launches.update(intern_launches(self.conn, new, self._names_conn))
+
+    def answer_names(self, values: list[Any]) -> list[int]:
+        """Ids of ``values`` (interned now if new), for a parsing worker: names (str), and launch
+        shapes (tuples in LAUNCH_COLS order)."""
+        shapes = [v for v in values if type(v) is tuple]
+        if shapes:
+            self.launch_ids(shapes)
+        self.name_ids(v for v in values if type(v) is str)
+        return [self.launches[v] if type(v) is tuple else self.names[v] for v in values]
 
     def insert(self, table: str, rows: Any) -> None:
         """Rows a worker built, in ACTIVITY_COLS or COUNTER_COLS order; "counter1" rows are per-dispatch

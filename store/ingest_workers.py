@@ -116,7 +116,8 @@ class Parsed(NamedTuple):
 
 
 class NamesMsg(NamedTuple):
-    names: list[str]
+    #: names (str) and launch shapes (tuples in bulk.LAUNCH_COLS order)
+    names: list[Any]
 
 
 class RowsMsg(NamedTuple):
@@ -206,9 +207,9 @@ class _Names:
 
     def __init__(self, conn: _Channel) -> None:
         self.conn = conn
-        self.ids: dict[str, int] = {}
+        self.ids: dict[Any, int] = {}
 
-    def resolve(self, names: set[str]) -> None:
+    def resolve(self, names: set[Any]) -> None:
         new = [n for n in names if n not in self.ids]
         if new:
             self.conn.send(NamesMsg(new))
@@ -230,9 +231,10 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
 
     def flush_acts() -> None:
         validate.activities(acts, task.path)
-        names.resolve({a[1] for a in acts})
+        shapes = [a[5:7] + a[8:16] for a in acts]  # the launch shape (bulk.LAUNCH_COLS): device, stream, pid...
+        names.resolve({a[1] for a in acts} | set(shapes))
         rows = []
-        for a in acts:
+        for a, shape in zip(acts, shapes):
             kind = a[0]
             name = a[1]
             nid = ids[name]
@@ -243,7 +245,7 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
                 if cat is None:
                     cat = cats[key] = classify.category(kind, name)
             d = a[3]
-            rows.append((rank_id, source_id, kind, cat, nid, a[2], d) + a[5:])
+            rows.append((rank_id, source_id, kind, cat, nid, a[2], d, a[7], ids[shape], a[16]))
             s = summary.get((nid, kind))
             if s is None:
                 summary[(nid, kind)] = Totals(cat, 1, d, d, d, float(d) * d)
@@ -386,14 +388,64 @@ def _parse_columns(
             cols["category"] = entry_cats[0]
         else:
             cols["category"] = np.array(entry_cats, dtype=object)[b.name_index]
-        for f in columnar.ACTIVITY_INTS:
-            col = b.ints.get(f)
-            if col is None:
-                cols[f] = None
-                continue
-            same, value = col.constant()
-            cols[f] = value if same else col
+        corr = b.ints.get("correlation")
+        cols["correlation"] = None if corr is None else _constant_or(corr)
+        cols["launch_id"] = _launch_ids(b, names)
         conn.send(RowsMsg(task.index, "activity_columns", cols))
+
+
+def _constant_or(col: columnar.Ints) -> Any:
+    same, value = col.constant()
+    return value if same else col
+
+
+#: Activity fields of the launch shape, in bulk.LAUNCH_COLS order
+_SHAPE = ("device", "stream", "pid", "tid", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+
+
+def _launch_ids(b: columnar.ActivityColumns, names: _Names) -> Any:
+    """The batch's launch ids: one int when every row has one shape, else an array. The distinct
+    shapes are found with numpy (np.unique over the varying columns' rows), their ids asked once."""
+    const: dict[str, int | None] = {}
+    varying: list[str] = []
+    for f in _SHAPE:
+        col = b.ints.get(f)
+        if col is None:
+            const[f] = None
+            continue
+        same, value = col.constant()
+        if same:
+            const[f] = value
+        else:
+            varying.append(f)
+    if not varying:
+        shape = tuple(const[f] for f in _SHAPE)
+        names.resolve({shape})
+        return names.ids[shape]
+    parts = []
+    for f in varying:
+        col = b.ints[f]
+        parts.append(col.values)
+        if col.null is not None:
+            parts.append(col.null.astype(np.int64))
+    table = np.stack(parts, axis=1)
+    uniq, inverse = np.unique(table, axis=0, return_inverse=True)
+    shapes = []
+    for row in uniq.tolist():
+        got: dict[str, int | None] = dict(const)
+        i = 0
+        for f in varying:
+            v = row[i]
+            i += 1
+            if b.ints[f].null is not None:
+                if row[i]:
+                    v = None
+                i += 1
+            got[f] = v
+        shapes.append(tuple(got[f] for f in _SHAPE))
+    names.resolve(set(shapes))
+    ids = np.array([names.ids[s] for s in shapes], dtype=np.int64)
+    return ids[inverse.reshape(-1)]
 
 
 class _Here:

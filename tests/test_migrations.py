@@ -75,12 +75,18 @@ def test_old_store_with_data_upgrades(tmp_path: Path, data: Path, run_cli: Invok
     run_cli("ingest", "--db", tmp_path / "scratch.db", data / "kineto" / "torchrun4_cpu")
     scratch = sqlite3.connect(tmp_path / "scratch.db")
     con = sqlite3.connect(db)
+    # (activity as today's store holds it, with its launch shape joined back in for older revisions)
+    scratch.execute("create temp view wide_activity as select a.*, l.device, l.stream, l.pid, l.tid, l.grid_x, "
+                    "l.grid_y, l.grid_z, l.block_x, l.block_y, l.block_z from activity a join launch l on l.id = "
+                    "a.launch_id")
     for table in ("run", "rank", "source_file", "name", "activity", "summary", "step"):
         cols = [r[1] for r in con.execute(f"pragma table_info({table})")]
-        rows = scratch.execute(f"select {', '.join(cols)} from {table}").fetchall()
+        source = "wide_activity" if table == "activity" else table
+        rows = scratch.execute(f"select {', '.join(cols)} from {source}").fetchall()
         con.executemany(f"insert into {table} ({', '.join(cols)}) values ({', '.join('?' * len(cols))})", rows)
     con.commit()
     counts = {t: con.execute(f"select count(*) from {t}").fetchone()[0] for t in ("activity", "summary", "rank")}
+    shown = sorted(scratch.execute("select * from activity_v").fetchall())  # what sqlite3 users see, by the view
     con.close()
     scratch.close()
     if start == head:
@@ -91,6 +97,8 @@ def test_old_store_with_data_upgrades(tmp_path: Path, data: Path, run_cli: Invok
     for t, n in counts.items():
         assert sql(db, f"select count(*) from {t}") == [(n,)]
     assert sql(db, "select version_num from alembic_version") == [(head,)]
+    # every activity column came along, the launch shapes moved by 0005 included (ids are those of scratch)
+    assert sorted(sql(db, "select * from activity_v")) == shown
 
 
 def test_store_from_newer_profdb_is_refused(db_path: Path, run_cli: Invoke) -> None:

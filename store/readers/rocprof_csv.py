@@ -261,6 +261,7 @@ def _truncated(path: Path, lineno: int, n: int, width: int) -> InputError:
 
 #: bytes of CSV per record batch (a batch is parsed by one thread; ~6k long-name or ~6k short-name rows)
 BLOCK = 1 << 20
+THREADS = True
 COLUMNAR_KINDS = frozenset({"kernel_trace", "counter_collection"})
 
 _KERNEL_INTS = (
@@ -318,7 +319,7 @@ def _batches(path: Path, text: list[str], ints: list[str], floats: list[str]) ->
             source: Any = pa.input_stream(str(path), compression="gzip") if is_gzip(path) else str(path)
             reader = pacsv.open_csv(
                 source,
-                read_options=pacsv.ReadOptions(block_size=BLOCK, skip_rows_after_names=done),
+                read_options=pacsv.ReadOptions(block_size=BLOCK, skip_rows_after_names=done, use_threads=THREADS),
                 parse_options=pacsv.ParseOptions(newlines_in_values=True),
                 convert_options=pacsv.ConvertOptions(include_columns=list(types), column_types=types, null_values=[""]),
             )
