@@ -429,7 +429,8 @@ def _launch_ids(b: columnar.ActivityColumns, names: _Names) -> Any:
         if col.null is not None:
             parts.append(col.null.astype(np.int64))
     table = np.stack(parts, axis=1)
-    uniq, inverse = np.unique(table, axis=0, return_inverse=True)
+    first, inverse = _distinct_rows(table, b.name_index)
+    uniq = table[first]
     shapes = []
     for row in uniq.tolist():
         got: dict[str, int | None] = dict(const)
@@ -445,7 +446,30 @@ def _launch_ids(b: columnar.ActivityColumns, names: _Names) -> Any:
         shapes.append(tuple(got[f] for f in _SHAPE))
     names.resolve(set(shapes))
     ids = np.array([names.ids[s] for s in shapes], dtype=np.int64)
-    return ids[inverse.reshape(-1)]
+    return ids[inverse]
+
+
+def _distinct_rows(table: Any, by: Any) -> tuple[Any, Any]:
+    """The distinct rows of a 2-d int64 array: (index of one row of each, each row's distinct number).
+    Usually every row of one name has one shape: checked by comparing each row with its name's first
+    row (one comparison); otherwise the columns are numbered and combined into one exact integer key
+    (mixed radix, renumbered whenever it would grow past 2**31), so np.unique runs on one column."""
+    names, first_of_name, name_inverse = np.unique(by, return_index=True, return_inverse=True)
+    if bool((table == table[first_of_name[name_inverse]]).all()):
+        shapes, first, inverse = np.unique(table[first_of_name], axis=0, return_index=True, return_inverse=True)
+        return first_of_name[first], inverse.reshape(-1)[name_inverse]
+    key = np.zeros(len(table), dtype=np.int64)
+    size = 1
+    for j in range(table.shape[1]):
+        values, code = np.unique(table[:, j], return_inverse=True)
+        key = key * len(values) + code.reshape(-1)
+        size *= len(values)
+        if size >= 1 << 31:
+            values, key = np.unique(key, return_inverse=True)
+            key = key.reshape(-1)
+            size = len(values)
+    _keys, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
 
 
 class _Here:

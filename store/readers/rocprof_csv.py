@@ -380,8 +380,9 @@ def _as_ints(path: Path, col: pa.Array, first_row: int, field: str) -> Ints:
                     raise _bad_line(path, _line_of(path, first_row + i), e) from None
                 values.append(v)
             col = pa.array(values, pa.int64())
-    null = col.is_null().to_numpy(zero_copy_only=False) if col.null_count else None
-    return Ints(col.fill_null(0).to_numpy(), null)
+    if not col.null_count:
+        return Ints(col.to_numpy())
+    return Ints(col.fill_null(0).to_numpy(), col.is_null().to_numpy(zero_copy_only=False))
 
 
 def _required(path: Path, ints: Ints, first_row: int, what: str) -> npt.NDArray[np.int64]:
