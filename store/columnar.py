@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from .collectives import CollectiveCall, RankTimeline, Step, TimelineBuilder
+from .collectives import CollectiveCall, RankTimeline, Step, TimelineBuilder, call_name
 from .errors import InputError
 from .records import Activity, Counter
 from .validate import MAX_NAME_CHARS
@@ -253,7 +254,11 @@ class ColumnTimeline(TimelineBuilder):
 
     def add_columns(self, b: ActivityColumns) -> None:
         how = [self._classify(b.kind, n, b.category) for n in b.names]
-        special = [e for e, (_bucket, is_call, step) in enumerate(how) if is_call or step is not None]
+        # a collective call without args (all rows of a column batch) is (family, "", collective, None)
+        # by its name alone (collectives.collective_of): its calls are taken per name, as columns; only
+        # steps (annotations) go through add_many
+        special = [e for e, (_bucket, _is_call, step) in enumerate(how) if step is not None]
+        calls = {e: call_name(b.kind, b.names[e]) for e, (_b, is_call, _s) in enumerate(how) if is_call}
         idx = b.name_index
         plain = np.ones(len(b), dtype=bool) if not special else ~np.isin(idx, special)
         if bool(plain.any()):
@@ -267,6 +272,14 @@ class ColumnTimeline(TimelineBuilder):
                 if bucket is not None:
                     by_bucket.setdefault(id(bucket), []).append(e)
             pidx = idx[plain]
+            for e, found in calls.items():
+                if found is not None and e not in special:
+                    mask = pidx == e
+                    n = int(mask.sum())
+                    if n:
+                        family, coll = found
+                        self.raw[family].extend(zip(starts[mask].tolist(), ends[mask].tolist(), repeat("", n),
+                                                    repeat(coll, n), repeat(None, n)))
             for key, entries in by_bucket.items():
                 if len(entries) == len(b.names):
                     part = union(starts, ends)
