@@ -9,7 +9,9 @@ writer + workers) and wall seconds are kept. Variants:
 
 - ``all``: the code as it is;
 - ``no-quiet-gc``: the default cyclic GC (``ingest_workers.quiet_gc`` replaced by nothing);
-- ``no-literals``: every column bound on every row (``bulk.constants_inlined`` binds all);
+- ``no-literals``: every column bound on every row (``bulk.constants_inlined`` binds all; since issue 15
+  phase 2 only the row path uses it: rocprofv3 kernel and counter traces go through ``Writer.insert_columns``,
+  whose literals this variant does not switch off);
 - ``no-rollback-journal``: a brand-new store loaded in WAL mode like an existing one;
 - ``none``: all three off (what main did before issue 15).
 """

@@ -92,7 +92,7 @@ def copy_only(url: str, job: Path, *, fks: bool, binary: bool) -> float:
                         "SELECT conrelid::regclass::text, conname FROM pg_constraint "
                         "WHERE contype = 'f' AND conrelid::regclass::text IN ('activity', 'counter')")).all():
                     conn.execute(text(f'ALTER TABLE {table} DROP CONSTRAINT "{name}"'))
-        tables = ("run", "rank", "source_file", "name", "activity", "counter")
+        tables = ("run", "rank", "source_file", "name", "launch", "activity", "counter")  # (launch: migration 0005)
         data = {}
         for t in tables:
             cols = [r[1] for r in lite.execute(f"PRAGMA table_info({t})")]
@@ -100,7 +100,7 @@ def copy_only(url: str, job: Path, *, fks: bool, binary: bool) -> float:
         with engine.begin() as conn:
             raw = conn.connection.driver_connection
             with raw.cursor() as cur:
-                for t in tables[:4]:
+                for t in tables[:5]:
                     cols, rows = data[t]
                     with cur.copy(f"COPY {t} ({', '.join(cols)}) FROM STDIN") as cp:
                         for r in rows:
@@ -109,7 +109,7 @@ def copy_only(url: str, job: Path, *, fks: bool, binary: bool) -> float:
         with engine.begin() as conn:
             raw = conn.connection.driver_connection
             with raw.cursor() as cur:
-                for t in tables[4:]:
+                for t in tables[5:]:
                     cols, rows = data[t]
                     types = [cur.execute(
                         "SELECT atttypid::int FROM pg_attribute WHERE attrelid = %s::regclass "

@@ -17,6 +17,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine
@@ -160,6 +161,43 @@ def intern_names(
     return out
 
 
+#: the launch shape of an activity (table ``launch``, migration 0005), in the launch key's order
+LAUNCH_COLS = ("device", "stream", "pid", "tid", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+
+
+def launch_key(shape: Sequence[Any]) -> str:
+    """A launch shape's unique text: the ten values, '|'-separated, empty for NULL (migration 0005
+    builds the same text in SQL)."""
+    return "|".join("" if v is None else str(v) for v in shape)
+
+
+def intern_launches(
+    conn: Connection, shapes: Sequence[tuple[Any, ...]], names_conn: Connection | None = None
+) -> dict[tuple[Any, ...], int]:
+    """Intern launch shapes (tuples in LAUNCH_COLS order) like names (``intern_names``: PostgreSQL on
+    the autocommit names connection, race-safe by the unique key); returns shape -> id."""
+    if not shapes:
+        return {}
+    by_key = {launch_key(s): tuple(s) for s in shapes}
+    keys = sorted(by_key)
+    m = placeholder(conn)
+    nc = names_conn if conn.dialect.name == "postgresql" and names_conn is not None else conn
+    ignore = "INSERT OR IGNORE INTO" if conn.dialect.name == "sqlite" else "INSERT INTO"
+    tail = "" if conn.dialect.name == "sqlite" else " ON CONFLICT (key) DO NOTHING"
+    nc.exec_driver_sql(
+        f"{ignore} launch (key, {', '.join(LAUNCH_COLS)}) VALUES ({', '.join([m] * (1 + len(LAUNCH_COLS)))}){tail}",
+        [(k, *by_key[k]) for k in keys],
+    )
+    out: dict[tuple[Any, ...], int] = {}
+    for i in range(0, len(keys), 500):
+        chunk = keys[i : i + 500]
+        for lid, key in nc.exec_driver_sql(
+            f"SELECT id, key FROM launch WHERE key IN ({', '.join([m] * len(chunk))})", tuple(chunk)
+        ):
+            out[by_key[key]] = int(lid)
+    return out
+
+
 def add_summaries(conn: Connection, rows: Iterable[Sequence[Any]]) -> None:
     """Add (rank_id, name_id, kind, category, calls, total_ns, min_ns, max_ns, sum_sq_ns, self_ns) rows
     to the summary table: new keys are inserted, existing ones accumulate (calls and sums add, min/max
@@ -265,8 +303,8 @@ class Writer:
     """Streams records into one open transaction; keeps names, summaries and steps in memory."""
 
     ACTIVITY_COLS = (
-        "rank_id", "source_id", "kind", "category", "name_id", "start_ns", "duration_ns", "device", "stream",
-        "correlation", "pid", "tid", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "args",
+        "rank_id", "source_id", "kind", "category", "name_id", "start_ns", "duration_ns", "correlation", "launch_id",
+        "args",
     )
     COUNTER_COLS = (
         "rank_id", "source_id", "kernel_name_id", "counter_name_id", "dispatch_id", "value", "samples",
@@ -279,6 +317,7 @@ class Writer:
         self.timelines: dict[int, list[RankTimeline]] = {}
         self.dialect = conn.dialect.name
         self.names: dict[str, int] = {}
+        self.launches: dict[tuple[Any, ...], int] = {}
         # (rank_id, name_id, kind) -> [category, calls, total, min, max, sumsq]
         self.summary: dict[tuple[int, int, str], Totals] = {}
         self.steps: dict[tuple[int, int], tuple[int, int, int]] = {}
@@ -297,14 +336,33 @@ class Writer:
             self._close_names = weakref.finalize(self, nc.close)
         self.names.update((v, i) for i, v in intern_names(self.conn, new, self._names_conn))
 
-    def answer_names(self, values: list[str]) -> list[int]:
-        """Ids of ``values`` (interned now if new), for a parsing worker."""
-        self.name_ids(values)
-        return [self.names[v] for v in values]
+    def launch_ids(self, shapes: Iterable[tuple[Any, ...]]) -> None:
+        """Intern every new launch shape (LAUNCH_COLS tuples) in one round trip per batch."""
+        new = [v for v in set(shapes) if v not in self.launches]
+        if not new:
+            return
+        if self.conn.dialect.name == "postgresql" and self._names_conn is None:
+            self._names_conn = nc = names_connection(self.conn)
+            assert nc is not None
+            self._close_names = weakref.finalize(self, nc.close)
+        self.launches.update(intern_launches(self.conn, new, self._names_conn))
 
-    def insert(self, table: str, rows: list[tuple[Any, ...]]) -> None:
+    def answer_names(self, values: list[Any]) -> list[int]:
+        """Ids of ``values`` (interned now if new), for a parsing worker: names (str), and launch
+        shapes (tuples in LAUNCH_COLS order)."""
+        shapes = [v for v in values if type(v) is tuple]
+        if shapes:
+            self.launch_ids(shapes)
+        self.name_ids(v for v in values if type(v) is str)
+        return [self.launches[v] if type(v) is tuple else self.names[v] for v in values]
+
+    def insert(self, table: str, rows: Any) -> None:
         """Rows a worker built, in ACTIVITY_COLS or COUNTER_COLS order; "counter1" rows are per-dispatch
-        counters (the first six COUNTER_COLS; samples 1, no min/max), bound with fewer parameters."""
+        counters (the first six COUNTER_COLS; samples 1, no min/max), bound with fewer parameters;
+        "activity_columns" / "counter_columns": one batch as columns (``insert_columns``)."""
+        if table in ("activity_columns", "counter_columns"):
+            self.insert_columns(table.split("_")[0], rows)
+            return
         if table == "counter1" and self.dialect != "sqlite":  # PostgreSQL loads through COPY: all columns
             insert_rows(self.conn, "counter", self.COUNTER_COLS, [r + (1, None, None) for r in rows])
             return
@@ -315,6 +373,46 @@ class Writer:
             return
         cols = self.ACTIVITY_COLS if table == "activity" else self.COUNTER_COLS
         insert_rows(self.conn, table, cols, rows)
+
+    def insert_columns(self, table: str, columns: dict[str, Any]) -> None:
+        """A batch a worker read as columns (``ingest_workers.Columns``): every column that holds one
+        value is written as an SQL literal, the others are bound from lists made in C (numpy's
+        ``tolist``) and zipped into the driver's executemany, so no Python code runs per row.
+        PostgreSQL: COPY of the same rows."""
+        cols = self.ACTIVITY_COLS if table == "activity" else self.COUNTER_COLS
+        n = 0
+        bound: list[str] = []
+        lists: list[Any] = []
+        literals: list[tuple[str, Any]] = []
+        for c in cols:
+            v = columns[c]
+            if v is None or isinstance(v, (int, str)):
+                literals.append((c, v))
+                continue
+            values = v.tolist()
+            n = len(values)
+            bound.append(c)
+            lists.append(values)
+        if not n:
+            return
+        if self.dialect != "sqlite":
+            consts = {c: v for c, v in literals}
+            data = dict(zip(bound, lists))
+            rows = zip(*[data[c] if c in data else repeat(consts[c], n) for c in cols])
+            if uses_copy(self.conn):
+                copy_rows(self.conn, table, cols, rows)
+            else:
+                self.conn.exec_driver_sql(insert_sql(self.conn, table, cols), list(rows))
+            return
+        values = [self.mark] * len(bound)
+        for _c, v in literals:
+            lit = sql_literal(v)
+            assert lit is not None
+            values.append(lit)
+        sql = f"INSERT INTO {table} ({', '.join([*bound, *(c for c, _ in literals)])}) VALUES ({', '.join(values)})"
+        raw = self.conn.connection.driver_connection  # (the same connection, in the same transaction)
+        assert raw is not None
+        raw.executemany(sql, zip(*lists))
 
     def merge(self, rank_id: int, source_id: int, parsed: Parsed) -> None:
         """A file's summary rows and steps, as a worker (``ingest_workers``) sends them when done."""

@@ -28,7 +28,9 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, cast
 
-from . import classify, lifetime, readers, validate
+import numpy as np
+
+from . import classify, columnar, lifetime, readers, validate
 from .collectives import RankTimeline, TimelineBuilder
 from .intervals import SelfTotals
 from .records import Activity, Aggregate, Counter, SourceInfo
@@ -114,14 +116,21 @@ class Parsed(NamedTuple):
 
 
 class NamesMsg(NamedTuple):
-    names: list[str]
+    #: names (str) and launch shapes (tuples in bulk.LAUNCH_COLS order)
+    names: list[Any]
 
 
 class RowsMsg(NamedTuple):
     task: int
-    #: "activity", "counter", or "counter1" (per-dispatch counters: the first six counter columns)
+    #: "activity", "counter", or "counter1" (per-dispatch counters: the first six counter columns): rows
+    #: are tuples; "activity_columns" or "counter_columns": rows is one ``Columns`` dict of a batch
     table: str
-    rows: list[tuple[Any, ...]]
+    rows: Any
+
+
+#: a batch as columns, for the writer: column name -> one value for every row (an SQL constant: None,
+#: an int, a str), a numpy array, a list, or ``columnar.Ints`` (integers with empty cells)
+Columns = dict[str, Any]
 
 
 class DoneMsg(NamedTuple):
@@ -198,9 +207,9 @@ class _Names:
 
     def __init__(self, conn: _Channel) -> None:
         self.conn = conn
-        self.ids: dict[str, int] = {}
+        self.ids: dict[Any, int] = {}
 
-    def resolve(self, names: set[str]) -> None:
+    def resolve(self, names: set[Any]) -> None:
         new = [n for n in names if n not in self.ids]
         if new:
             self.conn.send(NamesMsg(new))
@@ -222,9 +231,10 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
 
     def flush_acts() -> None:
         validate.activities(acts, task.path)
-        names.resolve({a[1] for a in acts})
+        shapes = [a[5:7] + a[8:16] for a in acts]  # the launch shape (bulk.LAUNCH_COLS): device, stream, pid...
+        names.resolve({a[1] for a in acts} | set(shapes))
         rows = []
-        for a in acts:
+        for a, shape in zip(acts, shapes):
             kind = a[0]
             name = a[1]
             nid = ids[name]
@@ -235,7 +245,7 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
                 if cat is None:
                     cat = cats[key] = classify.category(kind, name)
             d = a[3]
-            rows.append((rank_id, source_id, kind, cat, nid, a[2], d) + a[5:])
+            rows.append((rank_id, source_id, kind, cat, nid, a[2], d, a[7], ids[shape], a[16]))
             s = summary.get((nid, kind))
             if s is None:
                 summary[(nid, kind)] = Totals(cat, 1, d, d, d, float(d) * d)
@@ -272,6 +282,14 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
         counts["counter"] = counts.get("counter", 0) + len(rows)
         conn.send(RowsMsg(task.index, table, rows))
 
+    if task.section is None and task.info.kind in getattr(reader, "COLUMNAR_KINDS", ()):
+        timeline = columnar.ColumnTimeline(task.info.time_base_ns)
+        _parse_columns(task, reader, conn, names, cats, counts, summary, timeline)
+        rows = [SummaryRow(nid, kind, t.category, t.calls, t.total_ns, t.min_ns, t.max_ns, t.sum_sq_ns, t.total_ns)
+                for (nid, kind), t in summary.items()]
+        tl = timeline.finish(-1) if timeline.first is not None else None
+        conn.send(DoneMsg(task.index, Parsed(counts, rows, steps, tl)))
+        return
     if task.section is not None:
         records = reader.read_rank(task.path, task.info, task.section)  # type: ignore[attr-defined]
     else:
@@ -315,6 +333,143 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
     ]
     tl = timeline.finish(-1) if timeline.first is not None else None
     conn.send(DoneMsg(task.index, Parsed(counts, rows, steps, tl)))
+
+
+def _parse_columns(
+    task: Task,
+    reader: Any,
+    conn: _Channel,
+    names: _Names,
+    cats: dict[tuple[str, str], str],
+    counts: dict[str, int],
+    summary: dict[tuple[int, str], Totals],
+    timeline: columnar.ColumnTimeline,
+) -> None:
+    """``_parse`` for a reader that yields column batches (``columnar``): the same rows, summary and
+    timeline, computed with numpy over each batch; no Python step per row. (Only kinds without nesting
+    or steps are read as columns: self time is the total.)"""
+    path, ids = task.path, names.ids
+    for b in reader.read_columns(task.path, task.info):
+        if isinstance(b, columnar.CounterColumns):
+            columnar.check_counters(b, path)
+            names.resolve(set(b.kernels) | set(b.counters))
+            cols: Columns = {
+                "rank_id": task.rank_id, "source_id": task.source_id,
+                "kernel_name_id": np.array([ids[n] for n in b.kernels], dtype=np.int64)[b.kernel_index],
+                "counter_name_id": np.array([ids[n] for n in b.counters], dtype=np.int64)[b.counter_index],
+                "dispatch_id": b.dispatch_id, "value": b.value, "samples": 1, "min_value": None, "max_value": None,
+            }
+            counts["counter"] = counts.get("counter", 0) + len(b)
+            conn.send(RowsMsg(task.index, "counter_columns", cols))
+            continue
+        columnar.check_activities(b, path)
+        kind = b.kind
+        names.resolve(set(b.names))
+        nids = [ids[n] for n in b.names]
+        entry_cats = []
+        for n in b.names:
+            cat = b.category or cats.get((kind, n))
+            if cat is None:
+                cat = cats[(kind, n)] = classify.category(kind, n)
+            entry_cats.append(cat)
+        for e, calls, total, lo, hi, sq in columnar.group_durations(b.name_index, b.duration_ns, len(b.names)):
+            key = (nids[e], kind)
+            s = summary.get(key)
+            if s is None:
+                summary[key] = Totals(entry_cats[e], calls, total, lo, hi, sq)
+            else:
+                s.add(calls, total, lo, hi, sq)
+        counts[kind] = counts.get(kind, 0) + len(b)
+        timeline.add_columns(b)
+        cols = {"rank_id": task.rank_id, "source_id": task.source_id, "kind": kind,
+                "name_id": np.array(nids, dtype=np.int64)[b.name_index], "start_ns": b.start_ns,
+                "duration_ns": b.duration_ns, "args": None}
+        if len(set(entry_cats)) == 1:
+            cols["category"] = entry_cats[0]
+        else:
+            cols["category"] = np.array(entry_cats, dtype=object)[b.name_index]
+        corr = b.ints.get("correlation")
+        cols["correlation"] = None if corr is None else _constant_or(corr)
+        cols["launch_id"] = _launch_ids(b, names)
+        conn.send(RowsMsg(task.index, "activity_columns", cols))
+
+
+def _constant_or(col: columnar.Ints) -> Any:
+    same, value = col.constant()
+    return value if same else col
+
+
+#: Activity fields of the launch shape, in bulk.LAUNCH_COLS order
+_SHAPE = ("device", "stream", "pid", "tid", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+
+
+def _launch_ids(b: columnar.ActivityColumns, names: _Names) -> Any:
+    """The batch's launch ids: one int when every row has one shape, else an array. The distinct
+    shapes are found with numpy (np.unique over the varying columns' rows), their ids asked once."""
+    const: dict[str, int | None] = {}
+    varying: list[str] = []
+    for f in _SHAPE:
+        col = b.ints.get(f)
+        if col is None:
+            const[f] = None
+            continue
+        same, value = col.constant()
+        if same:
+            const[f] = value
+        else:
+            varying.append(f)
+    if not varying:
+        shape = tuple(const[f] for f in _SHAPE)
+        names.resolve({shape})
+        return names.ids[shape]
+    parts = []
+    for f in varying:
+        col = b.ints[f]
+        parts.append(col.values)
+        if col.null is not None:
+            parts.append(col.null.astype(np.int64))
+    table = np.stack(parts, axis=1)
+    first, inverse = _distinct_rows(table, b.name_index)
+    uniq = table[first]
+    shapes = []
+    for row in uniq.tolist():
+        got: dict[str, int | None] = dict(const)
+        i = 0
+        for f in varying:
+            v = row[i]
+            i += 1
+            if b.ints[f].null is not None:
+                if row[i]:
+                    v = None
+                i += 1
+            got[f] = v
+        shapes.append(tuple(got[f] for f in _SHAPE))
+    names.resolve(set(shapes))
+    ids = np.array([names.ids[s] for s in shapes], dtype=np.int64)
+    return ids[inverse]
+
+
+def _distinct_rows(table: Any, by: Any) -> tuple[Any, Any]:
+    """The distinct rows of a 2-d int64 array: (index of one row of each, each row's distinct number).
+    Usually every row of one name has one shape: checked by comparing each row with its name's first
+    row (one comparison); otherwise the columns are numbered and combined into one exact integer key
+    (mixed radix, renumbered whenever it would grow past 2**31), so np.unique runs on one column."""
+    names, first_of_name, name_inverse = np.unique(by, return_index=True, return_inverse=True)
+    if bool((table == table[first_of_name[name_inverse]]).all()):
+        shapes, first, inverse = np.unique(table[first_of_name], axis=0, return_index=True, return_inverse=True)
+        return first_of_name[first], inverse.reshape(-1)[name_inverse]
+    key = np.zeros(len(table), dtype=np.int64)
+    size = 1
+    for j in range(table.shape[1]):
+        values, code = np.unique(table[:, j], return_inverse=True)
+        key = key * len(values) + code.reshape(-1)
+        size *= len(values)
+        if size >= 1 << 31:
+            values, key = np.unique(key, return_inverse=True)
+            key = key.reshape(-1)
+            size = len(values)
+    _keys, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
 
 
 class _Here:

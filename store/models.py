@@ -118,8 +118,31 @@ class Name(Base):
     value: Mapped[str] = mapped_column(Text, unique=True)
 
 
+class Launch(Base):
+    """Interned launch shapes: the per-file / per-launch columns of an activity (device, stream,
+    process, thread, grid and block sizes), each distinct combination once (migration 0005). ``key``
+    is the ten values as text, '|'-separated, empty for NULL (``bulk.launch_key``). Never deleted."""
+
+    __tablename__ = "launch"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(Text, unique=True)
+    device: Mapped[int | None]
+    stream: Mapped[int | None] = mapped_column(BigInteger)
+    pid: Mapped[int | None]
+    tid: Mapped[int | None] = mapped_column(BigInteger)
+    grid_x: Mapped[int | None]
+    grid_y: Mapped[int | None]
+    grid_z: Mapped[int | None]
+    block_x: Mapped[int | None]
+    block_y: Mapped[int | None]
+    block_z: Mapped[int | None]
+
+
 class Activity(Base):
-    """The fact table: one timed interval (kernel, memcpy, memset, cpu_op, annotation, api...)."""
+    """The fact table: one timed interval (kernel, memcpy, memset, cpu_op, annotation, api...). Its
+    launch shape (device, stream, pid, tid, grid, block) is in ``launch``; ``activity_v`` joins it in.
+    (``launch_id`` has no foreign key: launch rows are never deleted, and PostgreSQL would check it
+    on every row.)"""
 
     __tablename__ = "activity"
     __table_args__ = (Index("ix_activity_rank_name", "rank_id", "name_id"),)
@@ -131,17 +154,8 @@ class Activity(Base):
     name_id: Mapped[int] = mapped_column(ForeignKey("name.id"))
     start_ns: Mapped[int] = mapped_column(BigInteger)
     duration_ns: Mapped[int] = mapped_column(BigInteger)
-    device: Mapped[int | None]
-    stream: Mapped[int | None] = mapped_column(BigInteger)
     correlation: Mapped[int | None] = mapped_column(BigInteger)
-    pid: Mapped[int | None]
-    tid: Mapped[int | None] = mapped_column(BigInteger)
-    grid_x: Mapped[int | None]
-    grid_y: Mapped[int | None]
-    grid_z: Mapped[int | None]
-    block_x: Mapped[int | None]
-    block_y: Mapped[int | None]
-    block_z: Mapped[int | None]
+    launch_id: Mapped[int] = mapped_column(Integer)
     args: Mapped[str | None] = mapped_column(Text)
 
 

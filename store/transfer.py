@@ -26,7 +26,7 @@ from .db import display_url, load_target, open_db, resolve_url, sqlite_path, wri
 from .errors import ProfdbError, QueryError, StoreError
 from .ingest_workers import NESTED_KINDS
 from .intervals import SelfTotals
-from .models import Activity, Counter, Name, Rank, Run, SourceFile, Step, Summary
+from .models import Activity, Counter, Launch, Name, Rank, Run, SourceFile, Step, Summary
 from .records import Activity as ActivityRecord
 
 BATCH = 20000
@@ -304,6 +304,7 @@ class _NameMap:
     def __init__(self, s: Connection, d: Connection) -> None:
         self.s, self.d = s, d
         self.ids: dict[int, int] = {}
+        self.launch_ids: dict[int, int] = {}
         self.names_conn = bulk.names_connection(d)
 
     def ensure(self, src_ids: Iterable[int]) -> None:
@@ -317,6 +318,20 @@ class _NameMap:
         got = {v: i for i, v in bulk.intern_names(self.d, list(values.values()), self.names_conn)}
         for sid, v in values.items():
             self.ids[sid] = got[v]
+
+    def ensure_launches(self, src_ids: Iterable[int]) -> None:
+        """The same for launch shapes (table ``launch``): ``launch_ids`` maps source to destination ids."""
+        missing = sorted({i for i in src_ids if i not in self.launch_ids})
+        if not missing:
+            return
+        _l = Launch.__table__
+        shapes: dict[int, tuple[Any, ...]] = {}
+        for i in range(0, len(missing), 500):
+            q = select(_l.c.id, *[_l.c[c] for c in bulk.LAUNCH_COLS]).where(_l.c.id.in_(missing[i : i + 500]))
+            shapes.update((int(r[0]), tuple(r[1:])) for r in self.s.execute(q))
+        got = bulk.intern_launches(self.d, list(shapes.values()), self.names_conn)
+        for sid, shape in shapes.items():
+            self.launch_ids[sid] = got[shape]
 
     def close(self) -> None:
         if self.names_conn is not None:
@@ -408,10 +423,12 @@ def _from_activity(s: Connection, f: Any) -> tuple[RankTimeline | None, dict[tup
     (for a transfer that cannot copy them as they are)."""
     b = TimelineBuilder(int(f.time_base_ns or 0))
     nested = SelfTotals()
+    _l = Launch.__table__
     q = (
-        select(_ACT.c.kind, Name.value, _ACT.c.start_ns, _ACT.c.duration_ns, _ACT.c.category, _ACT.c.device,
-               _ACT.c.stream, _ACT.c.correlation, _ACT.c.pid, _ACT.c.tid, _ACT.c.args, _ACT.c.name_id)
-        .select_from(_ACT.join(Name.__table__, Name.__table__.c.id == _ACT.c.name_id))
+        select(_ACT.c.kind, Name.value, _ACT.c.start_ns, _ACT.c.duration_ns, _ACT.c.category, _l.c.device,
+               _l.c.stream, _ACT.c.correlation, _l.c.pid, _l.c.tid, _ACT.c.args, _ACT.c.name_id)
+        .select_from(_ACT.join(Name.__table__, Name.__table__.c.id == _ACT.c.name_id)
+                     .join(_l, _l.c.id == _ACT.c.launch_id))
         .where(_ACT.c.source_id == f.id)
     )
     for r in s.execute(q.execution_options(yield_per=BATCH)):
@@ -437,12 +454,16 @@ def _stream(
     """Copy one source file's rows of ``table`` in batches, ids remapped; returns the row count."""
     ri, si = cols.index("rank_id"), cols.index("source_id")
     ni = [cols.index(c) for c in name_cols]
+    li = cols.index("launch_id") if "launch_id" in cols else -1
     q = select(*[table.c[c] for c in cols]).where(table.c.source_id == src_source_id).order_by(table.c.id)
     total = 0
     result = s.execute(q.execution_options(yield_per=BATCH))
     for part in result.partitions():
         names.ensure({r[i] for r in part for i in ni})
+        if li >= 0:
+            names.ensure_launches({r[li] for r in part})
         m = names.ids
+        lm = names.launch_ids
         out = []
         for r in part:
             row = list(r)
@@ -450,6 +471,8 @@ def _stream(
             row[si] = source_map[row[si]]
             for i in ni:
                 row[i] = m[row[i]]
+            if li >= 0:
+                row[li] = lm[row[li]]
             out.append(tuple(row))
         bulk.insert_rows(d, table.name, cols, out)
         total += len(out)

@@ -142,9 +142,11 @@ def _consistent(db: Path) -> None:
         checks = {
             "negative duration": "select count(*) from activity where duration_ns < 0",
             "non-integer time": "select count(*) from activity where typeof(start_ns) != 'integer' or typeof(duration_ns) != 'integer'",
-            "non-integer column": "select count(*) from activity where "
+            "non-integer column": "select count(*) from activity_v where "
             + " or ".join(f"typeof({c}) not in ('integer', 'null')" for c in
                           ("device", "stream", "correlation", "pid", "tid", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")),
+            "activity without its launch shape": "select count(*) from activity a left join launch l "
+            "on l.id = a.launch_id where l.id is null",
             "rank outside the world": "select count(*) from rank k join run r on r.id = k.run_id where k.global_rank < 0 "
             "or (r.world_size is not null and k.global_rank >= r.world_size)",
             "bad counter": "select count(*) from counter where typeof(value) not in ('integer', 'real')",

@@ -75,12 +75,18 @@ def test_old_store_with_data_upgrades(tmp_path: Path, data: Path, run_cli: Invok
     run_cli("ingest", "--db", tmp_path / "scratch.db", data / "kineto" / "torchrun4_cpu")
     scratch = sqlite3.connect(tmp_path / "scratch.db")
     con = sqlite3.connect(db)
+    # (activity as today's store holds it, with its launch shape joined back in for older revisions)
+    scratch.execute("create temp view wide_activity as select a.*, l.device, l.stream, l.pid, l.tid, l.grid_x, "
+                    "l.grid_y, l.grid_z, l.block_x, l.block_y, l.block_z from activity a join launch l on l.id = "
+                    "a.launch_id")
     for table in ("run", "rank", "source_file", "name", "activity", "summary", "step"):
         cols = [r[1] for r in con.execute(f"pragma table_info({table})")]
-        rows = scratch.execute(f"select {', '.join(cols)} from {table}").fetchall()
+        source = "wide_activity" if table == "activity" else table
+        rows = scratch.execute(f"select {', '.join(cols)} from {source}").fetchall()
         con.executemany(f"insert into {table} ({', '.join(cols)}) values ({', '.join('?' * len(cols))})", rows)
     con.commit()
     counts = {t: con.execute(f"select count(*) from {t}").fetchone()[0] for t in ("activity", "summary", "rank")}
+    shown = sorted(scratch.execute("select * from activity_v").fetchall())  # what sqlite3 users see, by the view
     con.close()
     scratch.close()
     if start == head:
@@ -91,6 +97,8 @@ def test_old_store_with_data_upgrades(tmp_path: Path, data: Path, run_cli: Invok
     for t, n in counts.items():
         assert sql(db, f"select count(*) from {t}") == [(n,)]
     assert sql(db, "select version_num from alembic_version") == [(head,)]
+    # every activity column came along, the launch shapes moved by 0005 included (ids are those of scratch)
+    assert sorted(sql(db, "select * from activity_v")) == shown
 
 
 def test_store_from_newer_profdb_is_refused(db_path: Path, run_cli: Invoke) -> None:
@@ -108,3 +116,47 @@ def test_store_from_newer_profdb_is_refused(db_path: Path, run_cli: Invoke) -> N
 
 def test_fast_head_check_agrees_with_alembic() -> None:
     assert scripted_head() == head_revision() == _revisions()[-1]
+
+
+def test_0005_moves_launch_shapes_and_back_on_both_engines(store_url: str) -> None:
+    """0005 on a store holding activity rows (SQLite: table copy; PostgreSQL: add/update/drop columns):
+    every shape, NULLs included, becomes one launch row and activity_v shows the same columns; the
+    downgrade puts the same values back in activity."""
+    from datetime import datetime
+
+    from sqlalchemy import text
+
+    _migrate(store_url, "upgrade", "0004")
+    now = datetime(2026, 1, 1)
+    shape_cols = ("device", "stream", "pid", "tid", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+    shapes = [(4, 1, None, 834304, 1024, 1024, 1, 64, 1, 1), (4, 1, None, 834304, 1024, 1024, 1, 64, 1, 1),
+              (5, None, 7, 1 << 40, 8, 1, 1, 256, 1, 1), (None,) * 10, (None,) * 10]
+    acts = [(i + 1, 1, 1, "kernel", "compute", 1 + i % 2, 100 * i, 10 + i, i, *shape, None if i else '{"a": 1}')
+            for i, shape in enumerate(shapes)]
+    cols = ("id", "rank_id", "source_id", "kind", "category", "name_id", "start_ns", "duration_ns", "correlation",
+            *shape_cols, "args")
+    engine = make_engine(store_url)
+    with engine.begin() as c:
+        c.execute(text("insert into run (id, name, created_at) values (1, 'r', :t)"), {"t": now})
+        c.execute(text("insert into rank (id, run_id, global_rank) values (1, 1, 0)"))
+        c.execute(text("insert into source_file (id, run_id, rank_id, path, sha256, size_bytes, format, content_kind, "
+                       "rows, time_base_ns, ingested_at) values (1, 1, 1, 'p', 's', 1, 'f', 'k', 5, 0, :t)"), {"t": now})
+        c.execute(text("insert into name (id, value) values (1, 'k1'), (2, 'k2')"))
+        c.execute(text(f"insert into activity ({', '.join(cols)}) values ({', '.join(':' + x for x in cols)})"),
+                  [dict(zip(cols, a)) for a in acts])
+        before = sorted(tuple(r) for r in c.execute(text("select * from activity_v")))
+    engine.dispose()
+    _migrate(store_url, "upgrade", "head")
+    engine = make_engine(store_url)
+    with engine.begin() as c:
+        assert sorted(tuple(r) for r in c.execute(text("select * from activity_v"))) == before
+        assert c.execute(text("select count(*) from launch")).scalar() == 3
+    engine.dispose()
+    _migrate(store_url, "downgrade", "0004")
+    engine = make_engine(store_url)
+    with engine.begin() as c:
+        back = sorted(tuple(r) for r in c.execute(text(f"select {', '.join(cols)} from activity")))
+        assert back == sorted(acts)
+        assert sorted(tuple(r) for r in c.execute(text("select * from activity_v"))) == before
+    engine.dispose()
+    _migrate(store_url, "upgrade", "head")

@@ -22,11 +22,19 @@ import json
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+
+from ..columnar import ActivityColumns, Batch, CounterColumns, Ints
 from ..errors import InputError
-from ..records import Activity, Counter, RankHint, Record, SourceInfo
-from .base import display_name, head, open_binary
+from ..records import Activity, RankHint, Record, SourceInfo
+from ..validate import INT64_MAX, INT64_MIN
+from .base import display_name, head, is_gzip, open_binary
 
 NAME = "rocprof-csv"
 DESCRIPTION = (
@@ -232,18 +240,6 @@ def _bad_line(path: Path, lineno: int, e: Exception) -> InputError:
     return InputError(f"{path}: line {lineno}: {e}; the file is damaged or not rocprofv3 output")
 
 
-# The two hot loops (kernel_trace and counter_collection hold nearly all rows of a run, and their
-# long templated kernel names nearly all bytes). The csv module walks every character; rocprofv3
-# lines have one free-text column (Kernel_Name) between short plain ones, so a line is split as
-# bytes with split(b",", n_before) and rsplit(b",", n_after), which never walk through the name, and
-# names and other quoted values are decoded once per distinct value (cached). A line whose shape
-# differs from the file's first line (another number of quotes, the name not ending where expected,
-# a quote inside the name, a field spanning lines) goes through the csv module instead, so the
-# result is the csv module's on every input.
-_new = tuple.__new__
-_QUOTE = 34  # b'"'[0]
-
-
 def _truncated(path: Path, lineno: int, n: int, width: int) -> InputError:
     return InputError(
         f"{path}: line {lineno} has {n} fields where the header has {width}; "
@@ -251,234 +247,222 @@ def _truncated(path: Path, lineno: int, n: int, width: int) -> InputError:
     )
 
 
-def _unquote(v: str) -> str:
-    return v[1:-1] if len(v) >= 2 and v[0] == '"' and v[-1] == '"' else v
+
+# The two hot kinds (kernel_trace and counter_collection hold nearly all rows of a run, and their long
+# templated kernel names nearly all bytes) are parsed by pyarrow's CSV reader: multi-threaded C++,
+# streamed in record batches of BLOCK bytes (memory flat in the file's size), names dictionary-encoded
+# (each distinct name decoded once per batch, with invalid UTF-8 replaced as the csv module's
+# errors="replace" does), integers parsed straight into int64 columns. Quoting, doubled quotes, names
+# spanning lines, CRLF, a BOM and blank lines are the CSV rules pyarrow and the csv module share.
+# Two things pyarrow refuses that the rows must still survive: a cell such as "64.0" or " 1" in an
+# integer column is read from that point on as text and converted per column (the way ``_int`` reads a
+# cell); a line pyarrow cannot split (a field count not the header's, a cut last line) is located and
+# reported by one pass of the csv module over the file (``_diagnose``), never silently skipped.
+
+#: bytes of CSV per record batch (a batch is parsed by one thread; ~6k long-name or ~6k short-name rows)
+BLOCK = 1 << 20
+THREADS = True
+COLUMNAR_KINDS = frozenset({"kernel_trace", "counter_collection"})
+
+_KERNEL_INTS = (
+    ("stream", ("Stream_Id", "Queue_Id")),
+    ("correlation", ("Correlation_Id",)),
+    ("tid", ("Thread_Id",)),
+    ("grid_x", ("Grid_Size_X",)),
+    ("grid_y", ("Grid_Size_Y",)),
+    ("grid_z", ("Grid_Size_Z",)),
+    ("block_x", ("Workgroup_Size_X",)),
+    ("block_y", ("Workgroup_Size_Y",)),
+    ("block_z", ("Workgroup_Size_Z",)),
+)
+_TEXT = pa.dictionary(pa.int32(), pa.binary())
 
 
-def _text(raw: bytes) -> str:
-    """A raw CSV field (no comma inside) as the csv module would give it."""
-    if len(raw) >= 2 and raw[0] == _QUOTE and raw[-1] == _QUOTE:
-        raw = raw[1:-1].replace(b'""', b'"')
-    return raw.decode("utf-8", "replace")
+def read_columns(path: Path, info: SourceInfo) -> Iterator[Batch]:
+    """The rows of a kernel_trace or counter_collection file as column batches (``COLUMNAR_KINDS``)."""
+    if info.kind == "kernel_trace":
+        yield from _kernel_batches(path)
+    elif info.kind == "counter_collection":
+        yield from _counter_batches(path)
+    else:
+        raise InputError(f"{path}: rocprofv3 {info.kind} is not read as columns; pass --format")
 
 
-class _Lines:
-    """The state of one rocprofv3 CSV file read by the hot loops below: its header, the shape of its
-    usual line (learnt from the first data line), the kernel names seen, and the csv-module path for
-    any other line."""
+def _columns_of(path: Path) -> list[str]:
+    cols = _header(path) or []
+    if cols:
+        cols[0] = cols[0].lstrip("\ufeff")
+    return cols
 
-    def __init__(self, path: Path, f: IO[bytes], free: str) -> None:
-        self.path = path
-        self.f = f
-        self.ix: dict[str, int] = {}
-        self.width = 0
-        self.quotes = -1  # quotes on a line of the usual shape; -1 until learnt (or never: no fast path)
-        self.names: dict[bytes, str] = {}  # raw quoted name -> name, for names checked to hold no quote
-        header = f.readline()
-        cols = next(csv.reader([header.decode("utf-8", "replace")]), []) if header else []
-        if cols:
-            cols[0] = cols[0].lstrip("\ufeff")
-            self.ix = {c: i for i, c in enumerate(cols)}
-            self.width = len(cols)
-        self.i_free = self.ix.get(free, -1)
-        self.n_pre, self.n_post = self.i_free, self.width - 1 - self.i_free
 
-    def name_of(self, raw: bytes) -> str | None:
-        """The name in a raw quoted field (cached), or None if it is not one plain quoted value."""
-        if len(raw) >= 2 and raw[0] == _QUOTE and raw[-1] == _QUOTE and raw.count(b'"') == 2:
-            name = self.names[raw] = raw[1:-1].decode("utf-8", "replace")
-            return name
-        return None
+def _decode(values: pa.Array, cache: dict[bytes, str]) -> list[str]:
+    out = []
+    for raw in values.to_pylist():
+        s = cache.get(raw)
+        if s is None:
+            s = cache[raw] = raw.decode("utf-8", "replace")
+        out.append(s)
+    return out
 
-    def slow(self, line: bytes, lineno: int) -> list[str]:
-        """The csv module's fields for this line (and the next ones, if a quoted field spans lines);
-        [] for a blank line; InputError for a line whose field count is not the header's. The first
-        well-formed line also teaches the usual shape."""
-        text = line.decode("utf-8", "replace")
-        while text.count('"') % 2:
-            more = self.f.readline()
-            if not more:
-                break
-            text += more.decode("utf-8", "replace")
+
+def _batches(path: Path, text: list[str], ints: list[str], floats: list[str]) -> Iterator[tuple[pa.RecordBatch, int]]:
+    """Record batches of the named columns (text: dictionary-encoded bytes; ints: int64, or text once a
+    cell pyarrow cannot read as int64 came up; floats: float64), each with the file's row index of its
+    first row."""
+    done = 0
+    careful = False
+    while True:
+        types: dict[str, pa.DataType] = {c: _TEXT for c in text}
+        types.update({c: (pa.string() if careful else pa.int64()) for c in ints})
+        types.update({c: pa.float64() for c in floats})
         try:
-            row = next(csv.reader([text]), [])
-        except csv.Error as e:
-            raise InputError(f"{self.path}: line {lineno}: malformed CSV ({e}); re-copy the file") from e
-        if row and len(row) != self.width:
-            raise _truncated(self.path, lineno, len(row), self.width)
-        if self.quotes < 0 and self.i_free >= 0 and len(row) == self.width:
-            # adopt the fast path if it splits this line exactly as the csv module does
-            pre = line.rstrip(b"\r\n").split(b",", self.n_pre)
-            post = pre.pop().rsplit(b",", self.n_post) if len(pre) > self.n_pre else []
-            if [_text(v) for v in pre + post] == row and '"' not in row[self.i_free]:
-                self.quotes = line.count(b'"')
-        return row
+            source: Any = pa.input_stream(str(path), compression="gzip") if is_gzip(path) else str(path)
+            reader = pacsv.open_csv(
+                source,
+                read_options=pacsv.ReadOptions(block_size=BLOCK, skip_rows_after_names=done, use_threads=THREADS),
+                parse_options=pacsv.ParseOptions(newlines_in_values=True),
+                convert_options=pacsv.ConvertOptions(include_columns=list(types), column_types=types, null_values=[""]),
+            )
+            for batch in reader:
+                yield batch, done
+                done += batch.num_rows
+            return
+        except pa.ArrowInvalid as e:
+            if "conversion error to int64" in str(e) and not careful:
+                careful = True  # read on from the row reached, integers as text (``_as_ints``)
+                continue
+            raise _diagnose(path, e) from None
+        except (OSError, EOFError) as e:  # a damaged gzip stream, an I/O error
+            raise _diagnose(path, e) from None
+
+
+def _diagnose(path: Path, e: Exception) -> InputError:
+    """The precise error for a file pyarrow could not read: the first line the csv module finds of the
+    wrong field count or malformed, else pyarrow's own words."""
+    try:
+        for _ in _rows(path):
+            pass
+    except InputError as err:
+        return err
+    except (OSError, EOFError) as err:
+        return InputError(f"{path}: cannot read it ({err}); re-copy the file from the profiler output")
+    return InputError(f"{path}: cannot read it as rocprofv3 CSV ({e}); the file is damaged: re-copy it")
+
+
+def _line_of(path: Path, row: int) -> int:
+    """The line number (1 = the header) where data row ``row`` (0-based, blank lines not counted) ends."""
+    with open_binary(path) as f:
+        reader = csv.reader(io.TextIOWrapper(f, encoding="utf-8", errors="replace", newline=""))
+        next(reader, None)
+        i = -1
+        for r in reader:
+            if r:
+                i += 1
+                if i == row:
+                    return reader.line_num
+    return 0
+
+
+def _as_ints(path: Path, col: pa.Array, first_row: int, field: str) -> Ints:
+    """An int64 column (parsed by pyarrow) or one read as text after an odd cell came up: the text is
+    converted by pyarrow where it can be, else cell by cell as ``_int`` reads it (``64.0`` -> 64)."""
+    if col.type != pa.int64():
+        try:
+            col = pc.cast(pc.if_else(pc.equal(col, ""), pa.scalar(None, pa.string()), col), pa.int64())
+        except pa.ArrowInvalid:
+            values: list[int | None] = []
+            for i, cell in enumerate(col.to_pylist()):
+                try:
+                    v = _int(cell)
+                    if v is not None and not INT64_MIN <= v <= INT64_MAX:
+                        raise ValueError(f"{field} {v} does not fit in 64 bits")
+                except ValueError as e:
+                    raise _bad_line(path, _line_of(path, first_row + i), e) from None
+                values.append(v)
+            col = pa.array(values, pa.int64())
+    if not col.null_count:
+        return Ints(col.to_numpy())
+    return Ints(col.fill_null(0).to_numpy(), col.is_null().to_numpy(zero_copy_only=False))
+
+
+def _required(path: Path, ints: Ints, first_row: int, what: str) -> npt.NDArray[np.int64]:
+    if ints.null is not None:
+        i = int(np.argmax(ints.null))
+        raise _bad_line(path, _line_of(path, first_row + i), ValueError(f"{what} is empty"))
+    return ints.values
+
+
+def _kernel_batches(path: Path) -> Iterator[ActivityColumns]:
+    cols = set(_columns_of(path))
+    if not cols:
+        return
+    ints = {f: next((c for c in names if c in cols), None) for f, names in _KERNEL_INTS}
+    present = [c for c in ints.values() if c is not None]
+    agent = "Agent_Id" if "Agent_Id" in cols else None
+    text = ["Kernel_Name"] + ([agent] if agent else [])
+    cache: dict[bytes, str] = {}
+    agents: dict[bytes, int | None] = {}
+    for batch, row0 in _batches(path, text, ["Start_Timestamp", "End_Timestamp", *present], []):
+        if not batch.num_rows:
+            continue
+        name = batch.column("Kernel_Name")
+        start = _required(path, _as_ints(path, batch.column("Start_Timestamp"), row0, "start time (ns)"), row0,
+                          "Start_Timestamp")
+        end = _required(path, _as_ints(path, batch.column("End_Timestamp"), row0, "end time (ns)"), row0,
+                        "End_Timestamp")
+        duration = end - start
+        # int64 overflow of end - start (only with ends and starts of opposite signs far apart)
+        over = (end < 0) != (start < 0)
+        if bool(over.any()) and bool((((end ^ duration) & (start ^ end)) < 0).any()):
+            i = int(np.argmax(((end ^ duration) & (start ^ end)) < 0))
+            raise _bad_line(path, _line_of(path, row0 + i), ValueError("duration (ns) does not fit in 64 bits"))
+        out = ActivityColumns("kernel", _decode(name.dictionary, cache), name.indices.to_numpy(), start, duration)
+        for f, c in ints.items():
+            if c is not None:
+                out.ints[f] = _as_ints(path, batch.column(c), row0, f)
+        if agent:
+            a = batch.column(agent)
+            devs = []
+            for raw in a.dictionary.to_pylist():
+                if raw not in agents:
+                    agents[raw] = _agent(raw.decode("utf-8", "replace"))
+                devs.append(agents[raw])
+            known = np.array([-1 if d is None else d for d in devs], dtype=np.int64)
+            idx = a.indices.to_numpy()
+            vals = known[idx] if len(known) else np.zeros(len(idx), dtype=np.int64)
+            null = np.array([d is None for d in devs], dtype=bool)[idx] if None in devs else None
+            out.ints["device"] = Ints(np.where(null, 0, vals) if null is not None else vals, null)
+        yield out
+
+
+def _counter_batches(path: Path) -> Iterator[CounterColumns]:
+    if not _columns_of(path):
+        return
+    kcache: dict[bytes, str] = {}
+    ccache: dict[bytes, str] = {}
+    for batch, row0 in _batches(path, ["Kernel_Name", "Counter_Name"], ["Dispatch_Id"], ["Counter_Value"]):
+        if not batch.num_rows:
+            continue
+        k = batch.column("Kernel_Name")
+        c = batch.column("Counter_Name")
+        v = batch.column("Counter_Value")
+        if v.null_count:
+            i = int(np.argmax(v.is_null().to_numpy(zero_copy_only=False)))
+            raise _bad_line(path, _line_of(path, row0 + i), ValueError("could not convert string to float: ''"))
+        yield CounterColumns(
+            _decode(k.dictionary, kcache), k.indices.to_numpy(), _decode(c.dictionary, ccache), c.indices.to_numpy(),
+            v.to_numpy(), _as_ints(path, batch.column("Dispatch_Id"), row0, "dispatch id"),
+        )
 
 
 def _kernels(path: Path) -> Iterator[Record]:
-    with open_binary(path) as f:
-        lines = _Lines(path, f, "Kernel_Name")
-        if not lines.ix:
-            return
-        ix, n_pre, n_post = lines.ix, lines.n_pre, lines.n_post
-        i_name, i_start, i_end = ix["Kernel_Name"], ix["Start_Timestamp"], ix["End_Timestamp"]
-        i_agent = ix.get("Agent_Id", -1)
-        i_stream = ix.get("Stream_Id", ix.get("Queue_Id", -1))
-        ints = [
-            ix.get(c, -1)
-            for c in (
-                "Correlation_Id",
-                "Thread_Id",
-                "Grid_Size_X",
-                "Grid_Size_Y",
-                "Grid_Size_Z",
-                "Workgroup_Size_X",
-                "Workgroup_Size_Y",
-                "Workgroup_Size_Z",
-            )
-        ]
-        fast = i_agent >= 0 and i_stream >= 0 and min(ints) >= 0
-        i_corr, i_tid, i_gx, i_gy, i_gz, i_bx, i_by, i_bz = ints
-        agents: dict[Any, int | None] = {}
-        names = lines.names
-        quotes = lines.quotes
-        lineno = 1
-        for line in f:
-            lineno += 1
-            row: list[Any] | None = None
-            if quotes == line.count(b'"') and fast:
-                row = line.split(b",", n_pre)
-                if len(row) > n_pre:
-                    post = row.pop().rsplit(b",", n_post)
-                    if len(post) > n_post:
-                        raw = post[0]
-                        name = names.get(raw) or lines.name_of(raw)
-                        if name is not None:
-                            try:
-                                row += post
-                                a = row[i_agent]
-                                if a in agents:
-                                    dev = agents[a]
-                                else:
-                                    dev = agents[a] = _agent(_text(a))
-                                start = int(row[i_start])
-                                yield _new(
-                                    Activity,
-                                    (
-                                        "kernel",
-                                        name,
-                                        start,
-                                        int(row[i_end]) - start,
-                                        None,
-                                        dev,
-                                        int(row[i_stream]),
-                                        int(row[i_corr]),
-                                        None,
-                                        int(row[i_tid]),
-                                        int(row[i_gx]),
-                                        int(row[i_gy]),
-                                        int(row[i_gz]),
-                                        int(row[i_bx]),
-                                        int(row[i_by]),
-                                        int(row[i_bz]),
-                                        None,
-                                    ),
-                                )
-                                continue
-                            except ValueError:  # an empty, quoted or float-formatted cell: the csv path
-                                pass
-            row = lines.slow(line, lineno)
-            quotes = lines.quotes
-            if not row:
-                continue
-            try:
-                start = int(row[i_start])
-
-                def g(i: int) -> int | None:
-                    return _int(row[i]) if i >= 0 else None  # noqa: B023 (called within this iteration only)
-
-                yield _new(
-                    Activity,
-                    (
-                        "kernel",
-                        row[i_name],
-                        start,
-                        int(row[i_end]) - start,
-                        None,
-                        _agent(row[i_agent]) if i_agent >= 0 else None,
-                        g(i_stream),
-                        g(i_corr),
-                        None,
-                        g(i_tid),
-                        g(i_gx),
-                        g(i_gy),
-                        g(i_gz),
-                        g(i_bx),
-                        g(i_by),
-                        g(i_bz),
-                        None,
-                    ),
-                )
-            except (ValueError, KeyError) as e:
-                raise _bad_line(path, lineno, e) from e
+    for b in _kernel_batches(path):
+        yield from b.records()
 
 
 def _counters(path: Path) -> Iterator[Record]:
-    with open_binary(path) as f:
-        lines = _Lines(path, f, "Kernel_Name")
-        if not lines.ix:
-            return
-        ix, n_pre, n_post = lines.ix, lines.n_pre, lines.n_post
-        i_kernel, i_name, i_value, i_dispatch = (
-            ix["Kernel_Name"],
-            ix["Counter_Name"],
-            ix["Counter_Value"],
-            ix["Dispatch_Id"],
-        )
-        # rocprofv3's order (dispatch before the kernel name, counter after it) is read from the two
-        # halves of the split line directly; any other order takes the csv path
-        fast = i_dispatch < n_pre < i_name and n_pre < i_value
-        j_name, j_value = i_name - n_pre, i_value - n_pre
-        counter_names: dict[bytes, str] = {}
-        names = lines.names
-        quotes = lines.quotes
-        prev_raw, prev_name = b"", ""
-        lineno = 1
-        for line in f:
-            lineno += 1
-            if quotes == line.count(b'"') and fast:
-                pre = line.split(b",", n_pre)
-                if len(pre) > n_pre:
-                    post = pre[n_pre].rsplit(b",", n_post)
-                    if len(post) > n_post:
-                        raw = post[0]
-                        # a dispatch's counters are consecutive rows repeating its kernel name: an
-                        # equal previous raw name (memcmp) spares hashing this one
-                        name = prev_name if raw == prev_raw else (names.get(raw) or lines.name_of(raw))
-                        if name is not None:
-                            prev_raw, prev_name = raw, name
-                            try:
-                                cn = post[j_name]
-                                counter = counter_names.get(cn)
-                                if counter is None:
-                                    counter = counter_names[cn] = _text(cn)
-                                yield _new(
-                                    Counter, (name, counter, float(post[j_value]), int(pre[i_dispatch]), 1, None, None)
-                                )
-                                continue
-                            except ValueError:
-                                pass
-            row = lines.slow(line, lineno)
-            quotes = lines.quotes
-            if not row:
-                continue
-            try:
-                yield _new(
-                    Counter, (row[i_kernel], row[i_name], float(row[i_value]), _int(row[i_dispatch]), 1, None, None)
-                )
-            except ValueError as e:
-                raise _bad_line(path, lineno, e) from e
-
+    for b in _counter_batches(path):
+        yield from b.records()
 
 def _copies(path: Path) -> Iterator[Record]:
     for lineno, row, ix in _rows(path):

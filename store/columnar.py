@@ -1,0 +1,360 @@
+"""Record batches as columns: what a columnar reader (rocprofv3 CSV kernel and counter traces, read by
+pyarrow's multi-threaded CSV parser) yields instead of one tuple per row, and the per-batch work the
+ingest workers do on them without a Python step per row (validation, summary, timeline).
+
+No database here (readers import this module). Names come as a batch's dictionary (each distinct
+name once, decoded once) plus one small integer per row pointing into it; every other column is a
+numpy array (``Ints``: int64 values and, when some cells are empty, a mask of the empty ones)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import repeat
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .collectives import CollectiveCall, RankTimeline, Step, TimelineBuilder, call_name
+from .errors import InputError
+from .records import Activity, Counter
+from .validate import MAX_NAME_CHARS
+
+I64 = npt.NDArray[np.int64]
+
+
+@dataclass
+class Ints:
+    """An optional integer column: int64 values, and ``null`` (True where the cell was empty) or None
+    when no cell is."""
+
+    values: I64
+    null: npt.NDArray[np.bool_] | None = None
+
+    def tolist(self) -> list[int | None]:
+        if self.null is None:
+            out: list[Any] = self.values.tolist()
+            return out
+        obj = self.values.astype(object)
+        obj[self.null] = None
+        out = obj.tolist()
+        return out
+
+    def constant(self) -> tuple[bool, int | None]:
+        """(True, the value) when every row holds the same value (None: every cell empty)."""
+        v = self.values
+        if len(v) == 0:
+            return True, None
+        if self.null is not None:
+            if bool(self.null.all()):
+                return True, None
+            return False, None
+        first = int(v[0])
+        return bool((v == first).all()), first
+
+
+#: Activity's optional integer fields, in its order (device .. block_z)
+ACTIVITY_INTS = ("device", "stream", "correlation", "pid", "tid", "grid_x", "grid_y", "grid_z",
+                 "block_x", "block_y", "block_z")
+
+
+@dataclass
+class ActivityColumns:
+    """A batch of activities of one kind: ``names[name_index[i]]`` is row i's name."""
+
+    kind: str
+    names: list[str]
+    name_index: npt.NDArray[np.int32]
+    start_ns: I64
+    duration_ns: I64
+    #: optional integer columns by Activity field name (absent: NULL on every row)
+    ints: dict[str, Ints] = field(default_factory=dict)
+    category: str | None = None
+
+    def __len__(self) -> int:
+        return len(self.start_ns)
+
+    def records(self) -> list[Activity]:
+        """The same rows as Activity tuples (for callers that want records, not for the ingest)."""
+        names = [self.names[i] for i in self.name_index.tolist()]
+        cols = [self.ints[f].tolist() if f in self.ints else [None] * len(self) for f in ACTIVITY_INTS]
+        return [
+            Activity(self.kind, n, s, d, self.category, *rest)
+            for n, s, d, *rest in zip(names, self.start_ns.tolist(), self.duration_ns.tolist(), *cols)
+        ]
+
+
+@dataclass
+class CounterColumns:
+    """A batch of per-dispatch counter values (samples 1, no min/max)."""
+
+    kernels: list[str]
+    kernel_index: npt.NDArray[np.int32]
+    counters: list[str]
+    counter_index: npt.NDArray[np.int32]
+    value: npt.NDArray[np.float64]
+    dispatch_id: Ints
+
+    def __len__(self) -> int:
+        return len(self.value)
+
+    def records(self) -> list[Counter]:
+        ks = [self.kernels[i] for i in self.kernel_index.tolist()]
+        cs = [self.counters[i] for i in self.counter_index.tolist()]
+        return [Counter(k, c, v, d) for k, c, v, d in zip(ks, cs, self.value.tolist(), self.dispatch_id.tolist())]
+
+
+Batch = ActivityColumns | CounterColumns
+
+_FIX = "the file is damaged or was edited: re-copy it from the profiler's output, or leave it out of the ingest"
+
+
+def _bad(path: Path, what: str) -> InputError:
+    return InputError(f"{path}: {what}; {_FIX}")
+
+
+def check_names(path: Path, names: Sequence[str]) -> None:
+    """A batch's distinct names are within profdb's length limit (validate._names, on the dictionary)."""
+    if not names:
+        return
+    longest = max(map(len, names))
+    if longest > MAX_NAME_CHARS:
+        name = next(n for n in names if len(n) == longest)
+        raise _bad(
+            path, f"a name is {longest} characters long ({name[:60]!r}...), over profdb's limit of {MAX_NAME_CHARS}"
+        )
+
+
+def check_activities(b: ActivityColumns, path: Path) -> None:
+    """validate.activities on columns: int64 times are given by the column type; no negative duration."""
+    if not len(b):
+        return
+    d = b.duration_ns
+    if int(d.min()) < 0:
+        i = int(np.argmax(d < 0))
+        raise _bad(
+            path,
+            f"{b.kind} {b.names[int(b.name_index[i])]!r} at {int(b.start_ns[i])} ns ends {-int(d[i])} ns before "
+            "it starts (negative duration)",
+        )
+    check_names(path, b.names)
+
+
+def check_counters(b: CounterColumns, path: Path) -> None:
+    """validate.counters on columns: finite values (dispatch ids are int64 by their column type)."""
+    if not len(b):
+        return
+    finite = np.isfinite(b.value)
+    if not bool(finite.all()):
+        i = int(np.argmin(finite))
+        raise _bad(
+            path,
+            f"counter {b.counters[int(b.counter_index[i])]!r} of {b.kernels[int(b.kernel_index[i])]!r} has the "
+            f"value {float(b.value[i])!r}, not a finite number",
+        )
+    check_names(path, b.kernels)
+    check_names(path, b.counters)
+
+
+def group_durations(
+    index: npt.NDArray[np.int32], durations: I64, n: int
+) -> list[tuple[int, int, int, int, int, float]]:
+    """Per dictionary entry present in the batch: (entry, calls, total, min, max, sum of squares).
+    Exact integer sums (np.add.at on int64), squares summed as floats like the row path did."""
+    calls = np.bincount(index, minlength=n)
+    total = np.zeros(n, dtype=np.int64)
+    np.add.at(total, index, durations)
+    lo = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(lo, index, durations)
+    hi = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(hi, index, durations)
+    f = durations.astype(np.float64)
+    sq = np.bincount(index, weights=f * f, minlength=n)
+    present = np.nonzero(calls)[0]
+    return list(zip(present.tolist(), calls[present].tolist(), total[present].tolist(), lo[present].tolist(),
+                    hi[present].tolist(), sq[present].tolist()))
+
+
+def union(starts: I64, ends: I64) -> tuple[I64, I64]:
+    """The union of intervals [start, end) as sorted, disjoint, non-touching intervals; empty ones
+    (end <= start) dropped, as ``intervals.merge`` does."""
+    keep = ends > starts
+    if not bool(keep.all()):
+        starts, ends = starts[keep], ends[keep]
+    if len(starts) == 0:
+        return starts, ends
+    order = np.argsort(starts, kind="stable")
+    s = starts[order]
+    e = np.maximum.accumulate(ends[order])
+    # a new interval starts where a start lies beyond every earlier end (touching intervals join)
+    brk = np.empty(len(s), dtype=bool)
+    brk[0] = True
+    brk[1:] = s[1:] > e[:-1]
+    firsts = np.nonzero(brk)[0]
+    lasts = np.append(firsts[1:] - 1, len(s) - 1)
+    return s[firsts], e[lasts]
+
+
+class Cover:
+    """``intervals.Coverage`` over numpy columns: the union of intervals, answering "how much of [a, b)
+    is covered" by binary search (the same numbers; built without a Python step per interval)."""
+
+    def __init__(self, starts: I64, ends: I64) -> None:
+        self.starts, self.ends = union(starts, ends)
+        self.prefix = np.concatenate((np.zeros(1, dtype=np.int64), np.cumsum(self.ends - self.starts)))
+
+    @property
+    def total(self) -> int:
+        return int(self.prefix[-1])
+
+    def covered_before(self, t: int) -> int:
+        k = int(np.searchsorted(self.starts, t, side="right"))
+        if k == 0:
+            return 0
+        return int(self.prefix[k - 1]) + min(int(self.ends[k - 1]), t) - int(self.starts[k - 1])
+
+    def within(self, a: int, b: int) -> int:
+        if b <= a:
+            return 0
+        return self.covered_before(b) - self.covered_before(a)
+
+    def before_many(self, t: I64) -> I64:
+        """``covered_before`` of every value of ``t`` at once."""
+        k = np.searchsorted(self.starts, t, side="right")
+        j = np.maximum(k - 1, 0)
+        if not len(self.starts):
+            return np.zeros(len(t), dtype=np.int64)
+        got = self.prefix[j] + np.minimum(self.ends[j], t) - self.starts[j]
+        return np.where(k == 0, 0, got)
+
+    def within_many(self, a: I64, b: I64) -> list[int]:
+        """``within`` of every pair (a[i], b[i]) at once."""
+        out = self.before_many(b) - self.before_many(a)
+        result: list[int] = np.where(b <= a, 0, out).tolist()
+        return result
+
+
+#: intervals kept per bucket before their chunks are folded into one union (bounds memory)
+_FOLD = 1 << 20
+
+
+class ColumnTimeline(TimelineBuilder):
+    """A ``TimelineBuilder`` fed column batches (``add_columns``): each bucket's intervals are kept as
+    numpy unions and ``finish`` computes with them (``Cover``) what ``TimelineBuilder.finish`` computes
+    with Python lists; the few rows that may be collective calls or steps still go through
+    ``add_many`` (their intervals join the same unions at the end). tests/test_columnar.py checks both
+    give the same RankTimeline."""
+
+    def __init__(self, time_base_ns: int = 0) -> None:
+        super().__init__(time_base_ns)
+        self.chunks: dict[int, list[tuple[I64, I64]]] = {}
+        self.sizes: dict[int, int] = {}
+
+    def add_columns(self, b: ActivityColumns) -> None:
+        how = [self._classify(b.kind, n, b.category) for n in b.names]
+        # a collective call without args (all rows of a column batch) is (family, "", collective, None)
+        # by its name alone (collectives.collective_of): its calls are taken per name, as columns; only
+        # steps (annotations) go through add_many
+        special = [e for e, (_bucket, _is_call, step) in enumerate(how) if step is not None]
+        calls = {e: call_name(b.kind, b.names[e]) for e, (_b, is_call, _s) in enumerate(how) if is_call}
+        idx = b.name_index
+        plain = np.ones(len(b), dtype=bool) if not special else ~np.isin(idx, special)
+        if bool(plain.any()):
+            starts = b.start_ns[plain] + self.base
+            ends = starts + b.duration_ns[plain]  # (durations are checked not negative)
+            lo, hi = int(starts.min()), int(ends.max())
+            self.first = lo if self.first is None else min(self.first, lo)
+            self.last = hi if self.last is None else max(self.last, hi)
+            by_bucket: dict[int, list[int]] = {}
+            for e, (bucket, _call, _step) in enumerate(how):
+                if bucket is not None:
+                    by_bucket.setdefault(id(bucket), []).append(e)
+            pidx = idx[plain]
+            for e, found in calls.items():
+                if found is not None and e not in special:
+                    mask = pidx == e
+                    n = int(mask.sum())
+                    if n:
+                        family, coll = found
+                        self.raw[family].extend(zip(starts[mask].tolist(), ends[mask].tolist(), repeat("", n),
+                                                    repeat(coll, n), repeat(None, n)))
+            for key, entries in by_bucket.items():
+                if len(entries) == len(b.names):
+                    part = union(starts, ends)
+                else:
+                    mask = np.isin(pidx, entries)
+                    part = union(starts[mask], ends[mask])
+                chunks = self.chunks.setdefault(key, [])
+                chunks.append(part)
+                self.sizes[key] = self.sizes.get(key, 0) + len(part[0])
+                if self.sizes[key] >= _FOLD and len(chunks) > 1:
+                    folded = union(np.concatenate([c[0] for c in chunks]), np.concatenate([c[1] for c in chunks]))
+                    self.chunks[key] = [folded]
+                    self.sizes[key] = len(folded[0])
+        if special:
+            rows = np.nonzero(~plain)[0]
+            sub = ActivityColumns(
+                b.kind, b.names, idx[rows], b.start_ns[rows], b.duration_ns[rows],
+                {f: Ints(c.values[rows], None if c.null is None else c.null[rows]) for f, c in b.ints.items()},
+                b.category,
+            )
+            self.add_many(sub.records())
+
+    def _columns(self, bucket: Any) -> tuple[I64, I64]:
+        parts = list(self.chunks.get(id(bucket), []))
+        rest = bucket.intervals()
+        if rest:
+            parts.append((np.array([s for s, _ in rest], dtype=np.int64),
+                          np.array([e for _, e in rest], dtype=np.int64)))
+        if not parts:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+    def finish(self, rank: int) -> RankTimeline:
+        """``TimelineBuilder.finish`` with numpy unions (the same steps, in the same order)."""
+        dw, dc = self._columns(self.device_work), self._columns(self.device_comm)
+        cw, hc = self._columns(self.cpu_work), self._columns(self.host_comm)
+        if len(dw[0]) or len(dc[0]):
+            domain, work, comm = "device", Cover(*dw), dc
+        elif len(cw[0]) or len(hc[0]):
+            domain, work, comm = "cpu", Cover(*cw), hc
+        else:
+            empty = np.zeros(0, dtype=np.int64)
+            domain, work, comm = "", Cover(empty, empty), (empty, empty)
+        comm_cover = Cover(*comm)
+        both = Cover(np.concatenate((comm[0], work.starts)), np.concatenate((comm[1], work.ends))) if len(
+            comm[0]) else work
+        exposed = both.total - work.total
+        first_ns = self.first if self.first is not None else 0
+        calls: dict[str, tuple[CollectiveCall, ...]] = {}
+        for family, items in self.raw.items():
+            if not items:
+                continue
+            items.sort(key=lambda x: (x[0], x[1]))
+            seqs: dict[tuple[str, str], int] = {}
+            prev_end = first_ns
+            los = []
+            for start, end, _group, _coll, _nbytes in items:
+                los.append(min(prev_end, start))
+                prev_end = max(prev_end, end)
+            busy = work.within_many(np.array(los, dtype=np.int64), np.array([i[0] for i in items], dtype=np.int64))
+            out = []
+            for (start, end, group, coll, nbytes), lo, w in zip(items, los, busy):
+                k = seqs.get((group, coll), 0)
+                seqs[(group, coll)] = k + 1
+                out.append(CollectiveCall(rank, family, group, coll, k, start, end, nbytes, w, start - lo))
+            calls[family] = tuple(out)
+        return RankTimeline(
+            rank=rank,
+            calls=calls,
+            steps=tuple(Step(n, s, e, work.within(s, e), both.within(s, e) - work.within(s, e))
+                        for n, (s, e) in sorted(self.step_ranges.items())),
+            first_ns=first_ns,
+            last_ns=self.last if self.last is not None else 0,
+            work_domain=domain,
+            busy_ns=work.total,
+            comm_ns=comm_cover.total,
+            exposed_comm_ns=exposed,
+        )

@@ -1,0 +1,130 @@
+"""The columnar ingest path (store/columnar.py) against the record path it replaces: on real rocprofv3
+traces (tests/data) and generated multi-host runs with collective kernels, the column batches read
+back as the same records, and the numpy timeline (``ColumnTimeline``) equals ``TimelineBuilder``'s;
+summaries equal sums computed from the raw CSV with the csv module."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gen_collective_run import generate
+
+from profdb.store import columnar
+from profdb.store.collectives import TimelineBuilder
+from profdb.store.readers import rocprof_csv
+
+DATA = Path(__file__).parent / "data" / "rocprofv3_csv"
+REAL = sorted(DATA.glob("*/kernel_trace.csv"))
+
+
+def _timelines(path: Path, block: int) -> tuple[object, object]:
+    info = rocprof_csv.inspect(path)
+    old = TimelineBuilder(info.time_base_ns)
+    new = columnar.ColumnTimeline(info.time_base_ns)
+    rocprof_csv.BLOCK, keep = block, rocprof_csv.BLOCK
+    try:
+        for b in rocprof_csv.read_columns(path, info):
+            assert isinstance(b, columnar.ActivityColumns)
+            old.add_many(b.records())
+            new.add_columns(b)
+    finally:
+        rocprof_csv.BLOCK = keep
+    return old.finish(0), new.finish(0)
+
+
+@pytest.mark.parametrize("path", REAL, ids=lambda p: p.parent.name)
+def test_real_kernel_traces_same_timeline_and_sums(path: Path) -> None:
+    old, new = _timelines(path, 1 << 20)
+    assert new == old
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    want: dict[str, list[int]] = {}
+    for r in rows:
+        want.setdefault(r["Kernel_Name"], []).append(int(r["End_Timestamp"]) - int(r["Start_Timestamp"]))
+    info = rocprof_csv.inspect(path)
+    got: dict[str, list[int]] = {}
+    for b in rocprof_csv.read_columns(path, info):
+        assert isinstance(b, columnar.ActivityColumns)
+        for e, calls, total, lo, hi, sq in columnar.group_durations(b.name_index, b.duration_ns, len(b.names)):
+            d = want[b.names[e]]
+            got[b.names[e]] = [calls, total, lo, hi]
+            assert sq == pytest.approx(sum(float(x) * x for x in d))
+    assert got == {n: [len(d), sum(d), min(d), max(d)] for n, d in want.items()}
+
+
+def test_generated_run_with_collective_kernels_same_timeline_in_small_batches(tmp_path: Path) -> None:
+    run = generate(tmp_path / "run", nodes=2, late_rank=1)
+    kernels = [p for p in run.files.values() if p.name.endswith("kernel_trace.csv")]
+    assert kernels
+    for path in kernels:
+        old, new = _timelines(path, 4096)  # many batches: unions of unions, calls split across batches
+        assert new == old
+        assert any(new.calls.values())  # (the run has collective kernels: the records path ran too)
+
+
+def test_union_and_cover_match_the_python_intervals() -> None:
+    from profdb.store.intervals import Coverage
+
+    rng = np.random.default_rng(7)
+    starts = rng.integers(0, 10_000, 2_000)
+    ends = starts + rng.integers(-5, 50, 2_000)  # some empty and some reversed intervals: dropped
+    py = Coverage(list(zip(starts.tolist(), ends.tolist())))
+    npc = columnar.Cover(starts, ends)
+    assert npc.starts.tolist() == py.starts and npc.ends.tolist() == py.ends and npc.total == py.total
+    pairs = rng.integers(-100, 10_100, (300, 2))
+    for a, b in pairs.tolist():
+        assert npc.within(a, b) == py.within(a, b)
+    assert npc.within_many(pairs[:, 0], pairs[:, 1]) == [py.within(a, b) for a, b in pairs.tolist()]
+
+
+@pytest.mark.parametrize("per_name", [True, False])
+def test_distinct_launch_shapes_found_exactly(per_name: bool) -> None:
+    """The launch shapes of a batch (ingest_workers._distinct_rows): rows of equal shape share one
+    number, rows of different shapes never do, whether or not each name has one shape."""
+    from profdb.store.ingest_workers import _distinct_rows
+
+    rng = np.random.default_rng(3)
+    names = rng.integers(0, 40, 5_000).astype(np.int32)
+    if per_name:
+        table = np.stack([names.astype(np.int64) * 7 % 5, names.astype(np.int64) % 3, np.full(5_000, 1 << 40)], axis=1)
+    else:
+        table = np.stack([rng.integers(0, 1 << 33, 5_000) % 9 * (1 << 33), rng.integers(0, 4, 5_000),
+                          rng.integers(-3, 3, 5_000)], axis=1)
+    first, inverse = _distinct_rows(table, names)
+    rows = [tuple(r) for r in table.tolist()]
+    assert [rows[i] for i in first.tolist()] == sorted(set(rows)) or len(set(rows)) == len(first)
+    number = {rows[i]: k for k, i in enumerate(first.tolist())}
+    assert len(number) == len(first) == len(set(rows))
+    assert [number[r] for r in rows] == inverse.tolist()
+
+
+def test_stored_rows_are_the_raw_csv_rows(tmp_path: Path) -> None:
+    """Every kernel of real and generated rocprofv3 traces, as activity_v shows it after an ingest
+    (columns, launch shapes interned in ``launch``), equals the row the csv module reads from the file."""
+    import sqlite3
+
+    from profdb.store.ingest import ingest_paths
+    from profdb.store.identity import IdentityFlags
+
+    run = generate(tmp_path / "run", nodes=2)
+    want = []
+    for g, path in sorted(run.files.items()):
+        with path.open(newline="") as f:
+            for r in csv.DictReader(f):
+                start, end = int(r["Start_Timestamp"]), int(r["End_Timestamp"])
+                want.append((g, r["Kernel_Name"], start, end - start, int(r["Agent_Id"].split()[-1]),
+                             int(r["Stream_Id"]), int(r["Correlation_Id"]), int(r["Thread_Id"]),
+                             *(int(r[c]) for c in ("Grid_Size_X", "Grid_Size_Y", "Grid_Size_Z", "Workgroup_Size_X",
+                                                   "Workgroup_Size_Y", "Workgroup_Size_Z"))))
+    db = tmp_path / "s.db"
+    ingest_paths([tmp_path / "run"], str(db), run="r", flags=IdentityFlags())
+    con = sqlite3.connect(db)
+    got = con.execute("select global_rank, name, start_ns, duration_ns, device, stream, correlation, tid, grid_x, "
+                      "grid_y, grid_z, block_x, block_y, block_z from activity_v where kind = 'kernel'").fetchall()
+    shapes = con.execute("select count(*) from launch").fetchone()[0]
+    con.close()
+    assert sorted(got) == sorted(want)
+    assert 0 < shapes < len(want) / 10  # interned: far fewer shapes than rows
