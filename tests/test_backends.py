@@ -314,6 +314,170 @@ def test_pg_bulk_rows_go_through_copy_and_round_trip(pg_url: str, monkeypatch: p
         engine.dispose()
 
 
+def test_pg_binary_copy_of_real_traces_matches_the_raw_files(pg_url: str, tmp_path: Path) -> None:
+    """Real traces through binary COPY (several chunks for the rocprofv3 JSON's 43,915 kernels): Nsight
+    Systems kernels equal the raw CUPTI table's count and sum; every activity and counter column equals
+    what SQLite stores from the same files."""
+    nsys = SAMPLES / "nsys_sqlite" / "perlmutter-cloverleaf-cuda.sqlite"
+    rocjson = SAMPLES / "rocprof_json" / "908_results.json.gz"
+    sqlite_url = f"sqlite:///{tmp_path / 'profdb.db'}"
+    for url in (pg_url, sqlite_url):
+        ingest_paths([nsys], url, run="nsys")
+        ingest_paths([rocjson], url, run="json", flags=IdentityFlags(rank=0))
+        ingest_paths([ROCPROF_2025], url, run="csv", flags=IdentityFlags(rank=0, allow_duplicate_ranks=True))
+    con = sqlite3.connect(nsys)
+    raw = con.execute('select count(*), sum("end" - start) from CUPTI_ACTIVITY_KIND_KERNEL').fetchone()
+    con.close()
+    assert rows(pg_url, "select count(*), sum(duration_ns) from activity_v where run = 'nsys' and kind = 'kernel'") == [
+        (raw[0], Decimal(raw[1]))]
+    assert rows(pg_url, "select count(*) from activity_v where run = 'json' and kind = 'kernel'") == [(43915,)]
+    for view in ("activity_v", "counter_v"):
+        cols = VIEW_COLUMNS[view]
+        a = sorted((tuple(_norm(v) for v in r) for r in rows(sqlite_url, f"select {cols} from {view}")), key=repr)
+        b = sorted((tuple(_norm(v) for v in r) for r in rows(pg_url, f"select {cols} from {view}")), key=repr)
+        assert len(a) > (40000 if view == "activity_v" else 0)
+        assert a == b, view
+
+
+def _one_rank_store(url: str) -> tuple[int, int, list[int]]:
+    """A run with one rank and one source file, and three names: (rank id, source id, name ids)."""
+    engine = db.open_db(url)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql("INSERT INTO run (name, created_at) VALUES ('r', now())")
+            rank = conn.exec_driver_sql("INSERT INTO rank (run_id, global_rank) SELECT id, 0 FROM run RETURNING id")
+            rank_id = int(rank.scalar_one())
+            src = conn.exec_driver_sql(
+                "INSERT INTO source_file (run_id, rank_id, path, sha256, size_bytes, format, content_kind, rows, "
+                "time_base_ns, ingested_at) SELECT run_id, id, 'p', 's', 1, 'f', '', 0, 0, now() FROM rank RETURNING id")
+            source_id = int(src.scalar_one())
+            names = [int(i) for (i,) in conn.exec_driver_sql(
+                "INSERT INTO name (value) VALUES ('a'), ('b'), ('c') RETURNING id")]
+    finally:
+        engine.dispose()
+    return rank_id, source_id, names
+
+
+def _activity(rank_id: int, source_id: int, name_id: int, n: int, **cols: Any) -> list[tuple[Any, ...]]:
+    base = dict(rank_id=rank_id, source_id=source_id, kind="kernel", category="compute", name_id=name_id,
+                start_ns=10**15, duration_ns=1000, device=4, stream=0, correlation=None, pid=4000, tid=4000,
+                grid_x=65536, grid_y=1, grid_z=1, block_x=256, block_y=1, block_z=1, args=None)
+    out = []
+    for i in range(n):
+        row = base | {k: (v(i) if callable(v) else v) for k, v in cols.items()}
+        row["start_ns"] = 10**15 + i * 2000
+        out.append(tuple(row[c] for c in bulk.Writer.ACTIVITY_COLS))
+    return out
+
+
+def test_pg_binary_copy_keeps_every_value_and_falls_back_to_text_per_chunk(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Values binary COPY cannot carry (a str in an integer column, as a reader of an odd file or an
+    SQLite source might hand over) send their chunk as text, where the server converts them as before;
+    the other chunks stay binary, and every row arrives once."""
+    import psycopg
+
+    rank_id, source_id, (n1, n2, _) = _one_rank_store(pg_url)
+    monkeypatch.setattr(bulk, "COPY_CHUNK", 4)
+    rows_in = _activity(rank_id, source_id, n1, 12, device=lambda i: "7" if i == 5 else i % 3,
+                        correlation=lambda i: None if i % 2 else 2**62 + i, args=lambda i: f"é\t{i}")
+    rows_in += _activity(rank_id, source_id, n2, 3, kind="memcpy", category="memory", grid_x=None)
+    statements: list[str] = []
+    real_copy = psycopg.Cursor.copy
+
+    def spy(self: Any, statement: Any, *a: Any, **k: Any) -> Any:
+        statements.append(str(statement).rsplit(" ", 2)[-1])
+        return real_copy(self, statement, *a, **k)
+
+    monkeypatch.setattr(psycopg.Cursor, "copy", spy)
+    engine = db.open_db(pg_url)
+    try:
+        with engine.begin() as conn:
+            assert bulk.copy_rows(conn, "activity", bulk.Writer.ACTIVITY_COLS, rows_in) == 15
+    finally:
+        engine.dispose()
+    assert statements == ["BINARY)", "STDIN", "BINARY)", "BINARY)"]  # the chunk holding "7" went as text
+    got = rows(pg_url, f"select {', '.join(bulk.Writer.ACTIVITY_COLS)} from activity order by id")
+    want = [tuple(7 if v == "7" else v for v in r) for r in rows_in]
+    assert got == want
+
+
+def test_pg_an_int4_out_of_range_is_refused_not_wrapped(pg_url: str) -> None:
+    """psycopg's binary int4 dumper wraps 2**31 to -2**31 without a word; the chunk goes as text and
+    the server refuses it, as text COPY always did, and nothing is written."""
+    import psycopg
+
+    rank_id, source_id, (n1, _, _) = _one_rank_store(pg_url)
+    engine = db.open_db(pg_url)
+    try:
+        with pytest.raises(psycopg.errors.NumericValueOutOfRange):
+            with engine.begin() as conn:
+                bulk.copy_rows(conn, "activity", bulk.Writer.ACTIVITY_COLS,
+                               _activity(rank_id, source_id, n1, 3, grid_x=lambda i: 2**31 if i == 1 else 1))
+    finally:
+        engine.dispose()
+    assert rows(pg_url, "select count(*) from activity") == [(0,)]
+
+
+def test_pg_fact_ids_are_checked_once_and_held(pg_url: str) -> None:
+    """Without the fact tables' foreign keys, a load's rank, source and name ids are checked once per
+    transaction (a missing one fails the load and writes nothing), and locked until it ends: another
+    session cannot delete the rank meanwhile, and deleting it afterwards takes the rows along."""
+    from sqlalchemy import event
+
+    rank_id, source_id, (n1, n2, n3) = _one_rank_store(pg_url)
+    engine = db.open_db(pg_url)
+    checks: list[str] = []
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def seen(conn: Any, cursor: Any, statement: str, *a: Any) -> None:
+        if "FOR KEY SHARE" in statement:
+            checks.append(statement.split()[3])  # the table
+
+    other = create_engine(pg_url)
+    try:
+        missing = r"activity rows refer to name id\(s\) 999999, which are not in the store"
+        with pytest.raises(StoreError, match=missing):
+            with engine.begin() as conn:
+                bulk.copy_rows(conn, "activity", bulk.Writer.ACTIVITY_COLS, _activity(rank_id, source_id, n1, 5))
+                bulk.copy_rows(conn, "activity", bulk.Writer.ACTIVITY_COLS, _activity(rank_id, source_id, 999999, 5))
+        assert rows(pg_url, "select count(*) from activity") == [(0,)]
+        checks.clear()
+        with engine.begin() as conn:
+            for name_id in (n1, n2, n1, n3, n2):
+                bulk.copy_rows(conn, "activity", bulk.Writer.ACTIVITY_COLS, _activity(rank_id, source_id, name_id, 5))
+            assert sorted(checks) == ["name", "name", "name", "rank", "source_file"]  # each id once
+            with other.connect() as o:  # the rank is held: another session's delete waits for this load
+                o.exec_driver_sql("SET lock_timeout = '300ms'")
+                with pytest.raises(Exception, match="lock timeout"):
+                    o.exec_driver_sql(f"DELETE FROM rank WHERE id = {rank_id}")
+        assert rows(pg_url, "select count(*) from activity") == [(25,)]
+        with other.begin() as o:
+            o.exec_driver_sql(f"DELETE FROM rank WHERE id = {rank_id}")
+        assert rows(pg_url, "select count(*) from activity") == [(0,)]
+    finally:
+        engine.dispose()
+        other.dispose()
+
+
+def test_pg_a_rank_deleted_before_the_check_fails_the_load(pg_url: str) -> None:
+    """Another session deleted the rank (and committed) between the load's start and its rows: the
+    check finds it missing; the load fails whole, with a message saying what happened and what to do."""
+    rank_id, source_id, (n1, _, _) = _one_rank_store(pg_url)
+    engine = db.open_db(pg_url)
+    try:
+        with pytest.raises(StoreError, match=r"deleted them while this load ran.*run it again"):
+            with engine.begin() as conn:
+                conn.exec_driver_sql("SELECT 1")  # the load's transaction is open
+                with create_engine(pg_url).begin() as o:
+                    o.exec_driver_sql(f"DELETE FROM rank WHERE id = {rank_id}")
+                bulk.copy_rows(conn, "activity", bulk.Writer.ACTIVITY_COLS, _activity(rank_id, source_id, n1, 5))
+    finally:
+        engine.dispose()
+    assert rows(pg_url, "select count(*) from activity") == [(0,)]
+
+
 # ----------------------------------------------------------------------------- SQLite lock
 
 
