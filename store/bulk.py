@@ -17,17 +17,19 @@ Here too: ``Writer`` (ingest's rows, names, summaries and steps within one trans
 from __future__ import annotations
 
 import io
+import re
+import sqlite3
 import struct
 import weakref
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine
 
-from .errors import StoreError
+from .errors import ProfdbError, StoreError
 
 if TYPE_CHECKING:  # (imported where used: runs, and so every query, imports this module, not the readers)
     from .collectives import RankTimeline
@@ -190,15 +192,36 @@ def copy_rows(conn: Connection, table: str, cols: Sequence[str], rows: Iterable[
         for at in range(0, len(rows), COPY_CHUNK):
             chunk = rows[at : at + COPY_CHUNK]
             block = _binary_chunk(raw, oids, narrow, chunk) if binary else None
-            if block is not None:
-                with cur.copy(target + " (FORMAT BINARY)") as copy:
-                    copy.write(block)
-                continue
-            with cur.copy(target) as copy:
-                write = copy.write_row
-                for r in chunk:
-                    write(r)
+            try:
+                if block is not None:
+                    with cur.copy(target + " (FORMAT BINARY)") as copy:
+                        copy.write(block)
+                    continue
+                with cur.copy(target) as copy:
+                    write = copy.write_row
+                    for r in chunk:
+                        write(r)
+            except Exception as e:
+                _note_failed_row(e, table, cols, chunk)
+                raise
     return len(rows)
+
+
+_COPY_CONTEXT = re.compile(r"COPY (\w+), line (\d+)(?:, column (\w+))?")
+
+
+def _note_failed_row(e: BaseException, table: str, cols: Sequence[str], chunk: Sequence[Sequence[Any]]) -> None:
+    """Mark a COPY error with what ``explain_db_error`` needs to name the input: the table, the column
+    and the source id of the row the server refused (its CONTEXT line says which), as attributes."""
+    diag = getattr(e, "diag", None)
+    where = _COPY_CONTEXT.search(str(getattr(diag, "context", None) or ""))
+    source = None
+    if where and "source_id" in cols:
+        line = int(where.group(2))
+        if 1 <= line <= len(chunk):
+            source = chunk[line - 1][cols.index("source_id")]
+    with suppress(AttributeError, TypeError):
+        e.profdb_copy = (table, where.group(3) if where else None, source)  # type: ignore[attr-defined]
 
 
 def sql_literal(v: object) -> str | None:
@@ -537,3 +560,80 @@ def defer_indexes(conn: Connection, incoming_bytes: int) -> list[str]:
     for name, _sql in indexes:
         conn.exec_driver_sql(f'DROP INDEX "{name}"')
     return [str(sql) for _name, sql in indexes]
+
+
+# --------------------------------------------------------------------------- database errors during a load
+
+#: SQLSTATE classes and codes of errors a load can meet on the server, and what the user should do
+_RETRY = "nothing was written (the load is one transaction): run it again"
+
+
+def explain_db_error(
+    e: BaseException, store: str, inputs: Sequence[str], named: Mapping[int, str] | None = None
+) -> StoreError | None:
+    """A database error raised during a load into ``store`` (its display URL or path), as one
+    message naming the input and the fix, or None when ``e`` is not a database error. ``inputs``:
+    the load's input paths (named when the failing file is unknown); ``named``: source_file id ->
+    input path, to name the very file whose row the server refused (``copy_rows`` marks its errors).
+    Call it where the load's exception surfaces, or wrap the load in ``db_errors_explained``."""
+    orig: BaseException = getattr(e, "orig", None) or e  # (SQLAlchemy's DBAPIError wraps the driver's)
+    if not (isinstance(orig, sqlite3.Error) or type(orig).__module__.split(".")[0] == "psycopg"):
+        return None
+    diag = getattr(orig, "diag", None)
+    text = str(orig).strip()
+    primary = str(getattr(diag, "message_primary", None) or (text.splitlines()[0] if text else type(orig).__name__))
+    code = str(getattr(orig, "sqlstate", None) or "")
+    table, column, source = getattr(orig, "profdb_copy", None) or getattr(e, "profdb_copy", None) or (None, None, None)
+    if source is not None and named and source in named:
+        what = str(named[source])
+    elif len(inputs) == 1:
+        what = str(inputs[0])
+    else:
+        what = f"{len(inputs)} inputs ({', '.join(map(str, inputs[:3]))}{', ...' if len(inputs) > 3 else ''})"
+    name = type(orig).__name__
+    where = f" ({table}.{column})" if table and column else f" ({table})" if table else ""
+    if code.startswith("22") or name in ("DataError",):
+        return StoreError(
+            f"{what}: the store {store} refused a value from it: {primary}{where}; nothing was written (the "
+            "load is one transaction): this file holds a value that column cannot hold; load the other files "
+            "without it, or this one into an SQLite store (--db FILE.db), and report the value to profdb's "
+            "maintainers"
+        )
+    if code.startswith("23") or name == "IntegrityError":
+        constraint = getattr(diag, "constraint_name", None)
+        return StoreError(
+            f"{what}: the store {store} refused this load's rows: {primary}"
+            f"{f' ({constraint})' if constraint else where}; {_RETRY} (a node that loaded the same files at "
+            "the same moment is then seen, and its files are skipped); if it fails again, the store was changed "
+            "by hand: check the run with `profdb ranks --run NAME`"
+        )
+    if code in ("40P01", "40001", "55P03", "57014"):  # deadlock, serialization, lock not available, cancelled
+        return StoreError(f"loading {what} into {store} was stopped by the server: {primary}; {_RETRY}")
+    if code.startswith("53"):  # disk full, out of memory, too many connections
+        return StoreError(
+            f"loading {what} into {store} failed: the server is out of resources ({primary}); nothing was "
+            "written (the load is one transaction): ask the store's administrator to free space or connections, "
+            "then run it again"
+        )
+    if code.startswith("08") or code.startswith("57P") or name == "OperationalError":
+        return StoreError(
+            f"loading {what} into {store} failed: the connection to the server was lost or refused ({primary}); "
+            "nothing was written (the load is one transaction): check that the server is running and reachable, "
+            "then run it again"
+        )
+    return StoreError(f"loading {what} into {store} failed: the store reported {name}: {primary}; {_RETRY}")
+
+
+@contextmanager
+def db_errors_explained(store: str, inputs: Sequence[str], named: Mapping[int, str] | None = None) -> Iterator[None]:
+    """Turn a database error escaping the block into ``explain_db_error``'s StoreError (profdb's own
+    errors, interrupts and anything else pass unchanged)."""
+    try:
+        yield
+    except Exception as e:
+        if isinstance(e, ProfdbError):
+            raise
+        err = explain_db_error(e, store, inputs, named)
+        if err is None:
+            raise
+        raise err from e

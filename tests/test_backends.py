@@ -478,6 +478,70 @@ def test_pg_a_rank_deleted_before_the_check_fails_the_load(pg_url: str) -> None:
     assert rows(pg_url, "select count(*) from activity") == [(0,)]
 
 
+def test_pg_a_value_the_store_cannot_hold_is_one_message_naming_the_file(pg_url: str, tmp_path: Path) -> None:
+    """A real rocprofv3 kernel trace whose second dispatch has a grid of 3e9 work-items (beyond the team
+    store's 32-bit grid_x): the load fails whole, and ``bulk.db_errors_explained`` makes the server's
+    error one message naming the file, the column and what to do."""
+    job = tmp_path / "rank0000"
+    job.mkdir()
+    lines = (ROCPROF_2025 / "kernel_trace.csv").read_text().splitlines()
+    assert lines[2].endswith(",1024,1024,1")
+    bad = job / "4000_kernel_trace.csv"
+    bad.write_text("\n".join([*lines[:2], lines[2][: -len("1024,1024,1")] + "3000000000,1024,1", *lines[3:]]) + "\n")
+    with pytest.raises(StoreError) as ei:
+        with bulk.db_errors_explained(db.display_url(pg_url), [str(bad)]):
+            ingest_paths([bad], pg_url, run="big", flags=IdentityFlags(rank=0))
+    msg = str(ei.value)
+    assert msg.startswith(f"{bad}: the store ")
+    assert 'value "3000000000" is out of range for type integer (activity.grid_x)' in msg
+    assert "nothing was written" in msg and "--db FILE.db" in msg and "\n" not in msg
+    assert rows(pg_url, "select (select count(*) from activity), (select count(*) from run)") == [(0, 0)]
+
+
+def test_pg_copy_errors_name_the_file_of_the_refused_row(pg_url: str) -> None:
+    import psycopg
+
+    rank_id, source_id, (n1, _, _) = _one_rank_store(pg_url)
+    engine = db.open_db(pg_url)
+    try:
+        with pytest.raises(psycopg.Error) as ei:
+            with engine.begin() as conn:
+                bulk.copy_rows(conn, "activity", bulk.Writer.ACTIVITY_COLS,
+                               _activity(rank_id, source_id, n1, 4, block_x=lambda i: -(2**40) if i == 2 else 64))
+    finally:
+        engine.dispose()
+    err = bulk.explain_db_error(ei.value, "teamdb", ["a.csv", "b.csv"], {source_id: "b.csv", 999: "a.csv"})
+    assert err is not None and str(err).startswith("b.csv: the store teamdb refused a value from it: ")
+    assert "(activity.block_x)" in str(err)
+    assert bulk.explain_db_error(ValueError("not the database's"), "teamdb", ["a.csv"]) is None
+
+
+def test_pg_a_lost_connection_during_ingest_is_one_message(pg_url: str, tmp_path: Path) -> None:
+    """The server ends the load's session midway (as a restart or an administrator would): one message
+    saying the connection was lost, nothing written, what to check; no traceback, no SQLAlchemy text."""
+    write_rocprof_run(tmp_path / "job", ranks=2, dispatches=300)
+    db.open_db(pg_url).dispose()
+    killer = create_engine(pg_url)
+
+    def kill_others(event: str, path: str, done: int, total: int) -> None:
+        if event == "file":
+            with killer.connect() as k:
+                k.exec_driver_sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                  "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+
+    paths = [str(tmp_path / "job")]
+    try:
+        with pytest.raises(StoreError) as ei:
+            with bulk.db_errors_explained("teamdb", paths):
+                ingest_paths([tmp_path / "job"], pg_url, run="job", progress=kill_others)
+    finally:
+        killer.dispose()
+    msg = str(ei.value)
+    assert msg.startswith(f"loading {paths[0]} into teamdb failed: the connection to the server was lost")
+    assert "nothing was written" in msg and "sqlalche" not in msg and "\n" not in msg
+    assert rows(pg_url, "select count(*) from activity") == [(0,)]
+
+
 # ----------------------------------------------------------------------------- SQLite lock
 
 
