@@ -4,6 +4,7 @@ idempotency, rollback, same answers from every view on both, and PostgreSQL's ow
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -576,3 +577,24 @@ class socket_closed_port:
 
     def __exit__(self, *a: Any) -> None:
         return None
+
+
+# ----------------------------------------------------------------------------- the PostgreSQL benchmark
+
+
+def test_pg_ingest_benchmark_runs_at_tiny_size(pg_server: PgServer) -> None:
+    """benchmarks/pg_ingest.py at tiny size, one case of each kind (it checks each store's row count)."""
+    bench = Path(__file__).resolve().parents[1] / "benchmarks" / "pg_ingest.py"
+    cases = ("load_binary", "load_text_fks", "load_binary_4nodes", "ingest_pg", "ingest_pg_fks", "scale")
+    r = subprocess.run(
+        [sys.executable, str(bench), "--ranks", "2", "--dispatches", "300", "--scale-ranks", "4",
+         "--scale-dispatches", "200", "--pg-url", pg_server.admin_url, "--json",
+         *[a for c in cases for a in ("--only", c)]],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    for case in (*cases[:-1], "scale_load_4nodes"):
+        assert out[case]["rows"] == (4 * 220 if case.startswith("scale") else 2 * 330), case
+    assert len(out["load_binary_4nodes"]["node_rows"]) == 2  # two ranks: two nodes of one rank each
+    assert out["scale_1024x200k"]["job_rows"] == 1024 * 220_000
