@@ -23,7 +23,8 @@ and one `profdb ingest` process per rank at once.
 ``scale``: a 1,024-rank x 200,000-dispatch job. Each node of such a job (8 ranks, 1.76M rows) loads its
 own ranks; ``--scale-ranks`` ranks (default 64 = 8 nodes' worth) of ``--scale-dispatches`` are loaded by
 four concurrent nodes, then per-node time, whole-job time at the measured aggregate rate, and store bytes
-per row (tables + indexes) are extrapolated. The PostgreSQL server is ``--pg-url`` /
+per row (tables + indexes) are extrapolated. ``scale_sqlite``: one node of that job ingesting its 8
+ranks (whole ingest, parsing included) into an SQLite file of its own. The PostgreSQL server is ``--pg-url`` /
 $PROFDB_TEST_PG_URL (a role that may CREATE DATABASE), or one started for the run (tests/pg_fixtures.py)."""
 
 from __future__ import annotations
@@ -346,6 +347,8 @@ def main() -> None:
                                  "client_cpu_s": round(cpu_s, 2)})
             if want("scale"):
                 scale(args, pg, work, results, show)
+            if want("scale_sqlite"):
+                scale_sqlite(args, work, results, show)
         finally:
             for name in made:
                 server.drop_database(name)
@@ -385,6 +388,36 @@ def scale(args: argparse.Namespace, pg: Callable[[], str], work: Path, results: 
         print(f"  whole job through this one server: {est['job_minutes_at_measured_aggregate_rate']} min at "
               f"{r['rows_per_s']:,} rows/s aggregate")
         print(f"  store: {est['store_bytes_per_row']} bytes per row (tables + indexes) -> {est['job_store_gb']} GB")
+
+
+def scale_sqlite(args: argparse.Namespace, work: Path, results: dict[str, Any],
+                 show: Callable[[str, dict[str, Any]], None]) -> None:
+    """The scale row for SQLite, where each node ingests its own 8 ranks into a file of its own (to merge
+    or export later): one node's 8 ranks of ``--scale-dispatches`` as rocprofv3 CSV, one whole
+    `profdb ingest` (parsing included), extrapolated to 200,000 dispatches per rank."""
+    job = work / "scale-sqlite"
+    write_rocprof_run(job, ranks=8, dispatches=args.scale_dispatches, names=NAMES)
+    store = work / "scale-node.db"
+    cpu = os.times()
+    seconds = timed(lambda: ingest_paths([job], f"sqlite:///{store}", run="bench"))
+    after = os.times()
+    rows = stored_rows(f"sqlite:///{store}")
+    expected = 8 * (args.scale_dispatches + args.scale_dispatches // COUNTER_EVERY)
+    assert rows == expected, (rows, expected)
+    cpu_s = sum(getattr(after, f) - getattr(cpu, f) for f in ("user", "system", "children_user", "children_system"))
+    show("scale_sqlite_node", {"seconds": round(seconds, 2), "rows": rows, "rows_per_s": round(rows / seconds),
+                               "client_cpu_s": round(cpu_s, 2)})
+    per_row = store.stat().st_size / rows
+    node_rows = 8 * (200_000 + 200_000 // COUNTER_EVERY)
+    est = {"rows_per_node_8_ranks": node_rows, "node_seconds": round(node_rows / (rows / seconds), 1),
+           "node_cpu_seconds": round(node_rows * cpu_s / rows, 1), "store_bytes_per_row": round(per_row, 1),
+           "node_store_gb": round(node_rows * per_row / 1e9, 2),
+           "job_store_gb": round(1024 / 8 * node_rows * per_row / 1e9, 1)}
+    results["scale_sqlite_1024x200k"] = est
+    if not args.json:
+        print(f"  SQLite, one node (8 ranks, {node_rows:,} rows) into its own file: {est['node_seconds']} s "
+              f"({est['node_cpu_seconds']} CPU-s), {est['store_bytes_per_row']} bytes per row -> "
+              f"{est['node_store_gb']} GB per node, {est['job_store_gb']} GB for the job's 128 files")
 
 
 if __name__ == "__main__":

@@ -169,9 +169,10 @@ def copy_rows(conn: Connection, table: str, cols: Sequence[str], rows: Iterable[
     Binary COPY, ``COPY_CHUNK`` rows per statement: each chunk is formatted into memory first (so a
     chunk with a value binary cannot carry goes as text COPY instead, not half sent), then written in
     one call. Fact rows' ids are checked first (``check_fact_ids``).
-    Measured (400,000 activity rows, the 2-core machine, benchmarks/pg_ingest.py): psycopg's C
-    formatter takes ~0.4 us per row binary, ~1.2 us text; the int2/int4 range guard ~0.3 us; the
-    server's insert ~3 us per row with the fact tables' foreign keys (the bound), ~0.8 us without."""
+    Measured (440,000 activity and counter rows, benchmarks/pg_ingest.py, CPU per row): this process
+    0.9 us binary (psycopg's C formatter ~0.4, the int2/int4 range guard ~0.3, the id sets ~0.1), 1.2 us
+    text; the server ~3.0 us either way (its two secondary indexes ~1.7 of it), 13-14 us when the fact
+    tables had their foreign keys."""
     rows = rows if isinstance(rows, list) else list(rows)
     if not rows:
         return 0
