@@ -379,6 +379,8 @@ def scale(args: argparse.Namespace, pg: Callable[[], str], work: Path, results: 
         "store_bytes_per_row": round(per_row, 1),
         "job_store_gb": round(job_rows * per_row / 1e9, 1),
     }
+    if "server_cpu_us_per_row" in r:  # what the job costs the server, however many cores it has
+        est["job_server_cpu_minutes"] = round(job_rows * r["server_cpu_us_per_row"] / 1e6 / 60, 1)
     results["scale_1024x200k"] = est
     if not args.json:
         print("scale, 1,024 ranks x 200,000 dispatches (+10% counter rows) = "
@@ -387,6 +389,9 @@ def scale(args: argparse.Namespace, pg: Callable[[], str], work: Path, results: 
               f"({node_rate:,.0f} rows/s, four nodes sharing this server)")
         print(f"  whole job through this one server: {est['job_minutes_at_measured_aggregate_rate']} min at "
               f"{r['rows_per_s']:,} rows/s aggregate")
+        if "job_server_cpu_minutes" in est:
+            print(f"  server CPU for the whole job: {est['job_server_cpu_minutes']} core-minutes "
+                  f"({r['server_cpu_us_per_row']} us per row)")
         print(f"  store: {est['store_bytes_per_row']} bytes per row (tables + indexes) -> {est['job_store_gb']} GB")
 
 
