@@ -2,10 +2,12 @@
 few rules that let several loads write one store at once (run creation, name interning, locks).
 
 - SQLite: the driver's executemany (no RETURNING, tuples, one prepared statement).
-- PostgreSQL (psycopg 3): ``COPY table (cols) FROM STDIN`` fed with ``write_row``, inside the caller's
-  transaction (it commits or rolls back with everything else). Measured on 200k activity rows:
-  COPY ~60k rows/s against ~35k for executemany; text and binary COPY are within noise of each other
-  (the foreign-key checks on the server dominate), so the text format, which needs no type list, is used.
+- PostgreSQL (psycopg 3): binary ``COPY table (cols) FROM STDIN`` inside the caller's transaction (it
+  commits or rolls back with everything else), one statement per ``COPY_CHUNK`` rows; a chunk whose
+  values do not fit the columns' binary form (a str in an integer column...) goes as text COPY, where the
+  server converts or refuses it as before. The fact tables (activity, counter) have no foreign keys on
+  PostgreSQL (migration 0006_pg_fact_keys): ``copy_rows`` checks each rank, source and name id once per
+  transaction instead (``FACT_REFS``). See ``copy_rows`` for the measurements.
 - Any other PostgreSQL driver: executemany, as for SQLite.
 
 Here too: ``Writer`` (ingest's rows, names, summaries and steps within one transaction),
@@ -14,13 +16,21 @@ Here too: ``Writer`` (ingest's rows, names, summaries and steps within one trans
 
 from __future__ import annotations
 
+import io
+import re
+import sqlite3
+import struct
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from itertools import repeat
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine
+
+from .errors import ProfdbError, StoreError
 
 if TYPE_CHECKING:  # (imported where used: runs, and so every query, imports this module, not the readers)
     from .collectives import RankTimeline
@@ -40,19 +50,180 @@ def uses_copy(conn: Connection) -> bool:
     return conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg"
 
 
-def copy_rows(conn: Connection, table: str, cols: Sequence[str], rows: Iterable[Sequence[Any]]) -> int:
-    """Stream ``rows`` into ``table`` through PostgreSQL COPY on the connection's own psycopg
-    connection (so inside its transaction). Returns the number of rows written."""
-    raw = conn.connection.driver_connection
-    assert raw is not None
-    n = 0
-    with raw.cursor() as cur:
-        with cur.copy(f"COPY {table} ({', '.join(cols)}) FROM STDIN") as copy:
-            write = copy.write_row
+#: the fact tables' id columns and the tables they refer to. On PostgreSQL these have no foreign keys
+#: (a per-row trigger each, ~75% of COPY's time): ``copy_rows`` checks the ids once per transaction
+#: instead, and delete triggers remove the rows of a deleted rank or source file (0006_pg_fact_keys).
+FACT_REFS: dict[str, dict[str, str]] = {
+    "activity": {"rank_id": "rank", "source_id": "source_file", "name_id": "name"},
+    "counter": {"rank_id": "rank", "source_id": "source_file", "kernel_name_id": "name", "counter_name_id": "name"},
+}
+#: rows per COPY statement (each chunk is formatted whole before it is sent: see ``copy_rows``)
+COPY_CHUNK = 20000
+#: "binary" or "text" (benchmarks/pg_ingest.py compares them)
+COPY_FORMAT = "binary"
+_INT2, _INT4 = 21, 23  # type oids whose binary form psycopg fills without a range check
+
+
+class _CopyState:
+    """What one transaction's loads already know: column type oids per table, ids already checked
+    (and locked) per referenced table."""
+
+    def __init__(self) -> None:
+        self.types: dict[str, dict[str, int]] = {}
+        self.checked: dict[str, set[int]] = {}
+
+
+_states: weakref.WeakKeyDictionary[Any, _CopyState] = weakref.WeakKeyDictionary()
+
+
+def _copy_state(conn: Connection) -> _CopyState:
+    tx = conn.get_transaction()
+    if tx is None:  # (autocommit use: nothing to remember beyond this call)
+        return _CopyState()
+    state = _states.get(tx)
+    if state is None:
+        state = _states[tx] = _CopyState()
+    return state
+
+
+def check_fact_ids(conn: Connection, table: str, cols: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """What the fact tables' foreign keys did on insert, once per transaction and id: every rank,
+    source file and name id in ``rows`` must exist, and is locked (FOR KEY SHARE, as a foreign key
+    check locks it) until the transaction ends, so no other session can delete it meanwhile; a
+    session that deleted it first makes this fail. O(distinct ids): a load meets each id once."""
+    refs = FACT_REFS.get(table)
+    if not refs:
+        return
+    state = _copy_state(conn)
+    for col, ref in refs.items():
+        if col not in cols:
+            continue
+        ids = set(map(itemgetter(cols.index(col)), rows))
+        ids.discard(None)  # (a NOT NULL column: the COPY itself refuses it)
+        seen = state.checked.setdefault(ref, set())
+        new = ids - seen
+        if not new:
+            continue
+        want = sorted(int(i) for i in new)
+        found = {
+            int(i)
+            for (i,) in conn.exec_driver_sql(
+                f"SELECT id FROM {ref} WHERE id = ANY(%s) ORDER BY id FOR KEY SHARE", (want,)
+            )
+        }
+        missing = [i for i in want if i not in found]
+        if missing:
+            shown = ", ".join(map(str, missing[:5])) + (" ..." if len(missing) > 5 else "")
+            raise StoreError(
+                f"{table} rows refer to {ref} id(s) {shown}, which are not in the store: another session "
+                f"deleted them while this load ran (a run, rank or file removed); nothing was written by this "
+                "load: run it again"
+            )
+        seen.update(found)
+
+
+def _column_types(conn: Connection, state: _CopyState, table: str) -> dict[str, int]:
+    types = state.types.get(table)
+    if types is None:
+        types = state.types[table] = {
+            str(n): int(t)
+            for n, t in conn.exec_driver_sql(
+                "SELECT attname, atttypid::int FROM pg_attribute WHERE attrelid = %s::regclass "
+                "AND attnum > 0 AND NOT attisdropped",
+                (table,),
+            )
+        }
+    return types
+
+
+def _binary_chunk(
+    raw: Any, oids: list[int], narrow: list[tuple[int, str]], rows: Sequence[Sequence[Any]]
+) -> bytes | None:
+    """``rows`` in COPY's binary format (signature, rows, trailer), or None when a value does not fit
+    its column's binary form: a str or float in an integer column, an int beyond int8, or, for
+    ``narrow`` (column index, array code) int2/int4 columns, beyond their range (psycopg's C dumper
+    would silently wrap those; text COPY has the server refuse them, as binary must too)."""
+    import psycopg
+    from psycopg.copy import Copy, FileWriter
+
+    try:
+        for i, code in narrow:
+            col = list(map(itemgetter(i), rows))
+            if None in col:
+                col = [v for v in col if v is not None]
+            array(code, col)  # OverflowError beyond the type's range, TypeError for a non-int
+        buf = io.BytesIO()
+        with raw.cursor() as fmt, Copy(fmt, binary=True, writer=FileWriter(buf)) as cp:
+            cp.set_types(oids)
+            write = cp.write_row
             for r in rows:
                 write(r)
-                n += 1
-    return n
+    except (TypeError, ValueError, OverflowError, struct.error, psycopg.DataError):
+        return None
+    return buf.getvalue()
+
+
+def copy_rows(conn: Connection, table: str, cols: Sequence[str], rows: Iterable[Sequence[Any]]) -> int:
+    """Stream ``rows`` into ``table`` through PostgreSQL COPY on the connection's own psycopg
+    connection (so inside its transaction). Returns the number of rows written.
+
+    Binary COPY, ``COPY_CHUNK`` rows per statement: each chunk is formatted into memory first (so a
+    chunk with a value binary cannot carry goes as text COPY instead, not half sent), then written in
+    one call. Fact rows' ids are checked first (``check_fact_ids``).
+    Measured (440,000 activity and counter rows, benchmarks/pg_ingest.py, CPU per row): this process
+    0.9 us binary (psycopg's C formatter ~0.4, the int2/int4 range guard ~0.3, the id sets ~0.1), 1.2 us
+    text; the server ~3.0 us either way (its two secondary indexes ~1.7 of it), 13-14 us when the fact
+    tables had their foreign keys."""
+    rows = rows if isinstance(rows, list) else list(rows)
+    if not rows:
+        return 0
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    check_fact_ids(conn, table, cols, rows)
+    binary = COPY_FORMAT == "binary"
+    oids: list[int] = []
+    narrow: list[tuple[int, str]] = []
+    if binary:
+        types = _column_types(conn, _copy_state(conn), table)
+        oids = [types[c] for c in cols]
+        refs = FACT_REFS.get(table, {})
+        narrow = [(i, "h" if t == _INT2 else "i") for i, (c, t) in enumerate(zip(cols, oids))
+                  if t in (_INT2, _INT4) and c not in refs]  # (checked ids exist, so they fit)
+    target = f"COPY {table} ({', '.join(cols)}) FROM STDIN"
+    with raw.cursor() as cur:
+        for at in range(0, len(rows), COPY_CHUNK):
+            chunk = rows[at : at + COPY_CHUNK]
+            block = _binary_chunk(raw, oids, narrow, chunk) if binary else None
+            try:
+                if block is not None:
+                    with cur.copy(target + " (FORMAT BINARY)") as copy:
+                        copy.write(block)
+                    continue
+                with cur.copy(target) as copy:
+                    write = copy.write_row
+                    for r in chunk:
+                        write(r)
+            except Exception as e:
+                _note_failed_row(e, table, cols, chunk)
+                raise
+    return len(rows)
+
+
+_COPY_CONTEXT = re.compile(r"COPY (\w+), line (\d+)(?:, column (\w+))?")
+
+
+def _note_failed_row(e: BaseException, table: str, cols: Sequence[str], chunk: Sequence[Sequence[Any]]) -> None:
+    """Mark a COPY error with what ``explain_db_error`` needs to name the input: the table, the column
+    and the source id of the row the server refused (its CONTEXT line says which), as attributes."""
+    diag = getattr(e, "diag", None)
+    where = _COPY_CONTEXT.search(str(getattr(diag, "context", None) or ""))
+    source = None
+    if where and "source_id" in cols:
+        line = int(where.group(2))
+        if 1 <= line <= len(chunk):
+            source = chunk[line - 1][cols.index("source_id")]
+    with suppress(AttributeError, TypeError):
+        e.profdb_copy = (table, where.group(3) if where else None, source)  # type: ignore[attr-defined]
 
 
 def sql_literal(v: object) -> str | None:
@@ -105,7 +276,10 @@ def insert_rows(conn: Connection, table: str, cols: Sequence[str], rows: list[tu
         return
     if uses_copy(conn):
         copy_rows(conn, table, cols, rows)
-    elif conn.dialect.name == "sqlite":
+        return
+    if conn.dialect.name == "postgresql":
+        check_fact_ids(conn, table, cols, rows)
+    if conn.dialect.name == "sqlite":
         conn.exec_driver_sql(*constants_inlined(table, cols, rows, placeholder(conn)))
     else:
         conn.exec_driver_sql(insert_sql(conn, table, cols), rows)
@@ -498,3 +672,80 @@ def defer_indexes(conn: Connection, incoming_bytes: int) -> list[str]:
     for name, _sql in indexes:
         conn.exec_driver_sql(f'DROP INDEX "{name}"')
     return [str(sql) for _name, sql in indexes]
+
+
+# --------------------------------------------------------------------------- database errors during a load
+
+#: SQLSTATE classes and codes of errors a load can meet on the server, and what the user should do
+_RETRY = "nothing was written (the load is one transaction): run it again"
+
+
+def explain_db_error(
+    e: BaseException, store: str, inputs: Sequence[str], named: Mapping[int, str] | None = None
+) -> StoreError | None:
+    """A database error raised during a load into ``store`` (its display URL or path), as one
+    message naming the input and the fix, or None when ``e`` is not a database error. ``inputs``:
+    the load's input paths (named when the failing file is unknown); ``named``: source_file id ->
+    input path, to name the very file whose row the server refused (``copy_rows`` marks its errors).
+    Call it where the load's exception surfaces, or wrap the load in ``db_errors_explained``."""
+    orig: BaseException = getattr(e, "orig", None) or e  # (SQLAlchemy's DBAPIError wraps the driver's)
+    if not (isinstance(orig, sqlite3.Error) or type(orig).__module__.split(".")[0] == "psycopg"):
+        return None
+    diag = getattr(orig, "diag", None)
+    text = str(orig).strip()
+    primary = str(getattr(diag, "message_primary", None) or (text.splitlines()[0] if text else type(orig).__name__))
+    code = str(getattr(orig, "sqlstate", None) or "")
+    table, column, source = getattr(orig, "profdb_copy", None) or getattr(e, "profdb_copy", None) or (None, None, None)
+    if source is not None and named and source in named:
+        what = str(named[source])
+    elif len(inputs) == 1:
+        what = str(inputs[0])
+    else:
+        what = f"{len(inputs)} inputs ({', '.join(map(str, inputs[:3]))}{', ...' if len(inputs) > 3 else ''})"
+    name = type(orig).__name__
+    where = f" ({table}.{column})" if table and column else f" ({table})" if table else ""
+    if code.startswith("22") or name in ("DataError",):
+        return StoreError(
+            f"{what}: the store {store} refused a value from it: {primary}{where}; nothing was written (the "
+            "load is one transaction): this file holds a value that column cannot hold; load the other files "
+            "without it, or this one into an SQLite store (--db FILE.db), and report the value to profdb's "
+            "maintainers"
+        )
+    if code.startswith("23") or name == "IntegrityError":
+        constraint = getattr(diag, "constraint_name", None)
+        return StoreError(
+            f"{what}: the store {store} refused this load's rows: {primary}"
+            f"{f' ({constraint})' if constraint else where}; {_RETRY} (a node that loaded the same files at "
+            "the same moment is then seen, and its files are skipped); if it fails again, the store was changed "
+            "by hand: check the run with `profdb ranks --run NAME`"
+        )
+    if code in ("40P01", "40001", "55P03", "57014"):  # deadlock, serialization, lock not available, cancelled
+        return StoreError(f"loading {what} into {store} was stopped by the server: {primary}; {_RETRY}")
+    if code.startswith("53"):  # disk full, out of memory, too many connections
+        return StoreError(
+            f"loading {what} into {store} failed: the server is out of resources ({primary}); nothing was "
+            "written (the load is one transaction): ask the store's administrator to free space or connections, "
+            "then run it again"
+        )
+    if code.startswith("08") or code.startswith("57P") or name == "OperationalError":
+        return StoreError(
+            f"loading {what} into {store} failed: the connection to the server was lost or refused ({primary}); "
+            "nothing was written (the load is one transaction): check that the server is running and reachable, "
+            "then run it again"
+        )
+    return StoreError(f"loading {what} into {store} failed: the store reported {name}: {primary}; {_RETRY}")
+
+
+@contextmanager
+def db_errors_explained(store: str, inputs: Sequence[str], named: Mapping[int, str] | None = None) -> Iterator[None]:
+    """Turn a database error escaping the block into ``explain_db_error``'s StoreError (profdb's own
+    errors, interrupts and anything else pass unchanged)."""
+    try:
+        yield
+    except Exception as e:
+        if isinstance(e, ProfdbError):
+            raise
+        err = explain_db_error(e, store, inputs, named)
+        if err is None:
+            raise
+        raise err from e

@@ -22,7 +22,6 @@ from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from .errors import StoreError
 
@@ -153,29 +152,6 @@ def load_target(db: str | None, keep_on_error: Callable[[], bool] = lambda: Fals
     finally:
         if engine is not None:
             engine.dispose()
-
-
-def write_failed(e: DBAPIError, store: str) -> StoreError:
-    """What a database error that ends a load (ingest, merge, export) says: what happened, that the
-    load's transaction was rolled back, and what to do; the server's own words in parentheses (the
-    first line: SQLAlchemy's text with its SQL and parameters is for developers)."""
-    said = str(e.orig).strip().splitlines()[0] if e.orig is not None and str(e.orig).strip() else type(e).__name__
-    if isinstance(e, IntegrityError):
-        what = (
-            "another profdb wrote the same rows at the same moment (a key already taken)"
-            if "unique" in said.lower() or "duplicate" in said.lower() or "primary key" in said.lower()
-            else "a row broke one of the store's constraints"
-        )
-        fix = "run the command again; if it fails the same way, report it with this message"
-    elif isinstance(e, OperationalError):
-        what = "the database could not carry out the load (connection, server or storage)"
-        fix = "check that the server (or disk) is up and has room, then run the command again"
-    else:
-        what = "the database refused a statement of the load"
-        fix = "run the command again; if it fails the same way, report it with this message"
-    return StoreError(
-        f"the store {store}: {what} ({said}); the load's transaction was rolled back, nothing of it was written: {fix}"
-    )
 
 
 def migrations_dir() -> str:

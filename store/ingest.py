@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, insert, update
-from sqlalchemy.exc import DBAPIError
 
 from . import bulk, classify, ingest_workers, reclassify, runs, timeline
-from .db import display_url, load_target, resolve_url, write_failed
+from .db import display_url, load_target, resolve_url
 from .errors import InputError, ProfdbError
 from .identity import Identity, IdentityFlags, RankPlan, missing_ranks
 from .inputs import InputFile, derive_run_name, prepare
@@ -132,13 +131,13 @@ def ingest_paths(
     report.notes = list(
         dict.fromkeys(str(i.info.metadata["rank_by"]["note"]) for i in inputs if "rank_by" in i.info.metadata)
     )
-    try:
+    named: dict[int, str] = {}  # source_file id -> input path: a refused row's file is named
+    with bulk.db_errors_explained(report.db, [str(i.path) for i in inputs], named):
         with ingest_workers.quiet_gc(), load_target(db) as target:
             _load(
-                target.engine, run_name, inputs, plan, report, progress, flags.allow_duplicate_ranks, target.created
+                target.engine, run_name, inputs, plan, report, progress, flags.allow_duplicate_ranks, target.created,
+                named,
             )
-    except DBAPIError as e:  # one the store's own handlers did not already turn into a message
-        raise write_failed(e, report.db) from e
     return report
 
 
@@ -151,6 +150,7 @@ def _load(
     progress: Progress | None,
     allow_dupes: bool = False,
     new_store: bool = False,
+    named: dict[int, str] | None = None,
 ) -> None:
     total = sum(i.size for i in inputs)
     done = 0
@@ -211,6 +211,8 @@ def _load(
                 )
             )
             sources.append((inp, rank_id, int(res.inserted_primary_key[0])))  # type: ignore[index]
+            if named is not None:
+                named[sources[-1][2]] = str(inp.path)
 
         def file_done(inp: InputFile, source_id: int, counts: dict[str, int]) -> None:
             nonlocal done

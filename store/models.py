@@ -130,12 +130,12 @@ class Launch(Base):
     stream: Mapped[int | None] = mapped_column(BigInteger)
     pid: Mapped[int | None]
     tid: Mapped[int | None] = mapped_column(BigInteger)
-    grid_x: Mapped[int | None]
-    grid_y: Mapped[int | None]
-    grid_z: Mapped[int | None]
-    block_x: Mapped[int | None]
-    block_y: Mapped[int | None]
-    block_z: Mapped[int | None]
+    grid_x: Mapped[int | None] = mapped_column(BigInteger)
+    grid_y: Mapped[int | None] = mapped_column(BigInteger)
+    grid_z: Mapped[int | None] = mapped_column(BigInteger)
+    block_x: Mapped[int | None] = mapped_column(BigInteger)
+    block_y: Mapped[int | None] = mapped_column(BigInteger)
+    block_z: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class Activity(Base):

@@ -349,17 +349,17 @@ def _flows(
     links = 0
     for inst in matching.instances:
         calls = []
-        for c in inst.calls:
-            w = win[c.rank]
-            if (w.lo_ns is None or c.start_ns >= w.lo_ns) and (w.hi_ns is None or c.start_ns < w.hi_ns):
-                calls.append((c.start_ns - w.offset_ns, c.rank, c))
+        for rank, start, end in zip(inst.ranks, inst.starts, inst.ends):
+            w = win[rank]
+            if (w.lo_ns is None or start >= w.lo_ns) and (w.hi_ns is None or start < w.hi_ns):
+                calls.append((start - w.offset_ns, rank, start, end))
         if len(calls) < 2:
             continue
         calls.sort(key=lambda x: (x[0], x[1]))
         flow_id += 1
         last = len(calls) - 1
-        for i, (_t, rank, c) in enumerate(calls):
-            out[rank][(c.family, c.start_ns, c.end_ns)].append((flow_id, i > 0, i < last))
+        for i, (_t, rank, start, end) in enumerate(calls):
+            out[rank][(matching.family, start, end)].append((flow_id, i > 0, i < last))
         links += last
     return out, links
 

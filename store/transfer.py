@@ -22,7 +22,7 @@ from sqlalchemy.exc import DBAPIError
 
 from . import bulk, reclassify, runs, timeline
 from .collectives import RankTimeline, TimelineBuilder
-from .db import display_url, load_target, open_db, resolve_url, sqlite_path, write_failed
+from .db import display_url, load_target, open_db, resolve_url, sqlite_path
 from .errors import ProfdbError, QueryError, StoreError
 from .ingest_workers import NESTED_KINDS
 from .intervals import SelfTotals
@@ -170,12 +170,19 @@ def _transfer(plan: Plan, dst_url: str, allow_dupes: bool, progress: Progress | 
     with load_target(dst_url, keep_on_error=lambda: bool(committed())) as target:
         dst = target.engine
         _preflight(dst, plan, allow_dupes)
-        for report, (_, src, names) in zip(reports, plan):
+        for report, (src_url, src, names) in zip(reports, plan):
             for name in names:
                 try:
                     report.runs.append(_copy_run(src, dst, name, allow_dupes, progress))
                 except (ProfdbError, DBAPIError) as e:  # after the preflight: a concurrent writer, a full disk...
-                    err = write_failed(e, display_url(dst_url)) if isinstance(e, DBAPIError) else e
+                    if isinstance(e, DBAPIError):
+                        what = [f"run {name!r} of {display_url(src_url)}"]
+                        explained = bulk.explain_db_error(e, display_url(dst_url), what)
+                        if explained is None:
+                            raise
+                        err: ProfdbError = explained
+                    else:
+                        err = e
                     done = committed()
                     if done:
                         raise type(err)(f"{err} (run {name!r} not copied; already committed: {', '.join(done)})") from e

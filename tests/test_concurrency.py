@@ -129,3 +129,152 @@ def test_pg_a_slow_node_does_not_hold_up_the_others(pg_url: str, tmp_path: Path)
     assert not errors, errors
     assert finished_while_a_waits, "node B waited for node A's transaction"
     _check_store(pg_url, expected)
+
+
+# ----------------------------------------------------------------------------- no orphan fact row, ever
+# On PostgreSQL the fact tables (activity, counter) have no foreign keys (0006_pg_fact_keys): each load
+# checks its ids once, and triggers delete the rows of a deleted rank or file. SQLite keeps its keys.
+# These run on both engines: the guarantee is the same.
+
+ORPHANS = """select
+  (select count(*) from activity a
+    where not exists (select 1 from rank r where r.id = a.rank_id)
+       or not exists (select 1 from source_file s where s.id = a.source_id)
+       or not exists (select 1 from name n where n.id = a.name_id))
++ (select count(*) from counter c
+    where not exists (select 1 from rank r where r.id = c.rank_id)
+       or not exists (select 1 from source_file s where s.id = c.source_id)
+       or not exists (select 1 from name n where n.id = c.kernel_name_id)
+       or not exists (select 1 from name n where n.id = c.counter_name_id))"""
+
+
+def _orphans(url: str) -> int:
+    return int(_q(url, ORPHANS)[0][0])
+
+
+def _facts(url: str) -> dict[tuple[str, int], tuple[int, int]]:
+    """(run, global rank) -> (activity rows, counter rows), from the fact tables themselves."""
+    out: dict[tuple[str, int], tuple[int, int]] = {}
+    for table, i in (("activity", 0), ("counter", 1)):
+        for run, g, n in _q(url, f"select r.name, k.global_rank, count(*) from {table} t join rank k on "
+                                 "k.id = t.rank_id join run r on r.id = k.run_id group by 1, 2"):
+            got = list(out.get((run, g), (0, 0)))
+            got[i] = int(n)
+            out[(run, g)] = (got[0], got[1])
+    return out
+
+
+def _write(url: str, statement: str) -> Any:
+    from click.testing import CliRunner
+
+    from profdb.cli.main import cli
+
+    return CliRunner().invoke(cli, ["sql", "--write", "--db", url, statement])
+
+
+def test_deleting_a_file_rank_or_run_takes_its_fact_rows_along(store_url: str, tmp_path: Path) -> None:
+    from profdb.store.ingest import ingest_paths
+
+    a = write_rocprof_run(tmp_path / "a", ranks=3, dispatches=300, seed=1)
+    b = write_rocprof_run(tmp_path / "b", ranks=2, dispatches=200, seed=2)
+    ingest_paths([tmp_path / "a"], store_url, run="a")
+    ingest_paths([tmp_path / "b"], store_url, run="b")
+    want = {("a", g): (e["kernels"], e["counters"]) for g, e in a.items()}
+    want |= {("b", g): (e["kernels"], e["counters"]) for g, e in b.items()}
+    assert _facts(store_url) == want and _orphans(store_url) == 0
+
+    # one file: rank 0's counter file of run a
+    r = _write(store_url, "delete from source_file where path like '%counter_collection.csv' and rank_id = "
+                          "(select k.id from rank k join run r on r.id = k.run_id where r.name = 'a' "
+                          "and k.global_rank = 0)")
+    assert r.exit_code == 0, r.output
+    want[("a", 0)] = (want[("a", 0)][0], 0)
+    assert _facts(store_url) == want and _orphans(store_url) == 0
+
+    # one rank (its files go by cascade, and with them, or with it, its rows)
+    r = _write(store_url, "delete from rank where global_rank = 1 and run_id = (select id from run where name = 'a')")
+    assert r.exit_code == 0, r.output
+    del want[("a", 1)]
+    assert _facts(store_url) == want and _orphans(store_url) == 0
+
+    # a name that rows use cannot go (SQLite: its foreign key; PostgreSQL: the trigger that replaced it)
+    before = _facts(store_url)
+    r = _write(store_url, "delete from name where id = (select min(name_id) from activity)")
+    assert r.exit_code != 0
+    assert _facts(store_url) == before and _orphans(store_url) == 0
+
+    # a whole run (rank and source_file rows by cascade, the fact rows with them); run b is untouched
+    r = _write(store_url, "delete from run where name = 'a'")
+    assert r.exit_code == 0, r.output
+    assert _facts(store_url) == {k: v for k, v in want.items() if k[0] == "b"}
+    assert _orphans(store_url) == 0
+
+
+def test_pg_truncating_ranks_empties_the_fact_tables(pg_url: str, tmp_path: Path) -> None:
+    from profdb.store.ingest import ingest_paths
+
+    write_rocprof_run(tmp_path / "a", ranks=2, dispatches=100)
+    ingest_paths([tmp_path / "a"], pg_url, run="a")
+    assert _q(pg_url, "select count(*) > 0 from activity") == [(True,)]
+    r = _write(pg_url, "truncate run cascade")  # reaches rank and source_file through their keys
+    assert r.exit_code == 0, r.output
+    assert _q(pg_url, "select (select count(*) from activity), (select count(*) from counter)") == [(0, 0)]
+
+
+def test_pg_an_id_cannot_change_under_fact_rows(pg_url: str, tmp_path: Path) -> None:
+    from profdb.store.ingest import ingest_paths
+
+    write_rocprof_run(tmp_path / "a", ranks=1, dispatches=50)
+    ingest_paths([tmp_path / "a"], pg_url, run="a")
+    for table in ("rank", "source_file", "name"):
+        r = _write(pg_url, f"update {table} set id = id + 1000")
+        assert r.exit_code != 0 and "cannot change" in r.output, r.output
+    assert _orphans(pg_url) == 0
+
+
+def test_a_failed_ingest_leaves_no_fact_row(store_url: str, tmp_path: Path, monkeypatch: Any) -> None:
+    """A file after others is damaged: the rows of the files before it (already written, COPYed on
+    PostgreSQL) go with the rollback; the run stored before is untouched."""
+    import pytest
+
+    from profdb.store.errors import ProfdbError
+    from profdb.store.ingest import ingest_paths
+
+    before = write_rocprof_run(tmp_path / "before", ranks=1, dispatches=100, seed=5)
+    ingest_paths([tmp_path / "before"], store_url, run="before")
+    write_rocprof_run(tmp_path / "job", ranks=3, dispatches=400)
+    bad = tmp_path / "job" / "rank0002" / "4002_kernel_trace.csv"
+    lines = bad.read_text().splitlines()
+    bad.write_text("\n".join(lines[:200] + ['"KERNEL_DISPATCH","Agent 6",1,"not a number"'] + lines[200:]) + "\n")
+    monkeypatch.setenv("PROFDB_INGEST_WORKERS", "0")  # one process, files in turn: the good ones are written first
+    done: list[str] = []
+
+    def progress(event: str, path: str, at: int, total: int) -> None:
+        if event == "file":
+            done.append(path)
+
+    with pytest.raises(ProfdbError, match="4002_kernel_trace.csv"):
+        ingest_paths([tmp_path / "job"], store_url, run="job", progress=progress)
+    assert done, "no file was written before the damaged one: the test would prove nothing"
+    assert _facts(store_url) == {("before", 0): (before[0]["kernels"], before[0]["counters"])}
+    assert _q(store_url, "select name from run") == [("before",)]
+    assert _orphans(store_url) == 0
+
+
+def test_four_nodes_while_another_run_is_deleted_leave_no_orphan(store_url: str, tmp_path: Path) -> None:
+    """Four nodes ingest ranks of one run while a fifth process deletes another run, rank by rank then
+    whole: every row of the new run arrives, and none of the deleted run's rows is left."""
+    from profdb.store.ingest import ingest_paths
+
+    old = write_rocprof_run(tmp_path / "old", ranks=4, dispatches=500, seed=3)
+    ingest_paths([tmp_path / "old"], store_url, run="old")
+    assert len(_facts(store_url)) == len(old)
+    expected = write_rocprof_run(tmp_path / "job", ranks=4, dispatches=DISPATCHES)
+    cmds = [["ingest", "--db", store_url, "--run", "job", str(tmp_path / "job" / f"rank{r:04d}")] for r in range(4)]
+    cmds.append(["sql", "--write", "--db", store_url,
+                 "delete from rank where run_id = (select id from run where name = 'old') and global_rank < 2"])
+    cmds.append(["sql", "--write", "--db", store_url, "delete from run where name = 'old'"])
+    results = _run_nodes(cmds, tmp_path)
+    assert all(rc == 0 for rc, _ in results), results
+    _check_store(store_url, expected)
+    assert _orphans(store_url) == 0

@@ -79,9 +79,10 @@ def test_old_store_with_data_upgrades(tmp_path: Path, data: Path, run_cli: Invok
     scratch.execute("create temp view wide_activity as select a.*, l.device, l.stream, l.pid, l.tid, l.grid_x, "
                     "l.grid_y, l.grid_z, l.block_x, l.block_y, l.block_z from activity a join launch l on l.id = "
                     "a.launch_id")
-    for table in ("run", "rank", "source_file", "name", "activity", "summary", "step"):
+    narrow = bool(con.execute("select 1 from sqlite_master where name = 'launch'").fetchall())  # 0005 and later
+    for table in ("run", "rank", "source_file", "name", *(["launch"] if narrow else []), "activity", "summary", "step"):
         cols = [r[1] for r in con.execute(f"pragma table_info({table})")]
-        source = "wide_activity" if table == "activity" else table
+        source = "wide_activity" if table == "activity" and not narrow else table
         rows = scratch.execute(f"select {', '.join(cols)} from {source}").fetchall()
         con.executemany(f"insert into {table} ({', '.join(cols)}) values ({', '.join('?' * len(cols))})", rows)
     con.commit()
@@ -160,3 +161,55 @@ def test_0005_moves_launch_shapes_and_back_on_both_engines(store_url: str) -> No
         assert sorted(tuple(r) for r in c.execute(text("select * from activity_v"))) == before
     engine.dispose()
     _migrate(store_url, "upgrade", "head")
+
+
+def _pg_fact_state(url: str) -> tuple[set[tuple[str, str]], set[str], dict[str, int]]:
+    """(table, column) of the fact tables' foreign keys, profdb's triggers, and row counts."""
+    from pg_fixtures import query_url
+
+    fks = {(str(t), str(c)) for t, c in query_url(url, """
+        select c.conrelid::regclass::text, a.attname from pg_constraint c
+        join pg_attribute a on a.attrelid = c.conrelid and a.attnum = c.conkey[1]
+        where c.contype = 'f' and c.conrelid in ('activity'::regclass, 'counter'::regclass)""")}
+    triggers = {str(t) for (t,) in query_url(url, "select tgname from pg_trigger where not tgisinternal")}
+    counts = {t: int(query_url(url, f"select count(*) from {t}")[0][0]) for t in ("activity", "counter", "rank")}
+    return fks, triggers, counts
+
+
+def test_pg_fact_keys_migration_up_and_down_with_data(pg_url: str, data: Path, run_cli: Invoke) -> None:
+    """0006_pg_fact_keys on a store holding a real run: up, the fact tables' seven foreign keys give way to
+    triggers and no row changes; down, the keys (each checked against the rows) come back; up again."""
+    from profdb.store import bulk
+
+    all_keys = {(t, c) for t, refs in bulk.FACT_REFS.items() for c in refs}
+    _migrate(pg_url, "upgrade", "0005")
+    r = run_cli("ingest", "--db", pg_url, data / "kineto" / "torchrun4_cpu")  # (opening upgrades it to head)
+    assert r.exit_code == 0, r.output
+    fks, triggers, counts = _pg_fact_state(pg_url)
+    assert fks == set() and len(triggers) == 9 and counts["activity"] > 1000 and counts["rank"] == 4
+    _migrate(pg_url, "downgrade", "0005")
+    assert _pg_fact_state(pg_url) == (all_keys, set(), counts)
+    _migrate(pg_url, "upgrade", "head")
+    assert _pg_fact_state(pg_url) == (set(), triggers, counts)
+    # the restored keys are the real thing: at 0005 a row with a missing rank is refused
+    _migrate(pg_url, "downgrade", "0005")
+    engine = make_engine(pg_url)
+    try:
+        with pytest.raises(Exception, match="fk_activity_rank_id_rank"):
+            with engine.begin() as conn:
+                conn.exec_driver_sql(
+                    "insert into activity (rank_id, source_id, kind, category, name_id, start_ns, duration_ns, "
+                    "launch_id) select 999999, source_id, kind, category, name_id, start_ns, duration_ns, launch_id "
+                    "from activity limit 1")
+    finally:
+        engine.dispose()
+    _migrate(pg_url, "upgrade", "head")
+
+
+def test_fact_keys_migration_leaves_sqlite_alone(db_path: Path) -> None:
+    """SQLite keeps its foreign keys (a bulk load already turns their checks off)."""
+    from profdb.store import bulk
+
+    open_db(str(db_path)).dispose()
+    fks = {(t, r[3]) for t in ("activity", "counter") for r in sql(db_path, f"pragma foreign_key_list({t})")}
+    assert fks == {(t, c) for t, refs in bulk.FACT_REFS.items() for c in refs}

@@ -115,7 +115,9 @@ def upgrade() -> None:
         "launch",
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("key", sa.Text(), nullable=False),
-        *_shape_columns(),
+        # (grid and block sizes 64-bit here: rocprofv3 counts the grid in work-items, past 2^31 on large kernels)
+        *(sa.Column(c, sa.BigInteger() if c in _BIG or c.startswith(("grid", "block")) else sa.Integer(), nullable=True)
+          for c in SHAPE),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_launch")),
         sa.UniqueConstraint("key", name=op.f("uq_launch_key")),
     )
