@@ -42,12 +42,13 @@ from sqlalchemy import ColumnElement, Connection, func, select
 
 from . import collectives, queries
 from .errors import QueryError
-from .models import Activity, Name, Rank, SourceFile, Step, Summary
+from .models import Activity, Launch, Name, Rank, SourceFile, Step, Summary
 from .runs import RankRef, RunScope, resolve_run, with_ranks
 from .timeline import load_timelines
 from .units import fmt_ns
 
 _act = Activity.__table__
+_launch = Launch.__table__
 _name = Name.__table__
 _src = SourceFile.__table__
 _step = Step.__table__
@@ -595,12 +596,16 @@ _json = functools.lru_cache(maxsize=65536)(json.dumps)
 def _rows(conn: Connection, w: RankWindow) -> Iterator[Any]:
     """The rank's activity rows in its window, streamed (``yield_per``: a server-side cursor on
     PostgreSQL, batches of BATCH rows; SQLite's cursor steps through the table as it is read)."""
-    a = _act.c
+    a, lc = _act.c, _launch.c  # (the launch shape: migration 0005)
     stmt = (
         select(a.kind, _name.c.value.label("name"), (a.start_ns + _src.c.time_base_ns).label("own_ns"), a.duration_ns,
-               a.device, a.stream, a.correlation, a.pid, a.tid, a.grid_x, a.grid_y, a.grid_z, a.block_x, a.block_y,
-               a.block_z, a.args)
-        .select_from(_act.join(_name, _name.c.id == a.name_id).join(_src, _src.c.id == a.source_id))
+               lc.device, lc.stream, a.correlation, lc.pid, lc.tid, lc.grid_x, lc.grid_y, lc.grid_z, lc.block_x,
+               lc.block_y, lc.block_z, a.args)
+        .select_from(
+            _act.join(_name, _name.c.id == a.name_id)
+            .join(_src, _src.c.id == a.source_id)
+            .join(_launch, _launch.c.id == a.launch_id)
+        )
         .where(*_in_window(w))
     )
     result = conn.execution_options(yield_per=BATCH).execute(stmt)

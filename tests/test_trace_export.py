@@ -339,7 +339,7 @@ def test_nsys_export_matches_the_raw_database(db_path: Path, tmp_path: Path, run
     store = sql(db_path, "select count(*), sum(duration_ns) from activity")
     assert per_pid(trace) == {0: store[0]}
     threads = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
-    streams = {f"GPU {d} stream {s}" for d, s in sql(db_path, "select distinct device, stream from activity "
+    streams = {f"GPU {d} stream {s}" for d, s in sql(db_path, "select distinct device, stream from activity_v "
                                                      "where kind in ('kernel', 'memcpy')")}
     assert streams and streams <= threads
 
