@@ -502,24 +502,23 @@ class Writer:
     def name_ids(self, values: Iterable[str]) -> None:
         """Intern every new name in one round trip per batch (``intern_names``)."""
         new = [v for v in set(values) if v not in self.names]
-        if not new:
-            return
+        if new:
+            self.names.update((v, i) for i, v in intern_names(self.conn, new, self._side()))
+
+    def _side(self) -> Connection | None:
+        """PostgreSQL: the autocommit connection names and launch shapes are interned on (opened once,
+        closed with the writer; ``names_connection``); None on SQLite."""
         if self.conn.dialect.name == "postgresql" and self._names_conn is None:
             self._names_conn = nc = names_connection(self.conn)
             assert nc is not None
             self._close_names = weakref.finalize(self, nc.close)
-        self.names.update((v, i) for i, v in intern_names(self.conn, new, self._names_conn))
+        return self._names_conn
 
     def launch_ids(self, shapes: Iterable[tuple[Any, ...]]) -> None:
         """Intern every new launch shape (LAUNCH_COLS tuples) in one round trip per batch."""
         new = [v for v in set(shapes) if v not in self.launches]
-        if not new:
-            return
-        if self.conn.dialect.name == "postgresql" and self._names_conn is None:
-            self._names_conn = nc = names_connection(self.conn)
-            assert nc is not None
-            self._close_names = weakref.finalize(self, nc.close)
-        self.launches.update(intern_launches(self.conn, new, self._names_conn))
+        if new:
+            self.launches.update(intern_launches(self.conn, new, self._side()))
 
     def answer_names(self, values: list[Any]) -> list[int]:
         """Ids of ``values`` (interned now if new), for a parsing worker: names (str), and launch
