@@ -38,7 +38,7 @@ import re
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from .classify import category as _category
 from .intervals import Coverage, merge, union_length
@@ -335,7 +335,9 @@ class TimelineBuilder:
         buckets = (None, self.device_work, self.device_comm, self.cpu_work, self.host_comm)
         return buckets[where], is_call, step
 
-    def finish(self, rank: int) -> RankTimeline:
+    def _coverage(self) -> tuple[str, Covered, Covered, int]:
+        """(work domain, its work's coverage, work and communication's coverage together, the length of
+        communication's union): device work when the rank has any, else CPU work."""
         comm: list[tuple[int, int]]
         if self.device_work or self.device_comm:
             domain, work, comm = "device", Coverage(self.device_work.intervals()), self.device_comm.intervals()
@@ -343,25 +345,34 @@ class TimelineBuilder:
             domain, work, comm = "cpu", Coverage(self.cpu_work.intervals()), self.host_comm.intervals()
         else:
             domain, work, comm = "", Coverage(()), []
-        comm_union = union_length(comm)
         both = Coverage([*comm, *zip(work.starts, work.ends)]) if comm else work
-        exposed = both.total - work.total
+        return domain, work, both, union_length(comm)
+
+    def _busy(self, work: Covered, los: list[int], starts: list[int]) -> Sequence[int]:
+        """``work.within(lo, start)`` of every pair."""
+        return [work.within(lo, start) for lo, start in zip(los, starts)]
+
+    def finish(self, rank: int) -> RankTimeline:
+        domain, work, both, comm_ns = self._coverage()
         first_ns = self.first if self.first is not None else 0
         calls: dict[str, tuple[CollectiveCall, ...]] = {}
         for family, items in self.raw.items():
             if not items:
                 continue
             items.sort(key=lambda x: (x[0], x[1]))
-            seqs: dict[tuple[str, str], int] = {}
+            # each call's window: from the end of the rank's previous call (or its first event) to its start
             prev_end = first_ns
+            los = []
+            for start, end, _group, _coll, _nbytes in items:
+                los.append(min(prev_end, start))
+                prev_end = max(prev_end, end)
+            busy = self._busy(work, los, [i[0] for i in items])
+            seqs: dict[tuple[str, str], int] = {}
             out = []
-            for start, end, group, coll, nbytes in items:
+            for (start, end, group, coll, nbytes), lo, w in zip(items, los, busy):
                 k = seqs.get((group, coll), 0)
                 seqs[(group, coll)] = k + 1
-                lo = min(prev_end, start)
-                busy = work.within(lo, start)
-                out.append(CollectiveCall(rank, family, group, coll, k, start, end, nbytes, busy, start - lo))
-                prev_end = max(prev_end, end)
+                out.append(CollectiveCall(rank, family, group, coll, k, start, end, nbytes, w, start - lo))
             calls[family] = tuple(out)
         return RankTimeline(
             rank=rank,
@@ -372,9 +383,18 @@ class TimelineBuilder:
             last_ns=self.last if self.last is not None else 0,
             work_domain=domain,
             busy_ns=work.total,
-            comm_ns=comm_union,
-            exposed_comm_ns=exposed,
+            comm_ns=comm_ns,
+            exposed_comm_ns=both.total - work.total,
         )
+
+
+class Covered(Protocol):
+    """An interval union's answers ``finish`` needs (``intervals.Coverage``, ``columnar.Cover``)."""
+
+    @property
+    def total(self) -> int: ...
+
+    def within(self, a: int, b: int) -> int: ...
 
 
 class Instance(NamedTuple):

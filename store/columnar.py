@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .collectives import CollectiveCall, RankTimeline, Step, TimelineBuilder, call_name
+from .collectives import Covered, TimelineBuilder, call_name
 from .errors import InputError
 from .records import Activity, Counter
 from .validate import MAX_NAME_CHARS
@@ -312,8 +312,8 @@ class ColumnTimeline(TimelineBuilder):
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
-    def finish(self, rank: int) -> RankTimeline:
-        """``TimelineBuilder.finish`` with numpy unions (the same steps, in the same order)."""
+    def _coverage(self) -> tuple[str, Covered, Covered, int]:
+        """``TimelineBuilder._coverage`` with numpy unions (the same steps, in the same order)."""
         dw, dc = self._columns(self.device_work), self._columns(self.device_comm)
         cw, hc = self._columns(self.cpu_work), self._columns(self.host_comm)
         if len(dw[0]) or len(dc[0]):
@@ -323,38 +323,11 @@ class ColumnTimeline(TimelineBuilder):
         else:
             empty = np.zeros(0, dtype=np.int64)
             domain, work, comm = "", Cover(empty, empty), (empty, empty)
-        comm_cover = Cover(*comm)
         both = Cover(np.concatenate((comm[0], work.starts)), np.concatenate((comm[1], work.ends))) if len(
             comm[0]) else work
-        exposed = both.total - work.total
-        first_ns = self.first if self.first is not None else 0
-        calls: dict[str, tuple[CollectiveCall, ...]] = {}
-        for family, items in self.raw.items():
-            if not items:
-                continue
-            items.sort(key=lambda x: (x[0], x[1]))
-            seqs: dict[tuple[str, str], int] = {}
-            prev_end = first_ns
-            los = []
-            for start, end, _group, _coll, _nbytes in items:
-                los.append(min(prev_end, start))
-                prev_end = max(prev_end, end)
-            busy = work.within_many(np.array(los, dtype=np.int64), np.array([i[0] for i in items], dtype=np.int64))
-            out = []
-            for (start, end, group, coll, nbytes), lo, w in zip(items, los, busy):
-                k = seqs.get((group, coll), 0)
-                seqs[(group, coll)] = k + 1
-                out.append(CollectiveCall(rank, family, group, coll, k, start, end, nbytes, w, start - lo))
-            calls[family] = tuple(out)
-        return RankTimeline(
-            rank=rank,
-            calls=calls,
-            steps=tuple(Step(n, s, e, work.within(s, e), both.within(s, e) - work.within(s, e))
-                        for n, (s, e) in sorted(self.step_ranges.items())),
-            first_ns=first_ns,
-            last_ns=self.last if self.last is not None else 0,
-            work_domain=domain,
-            busy_ns=work.total,
-            comm_ns=comm_cover.total,
-            exposed_comm_ns=exposed,
-        )
+        return domain, work, both, Cover(*comm).total
+
+    def _busy(self, work: Covered, los: list[int], starts: list[int]) -> Sequence[int]:
+        """``work.within(lo, start)`` of every pair at once."""
+        assert isinstance(work, Cover)
+        return work.within_many(np.array(los, dtype=np.int64), np.array(starts, dtype=np.int64))
