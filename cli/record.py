@@ -8,8 +8,9 @@ import os
 
 import click
 
+from profdb.store.identity import parse_ranks
 from profdb.store.launch import detect_context
-from profdb.store.record import parse_ranks, record
+from profdb.store.record import record
 
 _FIELDS = ("launcher", "global_rank", "local_rank", "world_size", "node_rank", "hostname")
 

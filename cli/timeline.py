@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from profdb.store import trace_export
+from profdb.store.identity import parse_ranks
 from profdb.store.trace_export import RankWindow
 from profdb.store.units import visible
 
@@ -30,7 +31,7 @@ def _ranks(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
     if value is None:
         return None
     try:
-        return trace_export.parse_ranks(value)
+        return tuple(sorted(parse_ranks(value)))
     except ValueError as e:
         raise click.BadParameter(str(e)) from e
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from .errors import RankIdentityError
 from .manifest import RankManifest, find_manifest, read_manifest
 from .records import RankHint
+from .validate import MAX_RANK
 from .validate import rank_hint as check_hint
 
 #: rank folders: rank0003/, rank_3/, rank3/, rank-3/
@@ -357,3 +358,24 @@ def span_text(first: int, last: int) -> str:
 def rank_ranges(ranks: Iterable[int]) -> str:
     """``[2, 3, 4, 7]`` -> ``"2-4, 7"``."""
     return ", ".join(span_text(a, b) for a, b in rank_spans(ranks))
+
+
+def parse_ranks(text: str) -> frozenset[int]:
+    """``"0,3,8-11"`` -> {0, 3, 8, 9, 10, 11}. Raises ValueError on anything else."""
+    ranks: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            raise ValueError(f"empty item in rank list {text!r}; write e.g. 0,3 or 0-3")
+        lo_s, dash, hi_s = part.partition("-")
+        try:
+            lo = int(lo_s)
+            hi = int(hi_s) if dash else lo
+        except ValueError:
+            raise ValueError(f"{part!r} in rank list {text!r} is not a rank or a range like 0-3") from None
+        if lo < 0 or hi < lo:
+            raise ValueError(f"{part!r} in rank list {text!r} is not a rank or an increasing range like 0-3")
+        if hi > MAX_RANK:
+            raise ValueError(f"{part!r} in rank list {text!r} goes beyond rank {MAX_RANK}, profdb's largest rank")
+        ranks.update(range(lo, hi + 1))
+    return frozenset(ranks)

@@ -45,7 +45,6 @@ from pathlib import Path
 from .errors import ProfdbError
 from .launch import LaunchContext, detect_context
 from .manifest import MANIFEST_NAME, RankManifest, write_manifest
-from .validate import MAX_RANK
 
 PLACEHOLDERS = ("rank_dir", "rank", "local_rank", "world_size", "node_rank", "hostname")
 
@@ -68,27 +67,6 @@ class RecordError(ProfdbError):
 
 def rank_dir_name(rank: int) -> str:
     return f"rank{rank:04d}"
-
-
-def parse_ranks(text: str) -> frozenset[int]:
-    """``"0,3,8-11"`` -> {0, 3, 8, 9, 10, 11}. Raises ValueError on anything else."""
-    ranks: set[int] = set()
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            raise ValueError(f"empty item in rank list {text!r}; write e.g. 0,3 or 0-3")
-        lo_s, dash, hi_s = part.partition("-")
-        try:
-            lo = int(lo_s)
-            hi = int(hi_s) if dash else lo
-        except ValueError:
-            raise ValueError(f"{part!r} in rank list {text!r} is not a rank or a range like 0-3") from None
-        if lo < 0 or hi < lo:
-            raise ValueError(f"{part!r} in rank list {text!r} is not a rank or an increasing range like 0-3")
-        if hi > MAX_RANK:
-            raise ValueError(f"{part!r} in rank list {text!r} goes beyond rank {MAX_RANK}, profdb's largest rank")
-        ranks.update(range(lo, hi + 1))
-    return frozenset(ranks)
 
 
 def split_command(cmd: Sequence[str]) -> tuple[list[str], list[str] | None]:

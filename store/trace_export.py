@@ -42,6 +42,7 @@ from sqlalchemy import ColumnElement, Connection, func, select
 
 from . import collectives, queries
 from .errors import QueryError
+from .identity import rank_ranges
 from .models import Activity, Launch, Name, Rank, SourceFile, Step, Summary
 from .runs import RankRef, RunScope, resolve_run, with_ranks
 from .timeline import load_timelines
@@ -93,22 +94,6 @@ def parse_time(text: str) -> int:
     return round(float(m.group(1)) * _UNIT_NS[m.group(2)])
 
 
-def parse_ranks(text: str) -> tuple[int, ...]:
-    """``0-7``, ``0,2,5-7`` -> sorted global ranks. Raises ValueError saying what is wrong."""
-    out: set[int] = set()
-    for part in text.split(","):
-        part = part.strip()
-        m = re.fullmatch(r"(\d+)(?:\s*-\s*(\d+))?", part)
-        if not m:
-            raise ValueError(f"{part!r} is not a rank or a range of ranks; write e.g. 0-7 or 0,2,5-7")
-        lo = int(m.group(1))
-        hi = int(m.group(2)) if m.group(2) is not None else lo
-        if hi < lo:
-            raise ValueError(f"{part!r}: the range ends before it starts; write it low-high, e.g. 0-7")
-        out.update(range(lo, hi + 1))
-    return tuple(sorted(out))
-
-
 @dataclass(frozen=True)
 class Window:
     """What to export: some ranks (None: all), one step (``ProfilerStep#N``, each rank's own range),
@@ -128,7 +113,7 @@ class Window:
             hi = fmt_ns(self.to_ns) if self.to_ns is not None else "end"
             parts.append(f"{lo} to {hi} of the common clock")
         if self.ranks is not None:
-            parts.append(f"ranks {_ranges(self.ranks)}")
+            parts.append(f"ranks {rank_ranges(self.ranks)}")
         return ", ".join(parts) or "the whole run"
 
 
@@ -202,7 +187,7 @@ def plan_export(conn: Connection, run: str | RunScope | None, window: Window) ->
         unknown = [g for g in window.ranks if g not in have]
         if unknown:
             raise QueryError(
-                f"run {scope.name!r} has no rank(s) {_ranges(unknown)}; its ranks are {_ranges(sorted(have))} "
+                f"run {scope.name!r} has no rank(s) {rank_ranges(unknown)}; its ranks are {rank_ranges(sorted(have))} "
                 "(see profdb ranks)"
             )
         ranks = [r for r in ranks if r.global_rank in set(window.ranks)]
@@ -234,12 +219,12 @@ def plan_export(conn: Connection, run: str | RunScope | None, window: Window) ->
             known = _known_steps(conn, [r.id for r in ranks])
             raise QueryError(
                 f"run {scope.name!r} has no step {window.step} on the chosen ranks; "
-                + (f"its steps are {_ranges(known)}" if known else
+                + (f"its steps are {rank_ranges(known)}" if known else
                    "it has no steps at all (steps come from ProfilerStep#N annotations): use --from/--to instead")
             )
         missing = [r.global_rank for r in ranks if r.id not in steps]
         if missing:
-            notes.append(f"rank(s) {_ranges(missing)} did not record step {window.step}: left out")
+            notes.append(f"rank(s) {rank_ranges(missing)} did not record step {window.step}: left out")
         for r in ranks:
             if r.id in steps:
                 lo, hi = steps[r.id]
@@ -259,7 +244,7 @@ def plan_export(conn: Connection, run: str | RunScope | None, window: Window) ->
             raise QueryError(f"no activity in {window.describe()} of run {scope.name!r}; widen the window "
                              "(--from/--to count from the run's first event)")
         if empty:
-            notes.append(f"rank(s) {_ranges(empty)} have no activity in the window: left out")
+            notes.append(f"rank(s) {rank_ranges(empty)} have no activity in the window: left out")
             windows = [w for w in windows if counts[w.rank.id]]
         events = sum(counts.values())
     else:
@@ -363,20 +348,6 @@ def _flows(
             out[rank][(matching.family, start, end)].append((flow_id, i > 0, i < last))
         links += last
     return out, links
-
-
-def _ranges(ranks: Sequence[int]) -> str:
-    """0-3, 5, 7-9."""
-    parts: list[str] = []
-    rs = sorted(ranks)
-    i = 0
-    while i < len(rs):
-        j = i
-        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
-            j += 1
-        parts.append(f"{rs[i]}-{rs[j]}" if j > i + 1 else ", ".join(str(x) for x in rs[i : j + 1]))
-        i = j + 1
-    return ", ".join(parts)
 
 
 def fmt_us(ns: int) -> str:

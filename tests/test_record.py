@@ -20,9 +20,9 @@ from click.testing import CliRunner
 from profdb.cli.main import cli
 from profdb.store.launch import ORDER, detect_context
 from profdb.store.manifest import MANIFEST_NAME, read_manifest
+from profdb.store.identity import parse_ranks
 from profdb.store.record import (
     RecordError,
-    parse_ranks,
     plan_rank,
     record,
     split_command,

@@ -354,6 +354,9 @@ def test_bad_requests_say_what_to_do(db_path: Path, tmp_path: Path, run_cli: Inv
     assert r.exit_code == 1 and "no step 99" in r.stderr and f"its steps are {steps[0]}-{steps[-1]}" in r.stderr
     r = run_cli("timeline", "--db", db_path, "--ranks", "0-9", "-o", out, ok=False)
     assert r.exit_code == 1 and "no rank(s) 4-9" in r.stderr
+    # one rank-list parser with `record --ranks` (identity.parse_ranks): its bound, not a set of 10^11 ranks
+    r = run_cli("timeline", "--db", db_path, "--ranks", "0-99999999999", "-o", out, ok=False)
+    assert r.exit_code == 2 and "goes beyond rank" in r.stderr and not Path(out).exists()
     r = run_cli("timeline", "--db", db_path, "--from", "12", "-o", out, ok=False)
     assert r.exit_code == 2 and "with its unit" in r.stderr
     r = run_cli("timeline", "--db", db_path, "--step", "5", "--to", "1s", "-o", out, ok=False)
