@@ -19,15 +19,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from profdb.store import runs as _runs
-from profdb.store import trend as _trend
-from profdb.store.db import open_db, resolve_url, sqlite_path
 from profdb.store.errors import ProfdbError, QueryError, StoreError
-from profdb.store.queries import Result
+
+if TYPE_CHECKING:
+    from profdb.store.queries import Result
 
 __all__ = ["ProfdbError", "Result", "Store", "connect"]
+
+
+def __getattr__(name: str) -> Any:
+    # ``profdb.Result`` on first use: ``import profdb`` (which every ``profdb.cli`` and ``profdb.store``
+    # import runs first) loads no SQLAlchemy, and a ``profdb query`` process only what its question needs
+    if name == "Result":
+        from profdb.store.queries import Result
+
+        return Result
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def connect(db: str | None = None) -> Store:
@@ -41,6 +50,8 @@ class Store:
     ``with`` block) releases the engine."""
 
     def __init__(self, db: str | None = None) -> None:
+        from profdb.store.db import open_db, resolve_url, sqlite_path
+
         url = resolve_url(db)
         path = sqlite_path(url)
         if path is not None and not path.exists():
@@ -71,13 +82,19 @@ class Store:
 
     def runs(self) -> Result:
         """``profdb runs``: the runs, oldest first: world size, ranks found and missing, sources, rows."""
-        headers, rows = self._read(_runs.list_runs)
+        from profdb.store import runs
+        from profdb.store.queries import Result
+
+        headers, rows = self._read(runs.list_runs)
         return Result(list(headers), [tuple(r) for r in rows])
 
     def list_ranks(self, run: str | None = None) -> Result:
         """``profdb ranks --run RUN``: the ranks of a run (hostname, local rank, pid, device, rows,
         files), missing ranks flagged. (``ranks()`` is the question ``profdb query --ranks``.)"""
-        headers, rows, notes = self._read(_runs.list_ranks, run)
+        from profdb.store import runs
+        from profdb.store.queries import Result
+
+        headers, rows, notes = self._read(runs.list_ranks, run)
         return Result(list(headers), [tuple(r) for r in rows], None, list(notes))
 
     def trend(
@@ -90,7 +107,9 @@ class Store:
     ) -> Result:
         """``profdb trend``: per run, oldest first, the time of the names LIKE ``name_like`` (or the
         busy time) per rank, its slowest rank and imbalance."""
-        result: Result = self._read(_trend.trend, name_like, last, kind, where=where, until=until)
+        from profdb.store import trend
+
+        result: Result = self._read(trend.trend, name_like, last, kind, where=where, until=until)
         return result
 
     def sql(self, statement: str, params: dict[str, Any] | None = None, write: bool = False) -> Result:

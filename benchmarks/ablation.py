@@ -13,7 +13,8 @@ writer + workers) and wall seconds are kept. Variants:
   phase 2 only the row path uses it: rocprofv3 kernel and counter traces go through ``Writer.insert_columns``,
   whose literals this variant does not switch off);
 - ``no-rollback-journal``: a brand-new store loaded in WAL mode like an existing one;
-- ``none``: all three off (what main did before issue 15).
+- ``no-multirow``: one row per INSERT statement (``bulk.ROWS_PER_INSERT = 1``; issue 15 phase 3 made it 100);
+- ``none``: the first three off (what main did before issue 15; rows still go 100 per statement).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-VARIANTS = ("all", "no-quiet-gc", "no-literals", "no-rollback-journal", "none")
+VARIANTS = ("all", "no-quiet-gc", "no-literals", "no-rollback-journal", "no-multirow", "none")
 
 
 def child(variant: str, inputs: list[str], db: str) -> dict[str, float]:
@@ -38,7 +39,9 @@ def child(variant: str, inputs: list[str], db: str) -> dict[str, float]:
     from profdb.store import bulk, ingest, ingest_workers
 
     off = {"none": {"gc", "literals", "journal"}, "no-quiet-gc": {"gc"}, "no-literals": {"literals"},
-           "no-rollback-journal": {"journal"}}.get(variant, set())
+           "no-rollback-journal": {"journal"}, "no-multirow": {"multirow"}}.get(variant, set())
+    if "multirow" in off:
+        bulk.ROWS_PER_INSERT = 1
     if "gc" in off:
         ingest_workers.quiet_gc = contextlib.nullcontext  # type: ignore[assignment]
     if "literals" in off:

@@ -9,7 +9,8 @@ counter_collection with one counter), every count checked against what was gener
 
 Load stage (``load_*``): what one ingesting node's writer and the server do once rows are parsed, i.e.
 ``store.bulk.copy_rows`` as ``bulk.Writer`` calls it (20,000-row batches, the once-per-transaction id
-checks, name interning on the side connection), timed from the node's transaction start to its commit;
+checks, name interning on the side connection), timed from the node's transaction start to its commit
+and the summarization of the BRIN block ranges it filled (bulk.summarize_fact_ranges, as an ingest does);
 the rows are generated in memory beforehand (no parsing). Each case uses a fresh database:
 - ``load_binary``: today (binary COPY into 0006_pg_fact_keys' tables);
 - ``load_text``: text COPY, same tables;
@@ -141,7 +142,8 @@ def load_node(
     data = [(g, *node_rows(g, dispatches, seed=1)) for g in ranks]
     engine = create_engine(url)
     try:
-        with engine.begin() as conn:
+        with engine.connect() as conn:
+            conn.begin()
             run_id = int(conn.execute(text("SELECT id FROM run WHERE name = :n FOR KEY SHARE"), {"n": run})
                          .scalar_one())
             side = bulk.names_connection(conn)
@@ -185,6 +187,8 @@ def load_node(
             t0, c0, s0 = time.perf_counter(), time.process_time(), backend_cpu(backend)
             for table, cols, batch in batches:
                 bulk.insert_rows(conn, table, cols, batch)
+            conn.commit()
+            bulk.summarize_fact_ranges(conn)  # (after the commit, as bulk.load_transaction does; timed)
         t1, c1, s1 = time.perf_counter(), time.process_time(), backend_cpu(backend)
         server = s1 - s0 if s0 is not None and s1 is not None else None
         return t1 - t0, sum(len(b) for _, _, b in batches), c1 - c0, server

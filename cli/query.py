@@ -162,6 +162,9 @@ def sql_cmd(statement: str, write: bool, max_rows: int, db: str | None, fmt: str
     conn = connect(db, write=write)  # read-only by construction (db.open_readonly), not rolled back
     result = queries.run_sql(conn, statement, max_rows=max_rows)
     if write:
+        from profdb.store import timeline
+
+        timeline.forget_findings(conn)  # what the statement changed may be under a run's kept analysis
         conn.commit()
     emit(result, fmt)
 

@@ -352,28 +352,33 @@ class TimelineBuilder:
         """``work.within(lo, start)`` of every pair."""
         return [work.within(lo, start) for lo, start in zip(los, starts)]
 
+    def _family_calls(self, rank: int, family: str, items: list[tuple[int, int, str, str, int | None]],
+                      work: Covered, first_ns: int) -> tuple[CollectiveCall, ...]:
+        """A family's calls (``raw`` items: start, end, group, collective, bytes) in time order, each
+        with its window and busy time before it, numbered per (group, collective)."""
+        items.sort(key=lambda x: (x[0], x[1]))
+        # each call's window: from the end of the rank's previous call (or its first event) to its start
+        prev_end = first_ns
+        los = []
+        for start, end, _group, _coll, _nbytes in items:
+            los.append(min(prev_end, start))
+            prev_end = max(prev_end, end)
+        busy = self._busy(work, los, [i[0] for i in items])
+        seqs: dict[tuple[str, str], int] = {}
+        out = []
+        for (start, end, group, coll, nbytes), lo, w in zip(items, los, busy):
+            k = seqs.get((group, coll), 0)
+            seqs[(group, coll)] = k + 1
+            out.append(CollectiveCall(rank, family, group, coll, k, start, end, nbytes, w, start - lo))
+        return tuple(out)
+
     def finish(self, rank: int) -> RankTimeline:
         domain, work, both, comm_ns = self._coverage()
         first_ns = self.first if self.first is not None else 0
         calls: dict[str, tuple[CollectiveCall, ...]] = {}
         for family, items in self.raw.items():
-            if not items:
-                continue
-            items.sort(key=lambda x: (x[0], x[1]))
-            # each call's window: from the end of the rank's previous call (or its first event) to its start
-            prev_end = first_ns
-            los = []
-            for start, end, _group, _coll, _nbytes in items:
-                los.append(min(prev_end, start))
-                prev_end = max(prev_end, end)
-            busy = self._busy(work, los, [i[0] for i in items])
-            seqs: dict[tuple[str, str], int] = {}
-            out = []
-            for (start, end, group, coll, nbytes), lo, w in zip(items, los, busy):
-                k = seqs.get((group, coll), 0)
-                seqs[(group, coll)] = k + 1
-                out.append(CollectiveCall(rank, family, group, coll, k, start, end, nbytes, w, start - lo))
-            calls[family] = tuple(out)
+            if items:
+                calls[family] = self._family_calls(rank, family, items, work, first_ns)
         return RankTimeline(
             rank=rank,
             calls=calls,
@@ -939,15 +944,20 @@ def _steps(timelines: Sequence[RankTimeline], results: Sequence[InstanceResult],
     for n, per_rank in sorted(by_step.items()):
         if len(per_rank) < 2:
             continue
-        ranks = {
+        out.append(step_result(n, {
             r: StepRank(s.end_ns - s.start_ns, last.get((n, r), 0), caused.get((n, r), 0), suffered.get((n, r), 0),
                         s.busy_ns, s.idle_ns, s.exposed_comm_ns)
             for r, s in sorted(per_rank.items())
-        }
-        top = max(x.wait_caused_ns for x in ranks.values())
-        leaders = [r for r, x in ranks.items() if x.wait_caused_ns == top]
-        waited_on = leaders[0] if top > 0 and len(leaders) == 1 else None
-        longest = max(x.duration_ns for x in ranks.values())
-        longest_rank = min(r for r, x in ranks.items() if x.duration_ns == longest)
-        out.append(StepResult(n, waited_on, top, longest_rank, longest, ranks))
+        }))
     return tuple(out)
+
+
+def step_result(number: int, ranks: Mapping[int, StepRank]) -> StepResult:
+    """A step's result from its ranks' figures (rank order): the rank waited on (the largest wait
+    caused, when it is above 0 and unique) and the rank with the longest step (the lowest on a tie)."""
+    top = max(x.wait_caused_ns for x in ranks.values())
+    leaders = [r for r, x in ranks.items() if x.wait_caused_ns == top]
+    waited_on = leaders[0] if top > 0 and len(leaders) == 1 else None
+    longest = max(x.duration_ns for x in ranks.values())
+    longest_rank = min(r for r, x in ranks.items() if x.duration_ns == longest)
+    return StepResult(number, waited_on, top, longest_rank, longest, ranks)

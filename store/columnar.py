@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .collectives import Covered, TimelineBuilder, call_name
+from .collectives import CollectiveCall, Covered, TimelineBuilder, call_name
 from .errors import InputError
 from .records import Activity, Counter
 from .validate import MAX_NAME_CHARS
@@ -326,6 +326,32 @@ class ColumnTimeline(TimelineBuilder):
         both = Cover(np.concatenate((comm[0], work.starts)), np.concatenate((comm[1], work.ends))) if len(
             comm[0]) else work
         return domain, work, both, Cover(*comm).total
+
+    def _family_calls(self, rank: int, family: str, items: list[tuple[int, int, str, str, int | None]],
+                      work: Covered, first_ns: int) -> tuple[CollectiveCall, ...]:
+        """``TimelineBuilder._family_calls`` with numpy: the same order (a stable sort by start, then
+        end), windows (the running maximum of earlier ends), busy time and numbering (the rank of each
+        call among those of its (group, collective) in that order); one object per call only at the end."""
+        starts_t, ends_t, groups, colls, sizes = zip(*items)
+        s = np.array(starts_t, dtype=np.int64)
+        e = np.array(ends_t, dtype=np.int64)
+        order = np.lexsort((e, s))
+        s, e = s[order], e[order]
+        prev = np.maximum.accumulate(np.concatenate((np.array([first_ns], dtype=np.int64), e[:-1])))
+        lo = np.minimum(prev, s)
+        assert isinstance(work, Cover)
+        busy = work.within_many(lo, s)
+        keys: dict[tuple[str, str], int] = {}
+        code = np.array([keys.setdefault(k, len(keys)) for k in zip(groups, colls)], dtype=np.int64)[order]
+        by_key = np.argsort(code, kind="stable")
+        grouped = code[by_key]
+        heads = np.flatnonzero(np.concatenate(([True], grouped[1:] != grouped[:-1])))
+        seq = np.empty(len(s), dtype=np.int64)
+        seq[by_key] = np.arange(len(s)) - np.repeat(heads, np.diff(np.append(heads, len(s))))
+        perm = order.tolist()
+        return tuple(map(CollectiveCall, repeat(rank), repeat(family), [groups[i] for i in perm],
+                         [colls[i] for i in perm], seq.tolist(), s.tolist(), e.tolist(), [sizes[i] for i in perm],
+                         busy, (s - lo).tolist()))
 
     def _busy(self, work: Covered, los: list[int], starts: list[int]) -> Sequence[int]:
         """``work.within(lo, start)`` of every pair at once."""

@@ -507,6 +507,23 @@ def upgrade_db(engine: Engine, path: Path | None = None, revision: str = "head")
         backup_sqlite(path, backup)
     with engine.begin() as conn:
         command.upgrade(alembic_config(conn), revision)
+        _after_upgrade(conn, current, revision)
+
+
+#: the revision that added the kept run analysis (run_analysis): a store upgraded past it analyses its runs
+_ANALYSIS_REVISION = 7
+
+
+def _after_upgrade(conn: Any, before: str | None, revision: str) -> None:
+    """Data the schema's new tables need, computed by profdb's code (a migration does not import it),
+    in the upgrade's transaction: a store with runs upgraded to ``0007`` keeps each run's analysis
+    (timeline.store_analysis, as its next ingest would), so its questions are fast from the first."""
+    if before is None or not before.isdigit() or int(before) >= _ANALYSIS_REVISION or revision != "head":
+        return
+    from . import runs, timeline
+
+    for name in runs.run_names(conn):
+        timeline.store_analysis(conn, name)
 
 
 def backup_sqlite(path: Path, backup: Path) -> None:
@@ -559,4 +576,6 @@ def _upgrade_pg(engine: Engine, revision: str) -> None:
                     f"{display_url(str(engine.url))} was written by a newer profdb (schema {row[0]}); "
                     "upgrade profdb (pip install -U profdb)"
                 )
+        before = row[0] if "alembic_version" in tables and row else None
         command.upgrade(alembic_config(conn), revision)
+        _after_upgrade(conn, before, revision)

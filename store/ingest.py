@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, insert, update
+from sqlalchemy import Connection, Engine, bindparam, insert, select, update
 
 from . import bulk, classify, ingest_workers, reclassify, runs, timeline
 from .db import display_url, load_target, resolve_url
@@ -189,36 +189,16 @@ def _load(
         rules = reclassify.rules_id(conn, classify.active()) if todo else None
         recreate = bulk.defer_indexes(conn, sum(i.size for i in todo))
         writer = bulk.Writer(conn)
-        sources: list[tuple[InputFile, int, int]] = []
-        for inp in todo:
-            assert inp.claim is not None
-            ident: Identity = inp.claim.identity
-            rank_id = rank_ids[ident.global_rank]
-            res = conn.execute(
-                insert(SourceFile).values(
-                    run_id=run_id,
-                    rank_id=rank_id,
-                    path=str(inp.path.resolve()),
-                    sha256=inp.sha256,
-                    size_bytes=inp.size,
-                    format=inp.info.format,
-                    content_kind=inp.info.kind,
-                    rows=0,
-                    time_base_ns=inp.info.time_base_ns,
-                    identity_origin=ident.origin,
-                    ingested_at=runs.now(),
-                    rules_id=rules,
-                )
-            )
-            sources.append((inp, rank_id, int(res.inserted_primary_key[0])))  # type: ignore[index]
-            if named is not None:
-                named[sources[-1][2]] = str(inp.path)
+        sources = _add_sources(conn, run_id, todo, rank_ids, rules)
+        if named is not None:
+            named.update((source_id, str(inp.path)) for inp, _rank_id, source_id in sources)
+        row_counts: list[dict[str, int]] = []  # (written in one statement once every file is read)
 
         def file_done(inp: InputFile, source_id: int, counts: dict[str, int]) -> None:
             nonlocal done
             assert inp.claim is not None
             rows = sum(counts.values())
-            conn.execute(update(SourceFile).where(SourceFile.id == source_id).values(rows=rows))
+            row_counts.append({"sid": source_id, "n": rows})
             for k, v in counts.items():
                 report.rows_by_kind[k] = report.rows_by_kind.get(k, 0) + v
             report.files.append(
@@ -249,16 +229,56 @@ def _load(
                 raise err from e
             writer.merge(rank_id, source_id, parsed)
             file_done(inp, source_id, parsed.counts)
-        for sql in recreate:  # (temporary storage is in files meanwhile: see bulk.load_transaction)
-            conn.exec_driver_sql(sql)
+        if row_counts:
+            conn.execute(update(SourceFile).where(SourceFile.id == bindparam("sid")).values(rows=bindparam("n")),
+                         row_counts)
         writer.finish()
         timeline.save_timelines(conn, run_id, writer.timelines)
-        timeline.store_clocks(conn, runs.resolve_run(conn, run_name))
+        for sql in recreate:  # (temporary storage is in files meanwhile: see bulk.load_transaction)
+            conn.exec_driver_sql(sql)
+        scope = timeline.store_analysis(conn, run_name)  # (reads ix_collective_call_match: after recreate)
         report.ranks, report.world_size = runs.ranks_of(conn, run_id)
         report.missing_ranks = missing_ranks([r[0] for r in report.ranks], report.world_size)
-        report.ended_badly = [
-            f"rank {r.global_rank} {r.end()}" for r in runs.resolve_run(conn, run_name).ended_abnormally()
-        ]
+        report.ended_badly = [f"rank {r.global_rank} {r.end()}" for r in scope.ended_abnormally()]
+
+
+def _add_sources(
+    conn: Connection, run_id: int, todo: list[InputFile], rank_ids: dict[int, int], rules: int | None
+) -> list[tuple[InputFile, int, int]]:
+    """A source_file row for every input to read, in one statement (a run of 512 files spent ~0.5 s
+    CPU in one compiled INSERT per file); returns (input, rank id, source id) in ``todo`` order. The
+    ids are read back by the rows' unique key (rank, sha256): inputs were made unique by it, and
+    files already stored were left out of ``todo``."""
+    rows: list[dict[str, object]] = []
+    keys: list[tuple[int, str]] = []
+    for inp in todo:
+        assert inp.claim is not None
+        ident: Identity = inp.claim.identity
+        keys.append((rank_ids[ident.global_rank], inp.sha256))
+        rows.append(dict(
+            run_id=run_id,
+            rank_id=keys[-1][0],
+            path=str(inp.path.resolve()),
+            sha256=inp.sha256,
+            size_bytes=inp.size,
+            format=inp.info.format,
+            content_kind=inp.info.kind,
+            rows=0,
+            time_base_ns=inp.info.time_base_ns,
+            identity_origin=ident.origin,
+            ingested_at=runs.now(),
+            rules_id=rules,
+        ))
+    if not rows:
+        return []
+    conn.execute(insert(SourceFile), rows)
+    ids = {
+        (int(rank_id), str(sha)): int(sid)
+        for sid, rank_id, sha in conn.execute(
+            select(SourceFile.id, SourceFile.rank_id, SourceFile.sha256).where(SourceFile.run_id == run_id)
+        )
+    }
+    return [(inp, key[0], ids[key]) for inp, key in zip(todo, keys)]
 
 
 def why_empty(inp: InputFile) -> str:

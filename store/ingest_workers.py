@@ -31,8 +31,10 @@ from typing import Any, NamedTuple, Protocol, cast
 import numpy as np
 
 from . import classify, columnar, lifetime, readers, validate
+from .bulk import Coded
 from .collectives import RankTimeline, TimelineBuilder
 from .intervals import SelfTotals
+from .records import NESTED_KINDS as NESTED_KINDS  # (defined where the kinds are)
 from .records import Activity, Aggregate, Counter, SourceInfo
 
 BATCH = 20000
@@ -40,9 +42,6 @@ _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 #: below this much input the files are parsed in the writer process (no start-up cost)
 PARALLEL_MIN_BYTES = 16 << 20
 ENV_WORKERS = "PROFDB_INGEST_WORKERS"
-#: kinds whose ranges nest on a lane (an op holds the ops it calls): their self time is kept beside the
-#: inclusive total (intervals.self_times); for every other kind self time is the total
-NESTED_KINDS = frozenset({"cpu_op", "annotation", "gpu_annotation", "python"})
 
 
 @dataclass(frozen=True)
@@ -129,7 +128,8 @@ class RowsMsg(NamedTuple):
 
 
 #: a batch as columns, for the writer: column name -> one value for every row (an SQL constant: None,
-#: an int, a str), a numpy array, a list, or ``columnar.Ints`` (integers with empty cells)
+#: an int, a str), a numpy array, a list, ``columnar.Ints`` (integers with empty cells) or ``bulk.Coded`` (a few
+#: strings, as codes)
 Columns = dict[str, Any]
 
 
@@ -384,10 +384,12 @@ def _parse_columns(
         cols = {"rank_id": task.rank_id, "source_id": task.source_id, "kind": kind,
                 "name_id": np.array(nids, dtype=np.int64)[b.name_index], "start_ns": b.start_ns,
                 "duration_ns": b.duration_ns, "args": None}
-        if len(set(entry_cats)) == 1:
-            cols["category"] = entry_cats[0]
+        distinct = tuple(dict.fromkeys(entry_cats))
+        if len(distinct) == 1:
+            cols["category"] = distinct[0]
         else:
-            cols["category"] = np.array(entry_cats, dtype=object)[b.name_index]
+            code = {c: i for i, c in enumerate(distinct)}
+            cols["category"] = Coded(np.array([code[c] for c in entry_cats], dtype=np.int64)[b.name_index], distinct)
         corr = b.ints.get("correlation")
         cols["correlation"] = None if corr is None else _constant_or(corr)
         cols["launch_id"] = _launch_ids(b, names)

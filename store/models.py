@@ -7,6 +7,7 @@ Views for sqlite3 users are created by migrations, not here (see alembic/version
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -138,6 +139,16 @@ class Launch(Base):
     block_z: Mapped[int | None] = mapped_column(BigInteger)
 
 
+#: The fact tables' secondary indexes (activity, counter): B-trees on SQLite (built once after a bulk
+#: load: bulk.defer_indexes); BRIN on PostgreSQL (migration 0008_pg_brin_fact_indexes), where a team
+#: store keeps them through every load. A load writes each source file's rows together, so each
+#: 128-page block range holds one rank's and one file's rows: a BRIN entry per range finds them, at
+#: a fraction of a B-tree's cost per inserted row (binary COPY of 1M activity rows on this machine,
+#: server CPU: ~5-6 us per row with the two B-trees, ~2.5 us with BRIN). ``autosummarize``: ranges
+#: filled by a writer other than ingest (which summarizes its own: bulk.summarize_fact_ranges) are
+#: summarized by autovacuum.
+FACT_INDEX: dict[str, Any] = {"postgresql_using": "brin", "postgresql_with": {"autosummarize": "on"}}
+
 class Activity(Base):
     """The fact table: one timed interval (kernel, memcpy, memset, cpu_op, annotation, api...). Its
     launch shape (device, stream, pid, tid, grid, block) is in ``launch``; ``activity_v`` joins it in.
@@ -145,10 +156,13 @@ class Activity(Base):
     on every row.)"""
 
     __tablename__ = "activity"
-    __table_args__ = (Index("ix_activity_rank_name", "rank_id", "name_id"),)
+    __table_args__ = (
+        Index("ix_activity_rank_name", "rank_id", "name_id", **FACT_INDEX),
+        Index("ix_activity_source_id", "source_id", **FACT_INDEX),
+    )
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     rank_id: Mapped[int] = mapped_column(ForeignKey("rank.id", ondelete="CASCADE"))
-    source_id: Mapped[int] = mapped_column(ForeignKey("source_file.id", ondelete="CASCADE"), index=True)
+    source_id: Mapped[int] = mapped_column(ForeignKey("source_file.id", ondelete="CASCADE"))
     kind: Mapped[str] = mapped_column(String(20))
     category: Mapped[str] = mapped_column(String(20))
     name_id: Mapped[int] = mapped_column(ForeignKey("name.id"))
@@ -163,9 +177,13 @@ class Counter(Base):
     """Counter values: per dispatch (samples = 1) or per (rank, kernel) aggregate (Metrix)."""
 
     __tablename__ = "counter"
+    __table_args__ = (
+        Index("ix_counter_rank_id", "rank_id", **FACT_INDEX),
+        Index("ix_counter_source_id", "source_id", **FACT_INDEX),
+    )
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    rank_id: Mapped[int] = mapped_column(ForeignKey("rank.id", ondelete="CASCADE"), index=True)
-    source_id: Mapped[int] = mapped_column(ForeignKey("source_file.id", ondelete="CASCADE"), index=True)
+    rank_id: Mapped[int] = mapped_column(ForeignKey("rank.id", ondelete="CASCADE"))
+    source_id: Mapped[int] = mapped_column(ForeignKey("source_file.id", ondelete="CASCADE"))
     kernel_name_id: Mapped[int] = mapped_column(ForeignKey("name.id"))
     counter_name_id: Mapped[int] = mapped_column(ForeignKey("name.id"))
     dispatch_id: Mapped[int | None] = mapped_column(BigInteger)
@@ -262,3 +280,82 @@ class HostClock(Base):
     offset_ns: Mapped[int] = mapped_column(BigInteger)
     error_ns: Mapped[int] = mapped_column(BigInteger)
     samples: Mapped[int]
+
+
+class RunAnalysis(Base):
+    """Per run, what its collective timeline says (verdict.Findings), computed once when the run's
+    data changes (ingest, transfer, reclassify: store/timeline.py ``store_analysis``) instead of at
+    every question. ``fingerprint`` is a digest of what the analysis read (the run's ranks and their
+    identities, its source files and their rules, timeline.ANALYSIS_VERSION and the verdict's
+    thresholds): a question uses the row only when the run still has that fingerprint, else it
+    computes the analysis (and says the same)."""
+
+    __tablename__ = "run_analysis"
+    run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    computed_at: Mapped[datetime]
+    #: the call family matched ("" when none), matched instances and how many ended in a tie
+    family: Mapped[str] = mapped_column(String(20))
+    instances: Mapped[int]
+    tied_instances: Mapped[int]
+    #: the instances' first and latest arrival (common clock) and the ranks in any of them (JSON list)
+    window_first_ns: Mapped[int | None] = mapped_column(BigInteger)
+    window_last_ns: Mapped[int | None] = mapped_column(BigInteger)
+    window_ranks_json: Mapped[str | None] = mapped_column(Text)
+    end_spread_ns: Mapped[int | None] = mapped_column(BigInteger)
+    duration_ns: Mapped[int | None] = mapped_column(BigInteger)
+    #: why the collective ends do not line up (no rank is named), else NULL
+    apart: Mapped[str | None] = mapped_column(Text)
+    #: the timeline's verdict (verdict.decide; NULL without a timeline): the rank named (NULL: none)
+    verdict_rank: Mapped[int | None]
+    verdict_line: Mapped[str | None] = mapped_column(Text)
+    verdict_cause: Mapped[str | None] = mapped_column(String(20))
+    verdict_last: Mapped[int | None]
+    verdict_instances: Mapped[int | None]
+    p_value: Mapped[float | None] = mapped_column(Float)
+    wait_share: Mapped[float | None] = mapped_column(Float)
+    time_share: Mapped[float | None] = mapped_column(Float)
+    work_ratio: Mapped[float | None] = mapped_column(Float)
+    lateness: Mapped[float | None] = mapped_column(Float)
+    #: {"reference": host, "offsets": [[host, offset_ns, error_ns, samples], ...], "notes": [...]}
+    clocks_json: Mapped[str] = mapped_column(Text)
+    #: the analysis's notes (JSON list of strings)
+    notes_json: Mapped[str] = mapped_column(Text)
+
+
+class RankAnalysis(Base):
+    """Per rank of ``run_analysis`` (collectives.RankResult): collectives entered last (alone, tied),
+    the wait it caused the others and suffered, busy/idle/span, communication and exposed
+    communication, and its host's clock offset."""
+
+    __tablename__ = "rank_analysis"
+    rank_id: Mapped[int] = mapped_column(ForeignKey("rank.id", ondelete="CASCADE"), primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("run_analysis.run_id", ondelete="CASCADE"), index=True)
+    clock_offset_ns: Mapped[int | None] = mapped_column(BigInteger)
+    instances: Mapped[int]
+    entered_last: Mapped[int]
+    tied_last: Mapped[int]
+    wait_caused_ns: Mapped[int] = mapped_column(BigInteger)
+    wait_suffered_ns: Mapped[int] = mapped_column(BigInteger)
+    busy_ns: Mapped[int] = mapped_column(BigInteger)
+    idle_ns: Mapped[int] = mapped_column(BigInteger)
+    span_ns: Mapped[int] = mapped_column(BigInteger)
+    comm_ns: Mapped[int] = mapped_column(BigInteger)
+    exposed_comm_ns: Mapped[int] = mapped_column(BigInteger)
+    work_domain: Mapped[str] = mapped_column(String(10))
+
+
+class StepAnalysis(Base):
+    """Per rank and step of ``run_analysis`` (collectives.StepRank), for steps seen on two ranks or more."""
+
+    __tablename__ = "step_analysis"
+    rank_id: Mapped[int] = mapped_column(ForeignKey("rank.id", ondelete="CASCADE"), primary_key=True)
+    step: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("run_analysis.run_id", ondelete="CASCADE"), index=True)
+    duration_ns: Mapped[int] = mapped_column(BigInteger)
+    entered_last: Mapped[int]
+    wait_caused_ns: Mapped[int] = mapped_column(BigInteger)
+    wait_suffered_ns: Mapped[int] = mapped_column(BigInteger)
+    busy_ns: Mapped[int] = mapped_column(BigInteger)
+    idle_ns: Mapped[int] = mapped_column(BigInteger)
+    exposed_comm_ns: Mapped[int] = mapped_column(BigInteger)

@@ -31,10 +31,9 @@ from sqlalchemy.sql import ColumnElement, text
 
 from . import reclassify
 from .errors import QueryError
-from .ingest_workers import NESTED_KINDS
 from .metrics import Spread, ratio, spread
 from .models import Name, Rank, Run, Step, Summary
-from .records import KINDS
+from .records import KINDS, NESTED_KINDS
 from .runs import RankRef, RunScope, scope_of, with_ranks
 from .timeline import RunVerdict, run_verdict, window_notes
 from .units import fmt_ns
@@ -283,8 +282,8 @@ def _verdict_notes(verdict: Verdict, scope: RunScope) -> list[str]:
     """What the verdict's figures cover (the collective timeline's window and ranks), or why it fell back."""
     if verdict.detail is None:
         return []
-    a = verdict.detail.analysis
-    return window_notes(a, scope) if a.instances else list(a.notes)
+    f = verdict.detail.findings
+    return window_notes(f, scope) if f.has_timeline else list(f.notes)
 
 
 def _time_note(kinds: Iterable[str], inclusive: bool) -> str:
@@ -728,7 +727,7 @@ def steps(conn: Connection, run: str | RunScope | None = None) -> Result:
         )
         return Result(list(STEP_HEADERS), [], None, notes)
     verdict = straggler(conn, scope, select_kinds(conn, scope, None, ("kernel",))[0]) if len(scope.ranks) > 1 else None
-    analysis = verdict.detail.analysis if verdict is not None and verdict.detail is not None else None
+    analysis = verdict.detail.findings if verdict is not None and verdict.detail is not None else None
     attributed = {s.step: s for s in analysis.steps} if analysis is not None else {}
     rows = []
     slowest_count: dict[int, int] = defaultdict(int)

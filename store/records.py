@@ -12,6 +12,9 @@ from typing import Any, NamedTuple
 
 #: Kinds of timed activity. ``category`` is derived from kind and name when a reader leaves it None.
 KINDS = ("kernel", "memcpy", "memset", "cpu_op", "annotation", "gpu_annotation", "api", "python")
+#: kinds whose ranges nest on a lane (an op holds the ops it calls): their self time is kept beside the
+#: inclusive total (intervals.self_times); for every other kind self time is the total
+NESTED_KINDS = frozenset({"cpu_op", "annotation", "gpu_annotation", "python"})
 CATEGORIES = ("compute", "communication", "memory", "other")
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from . import queries, runs, straggler
+from . import queries, runs, straggler, timeline
 from .collectives import Analysis
 from .display import DROP_ORDER, NAME_COLUMNS, fmt_cell, fold_rank_places, is_number, shown_header
 from .errors import InputError, ProfdbError
@@ -207,7 +207,9 @@ def build_report(
         steps=queries.steps(conn, scope),
         rank_split=queries.rank_split(conn, scope, kind=kind),
         stragglers=straggler.stragglers(conn, scope),
-        analysis=verdict.detail.analysis if verdict.detail is not None else None,
+        # the skew figure plots every instance: the analysis itself (the verdict's findings keep none)
+        analysis=timeline.analyze_run(conn, scope) if verdict.detail is not None and verdict.detail.findings.instances
+        else None,
         by_host=queries.imbalance(conn, scope, kind=kind, by="host"),
         by_local_rank=queries.imbalance(conn, scope, kind=kind, by="local-rank"),
         heatmap=_heatmap(conn, scope, imb, kinds, verdict),

@@ -15,7 +15,7 @@ from sqlalchemy import Connection
 from . import queries
 from .queries import Result
 from .runs import RunScope, scope_of, with_ranks
-from .timeline import RunVerdict, run_verdict, window_notes
+from .timeline import RunVerdict, analyze_run, run_verdict, window_notes
 
 STRAGGLER_HEADERS = [
     "global_rank",
@@ -63,7 +63,7 @@ def stragglers(conn: Connection, run: str | RunScope | None = None, top: int = 0
     wait it suffered, its busy and idle time and its exposed communication; headline: the verdict."""
     scope = with_ranks(scope_of(conn, run))
     rv = _verdict(conn, scope)
-    a = rv.analysis
+    a = rv.findings
     notes = list(a.notes) + window_notes(a, scope)
     rows: list[tuple[Any, ...]] = []
     for r in scope.ranks:
@@ -89,8 +89,8 @@ def collectives(conn: Connection, run: str | RunScope | None = None, top: int = 
     tie), the total wait it caused and the message size where the profiler records it."""
     scope = with_ranks(scope_of(conn, run))
     rv = _verdict(conn, scope)
-    a = rv.analysis
-    notes = list(a.notes) + window_notes(a, scope)
+    notes = list(rv.findings.notes) + window_notes(rv.findings, scope)
+    a = analyze_run(conn, scope)  # every instance (the verdict's findings keep none)
     by_rank = {r.global_rank: r for r in scope.ranks}
     t0 = min((i.first_ns for i in a.instances), default=0)
     ordered = sorted(a.instances, key=lambda i: (-i.skew_ns, i.first_ns))

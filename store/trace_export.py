@@ -194,7 +194,7 @@ def plan_export(conn: Connection, run: str | RunScope | None, window: Window) ->
     kinds, _ = queries.select_kinds(conn, scope, None, ("kernel",))
     verdict = queries.straggler(conn, scope, kinds)
     notes: list[str] = []
-    clocks = verdict.detail.analysis.clocks if verdict.detail is not None else collectives.Clocks("", {})
+    clocks = verdict.detail.findings.clocks if verdict.detail is not None else collectives.Clocks("", {})
     offsets = {h: (o.offset_ns, o.error_ns, o.samples) for h, o in clocks.offsets.items()}
     unplaced = sorted({r.hostname or "" for r in ranks} - set(offsets)) if len(
         {r.hostname or "" for r in scope.ranks}) > 1 else []
@@ -251,9 +251,9 @@ def plan_export(conn: Connection, run: str | RunScope | None, window: Window) ->
         events = int(conn.execute(
             select(func.coalesce(func.sum(_sum.c.calls), 0)).where(_sum.c.rank_id.in_([w.rank.id for w in windows]))
         ).scalar_one())
-    flows, flow_count = _flows(conn, windows, verdict.detail.analysis.family if verdict.detail else None)
+    flows, flow_count = _flows(conn, windows, verdict.detail.findings.family if verdict.detail else None)
     if verdict.detail is not None:
-        notes.extend(verdict.detail.analysis.clocks.notes)
+        notes.extend(verdict.detail.findings.clocks.notes)
     return Plan(scope, window, tuple(windows), origin, events, clocks.reference, offsets, verdict.line,
                 tuple(notes), flows, flow_count)
 

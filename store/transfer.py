@@ -389,7 +389,7 @@ def _copy_files(
     rows["step"] = len(steps)
     rows["summary"] = _copy_summaries(s, d, run, files, todo, ranks, rank_map, names)
     rows["collective_call"] = _copy_timelines(s, d, run_id, files, todo, ranks, rank_map)
-    timeline.store_clocks(d, runs.resolve_run(d, run.name))
+    timeline.store_analysis(d, run.name)
 
 
 def _copy_timelines(

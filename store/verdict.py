@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from .collectives import TIE_NS, Analysis, RankIdentity
+from .collectives import TIE_NS, Analysis, Clocks, RankIdentity, RankResult, StepResult
 from .collectives import fmt_ns as fmt_ns
 from .metrics import p_at_least
 
@@ -293,25 +293,75 @@ def _extreme(ranks: Sequence[int], identities: Mapping[int, RankIdentity], tie_w
                    f"{fmt_ns(mean)}){note}", "totals")
 
 
-def straggler_verdict(analysis: Analysis | None, identities: Mapping[int, RankIdentity],
+class Window(NamedTuple):
+    """Where the matched instances are: the first arrival and the latest arrival (common clock), and
+    the ranks that took part in any of them."""
+
+    first_ns: int
+    last_ns: int
+    ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Findings:
+    """What a run's collective timeline says (``collectives.Analysis``) without its per-instance rows:
+    all that the verdict and the questions but ``--collectives`` read. ``findings_of`` makes it from an
+    Analysis; the store keeps it per run (store/timeline.py ``store_analysis``, table ``run_analysis``),
+    so a question does not match and attribute every collective again."""
+
+    family: str
+    #: matched instances, and how many of them ended in a tie (no single last rank)
+    instances: int
+    tied: int
+    window: Window | None
+    clocks: Clocks
+    ranks: Mapping[int, RankResult]
+    steps: tuple[StepResult, ...]
+    notes: tuple[str, ...]
+    end_spread_ns: int | None
+    duration_ns: int | None
+    apart: str | None
+    #: ``decide``'s verdict when the run has a timeline whose ends line up, else None
+    decided: Verdict | None
+
+    @property
+    def has_timeline(self) -> bool:
+        return self.instances > 0
+
+
+def findings_of(analysis: Analysis, identities: Mapping[int, RankIdentity]) -> Findings:
+    """The findings of ``analysis`` (``decide`` run once, with ``identities`` for its labels)."""
+    insts = analysis.instances
+    window = None
+    if insts:
+        window = Window(min(i.first_ns for i in insts), max(i.latest_ns for i in insts),
+                        tuple(sorted(set().union(*(i.ranks for i in insts)))))
+    decided = decide(analysis, identities) if insts and analysis.apart is None else None
+    return Findings(analysis.family, len(insts), sum(1 for i in insts if i.last_rank is None), window,
+                    analysis.clocks, analysis.ranks, analysis.steps, analysis.notes, analysis.end_spread_ns,
+                    analysis.duration_ns, analysis.apart, decided)
+
+
+def straggler_verdict(analysis: Analysis | Findings | None, identities: Mapping[int, RankIdentity],
                       totals: Sequence[RankTotal] = ()) -> Verdict:
-    """The one verdict: from the timeline when there is one, else from ``totals``, saying why. A
-    timeline in which every collective ended in a tie (all ranks arrived within the tie margin, as in
-    generated traces) says nothing of arrival order: with ``totals`` the totals rule decides, saying so.
+    """The one verdict: from the timeline when there is one (``analysis``, or its findings), else from
+    ``totals``, saying why. A timeline in which every collective ended in a tie (all ranks arrived
+    within the tie margin, as in generated traces) says nothing of arrival order: with ``totals`` the
+    totals rule decides, saying so.
 
     A timeline whose collective ends do not line up (``Analysis.apart``: its clocks are not comparable
     or its calls did not block, store/collectives.py ``ends_line_up``) names no rank at all, not even
     from ``totals``: the run was expected to have a timeline and it is broken, so anything named would
     rest on evidence the run cannot give; the line says why, for the user to fix the clocks."""
-    if analysis is not None and analysis.has_timeline and analysis.apart is not None:
-        return Verdict(None, f"no clear straggler: {analysis.apart}; no rank named", "timeline",
-                       instances=len(analysis.instances))
-    if analysis is not None and analysis.has_timeline:
-        ties = sum(1 for i in analysis.instances if i.last_rank is None)
-        if ties < len(analysis.instances) or not totals:
-            return decide(analysis, identities)
-        why = (f"every one of the {ties} matched collectives ended in a tie (the last arrivals within "
+    f = findings_of(analysis, identities) if isinstance(analysis, Analysis) else analysis
+    if f is not None and f.has_timeline and f.apart is not None:
+        return Verdict(None, f"no clear straggler: {f.apart}; no rank named", "timeline", instances=f.instances)
+    if f is not None and f.has_timeline:
+        if f.tied < f.instances or not totals:
+            assert f.decided is not None
+            return f.decided
+        why = (f"every one of the {f.tied} matched collectives ended in a tie (the last arrivals within "
                f"{fmt_ns(TIE_NS)} or the clock error): the timeline does not say who is late")
         return decide_from_totals(totals, identities, why)
-    why = "; ".join(analysis.notes) if analysis is not None and analysis.notes else "no collective timeline"
+    why = "; ".join(f.notes) if f is not None and f.notes else "no collective timeline"
     return decide_from_totals(totals, identities, why)

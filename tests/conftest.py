@@ -77,3 +77,14 @@ def copy_tree(src: Path, dst: Path) -> Path:
 
 def pytest_report_header() -> str:
     return f"profdb tests, cwd {os.getcwd()}"
+
+
+@pytest.fixture(scope="module")
+def dlrm_files(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """The 8 ranks of the DLRM Kineto traces (tests/data/kineto/dlrm_8rank), unpacked once per module."""
+    import tarfile
+
+    out = tmp_path_factory.mktemp("dlrm")
+    with tarfile.open(Path(__file__).parent / "data" / "kineto/dlrm_8rank/dlrm_kineto.tar.gz") as tar:
+        tar.extractall(out, filter="data")
+    return sorted((out / "dlrm_kineto").glob("worker*.json"))

@@ -80,6 +80,31 @@ def test_union_and_cover_match_the_python_intervals() -> None:
     assert npc.within_many(pairs[:, 0], pairs[:, 1]) == [py.within(a, b) for a, b in pairs.tolist()]
 
 
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_calls_ordered_windowed_and_numbered_as_the_python_builder_does(seed: int) -> None:
+    """ColumnTimeline._family_calls (numpy) against TimelineBuilder._family_calls on calls with equal
+    starts (and equal ends), several groups and collectives, sizes or none, overlapping calls, a
+    first event after some calls."""
+    from profdb.store.intervals import Coverage
+
+    rng = np.random.default_rng(seed)
+    n = 3_000
+    starts = rng.integers(0, 4_000, n)
+    ends = starts + rng.integers(0, 30, n)
+    groups = rng.choice(["", "pg0", "pg1"], n)
+    colls = rng.choice(["allreduce", "allgather", "broadcast"], n)
+    sizes = [None if x < 0.3 else int(x * 1000) for x in rng.random(n)]
+    items = list(zip(starts.tolist(), ends.tolist(), groups.tolist(), colls.tolist(), sizes))
+    ws = rng.integers(0, 4_000, 2_000)
+    we = ws + rng.integers(1, 100, 2_000)
+    work_py = Coverage(list(zip(ws.tolist(), we.tolist())))
+    work_np = columnar.Cover(ws, we)
+    old = TimelineBuilder()._family_calls(5, "rccl", list(items), work_py, 2_000)
+    new = columnar.ColumnTimeline()._family_calls(5, "rccl", list(items), work_np, 2_000)
+    assert len(new) == n and new == old
+    assert len({(c.start_ns, c.end_ns) for c in old}) < n  # (ties present: equal starts, equal ends)
+
+
 @pytest.mark.parametrize("per_name", [True, False])
 def test_distinct_launch_shapes_found_exactly(per_name: bool) -> None:
     """The launch shapes of a batch (ingest_workers._distinct_rows): rows of equal shape share one

@@ -213,3 +213,45 @@ def test_fact_keys_migration_leaves_sqlite_alone(db_path: Path) -> None:
     open_db(str(db_path)).dispose()
     fks = {(t, r[3]) for t in ("activity", "counter") for r in sql(db_path, f"pragma foreign_key_list({t})")}
     assert fks == {(t, c) for t, refs in bulk.FACT_REFS.items() for c in refs}
+
+
+def _fact_index_methods(url: str) -> dict[str, tuple[str, str]]:
+    """Index name -> (access method, reloptions) of the fact tables' secondary indexes (PostgreSQL)."""
+    from pg_fixtures import query_url
+
+    return {str(n): (str(m), str(o)) for n, m, o in query_url(url, """
+        select c.relname, am.amname, coalesce(array_to_string(c.reloptions, ','), '') from pg_index i
+        join pg_class c on c.oid = i.indexrelid join pg_am am on am.oid = c.relam
+        where i.indrelid in ('activity'::regclass, 'counter'::regclass) and not i.indisprimary""")}
+
+
+def test_pg_brin_fact_indexes_migration_up_and_down_with_data(
+    pg_url: str, data: Path, run_cli: Invoke, tmp_path: Path
+) -> None:
+    """0008_pg_brin_fact_indexes on a store holding a real run and a larger generated one (120,000 rows: many
+    128-page block ranges): up, the fact tables' four secondary indexes are BRIN (autosummarize), with every
+    block range the ingests filled summarized (so a search by rank reads that rank's ranges, not the table);
+    down, B-trees again; no row changes either way."""
+    from gen_rocprof_run import generate
+    from pg_fixtures import query_url
+
+    names = {"ix_activity_rank_name", "ix_activity_source_id", "ix_counter_rank_id", "ix_counter_source_id"}
+    _migrate(pg_url, "upgrade", "0007")
+    assert {n: m for n, (m, _o) in _fact_index_methods(pg_url).items()} == dict.fromkeys(names, "btree")
+    r = run_cli("ingest", "--db", pg_url, data / "kineto" / "torchrun4_cpu")  # (opening upgrades it to head)
+    assert r.exit_code == 0, r.output
+    generate(tmp_path / "gen", calls=3000, counters=False)
+    r = run_cli("ingest", "--db", pg_url, "--run", "big", tmp_path / "gen")
+    assert r.exit_code == 0, r.output
+    assert int(query_url(pg_url, "select pg_relation_size('activity') / 8192")[0][0]) > 3 * 128
+    assert _fact_index_methods(pg_url) == dict.fromkeys(names, ("brin", "autosummarize=on"))
+    counts = _pg_fact_state(pg_url)[2]
+    # ranges are summarized: a second summarization finds nothing new
+    for name in sorted(names):
+        assert query_url(pg_url, f"select brin_summarize_new_values('{name}'::regclass)") == [(0,)], name
+    _migrate(pg_url, "downgrade", "0007")
+    assert {n: m for n, (m, _o) in _fact_index_methods(pg_url).items()} == dict.fromkeys(names, "btree")
+    assert _pg_fact_state(pg_url)[2] == counts
+    _migrate(pg_url, "upgrade", "head")
+    assert _fact_index_methods(pg_url) == dict.fromkeys(names, ("brin", "autosummarize=on"))
+    assert _pg_fact_state(pg_url)[2] == counts

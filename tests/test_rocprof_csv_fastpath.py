@@ -103,3 +103,42 @@ def test_a_bad_number_on_a_usual_line_is_still_an_error(tmp_path: Path) -> None:
     path.write_text(KT + "\n" + KT_ROWS[0] + "\n" + KT_ROWS[0].replace(",100,200,", ",100,2x0,") + "\n")
     with pytest.raises(Exception, match=r"1_kernel_trace.csv: line 3"):
         list(rocprof_csv.read(path, rocprof_csv.inspect(path)))
+
+
+def test_empty_cells_anywhere_in_many_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Empty integer cells spread over thousands of rows and many record batches (validity bitmaps of
+    many bytes, read by ``null_mask``): the same records as the csv module's."""
+    import random
+
+    rnd = random.Random(5)
+    lines = []
+    for i in range(5_000):
+        stream = "" if rnd.random() < 0.2 else str(rnd.randrange(4))
+        corr = "" if rnd.random() < 0.1 else str(i)
+        lines.append(f'"KERNEL_DISPATCH","Agent 4",1,{stream},834304,{i},10,"k{i % 7}",{corr},{100 + i},{300 + 2 * i},'
+                     "0,0,8,0,16,64,1,1,1024,1024,1")
+    text = KT + "\n" + "\n".join(lines) + "\n"
+    path = tmp_path / "1_kernel_trace.csv"
+    path.write_text(text)
+    monkeypatch.setattr(rocprof_csv, "BLOCK", 4096)
+    assert len(list(rocprof_csv.read_columns(path, rocprof_csv.inspect(path)))) > 20
+    assert list(rocprof_csv.read(path, rocprof_csv.inspect(path))) == _expected_kernels(text)
+
+
+def test_reading_columns_does_not_import_pandas() -> None:
+    """pyarrow's ``Array.to_numpy`` imports pandas when it is installed (~0.4 s CPU and tens of MB in
+    every parsing process): the real traces, kernels and counters, are read without it."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("pandas")
+    data = Path(__file__).parent / "data" / "rocprofv3_csv" / "rocm-systems_2025-08"
+    code = (
+        "import sys\nfrom pathlib import Path\nfrom profdb.store.readers import rocprof_csv\n"
+        f"for name in ('kernel_trace.csv', 'counter_collection.csv'):\n"
+        f"    p = Path({str(data)!r}) / name\n"
+        "    assert sum(len(b) for b in rocprof_csv.read_columns(p, rocprof_csv.inspect(p))) > 0\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -8,7 +8,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +23,6 @@ def rows_of(out: str) -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO(out)))
 
 
-@pytest.fixture(scope="module")
-def dlrm_files(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    out = tmp_path_factory.mktemp("dlrm")
-    with tarfile.open(DATA / "kineto/dlrm_8rank/dlrm_kineto.tar.gz") as tar:
-        tar.extractall(out, filter="data")
-    return sorted((out / "dlrm_kineto").glob("worker*.json"))
 
 
 def test_dlrm_stragglers_steps_and_collectives_name_rank7(

@@ -27,6 +27,34 @@ _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _OUTSIDE = re.compile(rb'(?:[^"]+|"[^"\\]*(?:\\.[^"\\]*)*")*', re.DOTALL)
 _BRACKETS = bytes.maketrans(b"{}", b"[]")
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_NOT_BRACKETS_OR_QUOTES = bytes(b for b in range(256) if b not in b'[]{}"')
+
+
+def nesting(text: bytes, limit: int = MAX_JSON_DEPTH) -> int:
+    """The nesting depth of a complete JSON text (or a bound on it when its brackets do not balance,
+    as DepthGuard counts), found at C speed: for kineto_fast, which decodes whole slices of events.
+    Past ``limit`` levels it stops counting and returns ``limit + 1`` (each level is a pass over the
+    text: a bomb of a million levels must not cost a million passes).
+
+    Without backslashes, every byte but brackets and quotes is deleted first; a pair of adjacent
+    quotes is then deleted (an empty string, or the end of one string and the start of the next:
+    either way every other byte keeps the parity of the quotes before it, i.e. whether it lies in a
+    string), which leaves few quotes, so splitting at them is cheap. With backslashes, strings are
+    removed by the regular expression, as DepthGuard does."""
+    if b"\\" in text:
+        end = _OUTSIDE.match(text).end()  # type: ignore[union-attr]  # (matches at least "")
+        outside = _STRING.sub(b"", text[:end])
+    else:
+        outside = b"".join(text.translate(None, _NOT_BRACKETS_OR_QUOTES).replace(b'""', b"").split(b'"')[::2])
+    seq = outside.translate(_BRACKETS, _NOT_BRACKETS)
+    passes = 0
+    while passes <= limit:
+        shorter = seq.replace(b"[]", b"")
+        if len(shorter) == len(seq):
+            return min(passes + seq.count(b"["), limit + 1)
+        passes += 1
+        seq = shorter
+    return limit + 1
 
 
 class DepthGuard:

@@ -1,4 +1,5 @@
-"""PyTorch profiler / Kineto Chrome traces (``.json`` or ``.json.gz``), streamed with ijson.
+"""PyTorch profiler / Kineto Chrome traces (``.json`` or ``.json.gz``): the events are decoded in bounded
+slices by kineto_fast (msgspec); ijson streams the file (``_read_reference``) wherever that path stops.
 
 Reads complete events (``ph: "X"``): GPU kernels, memcpy, memset, CPU ops, user annotations
 (``ProfilerStep#N``, ``nccl:all_reduce``), GPU annotations, runtime/driver calls, python functions.
@@ -30,6 +31,7 @@ import ijson
 
 from ..errors import InputError
 from ..records import Activity, RankHint, Record, SourceInfo
+from . import kineto_fast
 from .base import display_name, head, open_binary, tail
 from .json_guard import guarded
 
@@ -69,19 +71,7 @@ _CATS = {
 }
 
 #: kernel/collective args worth keeping (everything else is dropped to keep rows small)
-_KEEP_ARGS = (
-    "Collective name",
-    "In msg nelems",
-    "Out msg nelems",
-    "Group size",
-    "dtype",
-    "Process Group Name",
-    "Process Group Description",
-    "Process Group Ranks",
-    "bytes",
-    "registers per thread",
-    "shared memory",
-)
+_KEEP_ARGS = kineto_fast.KEEP_ARGS
 
 #: the profiled process: the pid of the first host-side event (CPU op, annotation, runtime call) in the
 #: head of the event list (GPU events carry the device as their pid, so they are not used)
@@ -263,12 +253,7 @@ def _gpu_devices(*blobs: bytes) -> list[int]:
 _DAMAGED = "the file is damaged or not a PyTorch profiler trace: re-run the profiler or re-copy the file"
 
 
-def _int_or_none(v: Any) -> int | None:
-    if isinstance(v, int):
-        return v
-    if isinstance(v, str) and v.isdigit():
-        return int(v)
-    return None
+_int_or_none = kineto_fast.int_or_none
 
 
 def read(path: Path, info: SourceInfo) -> Iterator[Record]:
@@ -281,19 +266,39 @@ def read_rank(path: Path, info: SourceInfo, index: int) -> Iterator[Record]:
 
 
 def _read(path: Path, pid: int | None) -> Iterator[Record]:
-    """Every event (``pid`` None), or those of process ``pid``."""
+    """Every event (``pid`` None), or those of process ``pid``: decoded in slices by kineto_fast, and
+    from where it stops (an odd layout, a damaged file), streamed by the reference reader."""
+    try:
+        with open_binary(path) as f:
+            for batch in kineto_fast.activities(f, _CATS, pid):
+                yield from batch
+        return
+    except kineto_fast.Fallback as e:
+        done = e.done
+    except (OSError, EOFError, zlib.error) as e:
+        raise InputError(f"{path}: cannot read the file ({e}); it is damaged: re-copy it") from e
+    yield from _read_reference(path, pid, done)
+
+
+def _read_reference(path: Path, pid: int | None, skip: int = 0) -> Iterator[Record]:
+    """Every event (``pid`` None), or those of process ``pid``, streamed with ijson through the depth
+    guard, from entry ``skip`` of traceEvents on (the entries before are read by kineto_fast)."""
     cats = _CATS
     keep = _KEEP_ARGS
     try:
         with open_binary(path) as raw, guarded(raw, path) as f:
             for ev in ijson.items(f, "traceEvents.item", use_float=True):
+                if skip:
+                    skip -= 1
+                    continue
                 if type(ev) is not dict:
                     raise InputError(
                         f"{path}: an entry of traceEvents is {str(ev)[:80]!r}, not an event object; {_DAMAGED}"
                     )
                 if ev.get("ph") != "X" or (pid is not None and ev.get("pid") != pid):
                     continue
-                kind = cats.get(ev.get("cat", ""))
+                cat = ev.get("cat", "")
+                kind = cats.get(cat) if type(cat) is str else None
                 if kind is None:
                     continue
                 ts = ev.get("ts")

@@ -380,9 +380,36 @@ def _as_ints(path: Path, col: pa.Array, first_row: int, field: str) -> Ints:
                     raise _bad_line(path, _line_of(path, first_row + i), e) from None
                 values.append(v)
             col = pa.array(values, pa.int64())
+    ints = numpy_of(col)
     if not col.null_count:
-        return Ints(col.to_numpy())
-    return Ints(col.fill_null(0).to_numpy(), col.is_null().to_numpy(zero_copy_only=False))
+        return Ints(ints)
+    null = null_mask(col)
+    return Ints(np.where(null, 0, ints), null)
+
+
+#: numpy types of the pyarrow columns read here
+_NUMPY: dict[pa.DataType, np.dtype[Any]] = {
+    pa.int64(): np.dtype(np.int64), pa.int32(): np.dtype(np.int32), pa.int16(): np.dtype(np.int16),
+    pa.int8(): np.dtype(np.int8), pa.float64(): np.dtype(np.float64),
+}
+
+
+def numpy_of(col: pa.Array) -> Any:
+    """A fixed-width pyarrow column's values as a numpy array over the same memory (read-only; cells
+    that are null hold anything). Not ``Array.to_numpy``: in pyarrow 26 it imports pandas when pandas is
+    installed (~0.4 s CPU and ~50 MB in every process that parses; ``pa.array`` and compute functions
+    given Python scalars do too)."""
+    dtype = _NUMPY[col.type]
+    return np.frombuffer(col.buffers()[1], dtype=dtype, count=len(col), offset=col.offset * dtype.itemsize)
+
+
+def null_mask(col: pa.Array) -> Any:
+    """True where a pyarrow column's cell is null (its validity bitmap, unpacked)."""
+    bitmap = col.buffers()[0]
+    if bitmap is None:
+        return np.zeros(len(col), dtype=bool)
+    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), bitorder="little")
+    return bits[col.offset : col.offset + len(col)] == 0
 
 
 def _required(path: Path, ints: Ints, first_row: int, what: str) -> npt.NDArray[np.int64]:
@@ -416,7 +443,7 @@ def _kernel_batches(path: Path) -> Iterator[ActivityColumns]:
         if bool(over.any()) and bool((((end ^ duration) & (start ^ end)) < 0).any()):
             i = int(np.argmax(((end ^ duration) & (start ^ end)) < 0))
             raise _bad_line(path, _line_of(path, row0 + i), ValueError("duration (ns) does not fit in 64 bits"))
-        out = ActivityColumns("kernel", _decode(name.dictionary, cache), name.indices.to_numpy(), start, duration)
+        out = ActivityColumns("kernel", _decode(name.dictionary, cache), numpy_of(name.indices), start, duration)
         for f, c in ints.items():
             if c is not None:
                 out.ints[f] = _as_ints(path, batch.column(c), row0, f)
@@ -428,7 +455,7 @@ def _kernel_batches(path: Path) -> Iterator[ActivityColumns]:
                     agents[raw] = _agent(raw.decode("utf-8", "replace"))
                 devs.append(agents[raw])
             known = np.array([-1 if d is None else d for d in devs], dtype=np.int64)
-            idx = a.indices.to_numpy()
+            idx = numpy_of(a.indices)
             vals = known[idx] if len(known) else np.zeros(len(idx), dtype=np.int64)
             null = np.array([d is None for d in devs], dtype=bool)[idx] if None in devs else None
             out.ints["device"] = Ints(np.where(null, 0, vals) if null is not None else vals, null)
@@ -447,11 +474,11 @@ def _counter_batches(path: Path) -> Iterator[CounterColumns]:
         c = batch.column("Counter_Name")
         v = batch.column("Counter_Value")
         if v.null_count:
-            i = int(np.argmax(v.is_null().to_numpy(zero_copy_only=False)))
+            i = int(np.argmax(null_mask(v)))
             raise _bad_line(path, _line_of(path, row0 + i), ValueError("could not convert string to float: ''"))
         yield CounterColumns(
-            _decode(k.dictionary, kcache), k.indices.to_numpy(), _decode(c.dictionary, ccache), c.indices.to_numpy(),
-            v.to_numpy(), _as_ints(path, batch.column("Dispatch_Id"), row0, "dispatch id"),
+            _decode(k.dictionary, kcache), numpy_of(k.indices), _decode(c.dictionary, ccache), numpy_of(c.indices),
+            numpy_of(v), _as_ints(path, batch.column("Dispatch_Id"), row0, "dispatch id"),
         )
 
 

@@ -1,0 +1,151 @@
+"""The SQLite write paths of a load (store/bulk.py): column batches (``insert_block``) and row tuples
+(``execute_rows``) go in many rows per statement; the stored rows (values, SQLite storage types, ids
+in order) must be exactly what one ``INSERT`` per row stores, at every batch size around the number
+of rows per statement, with empty cells, floats, strings, coded categories and a small parameter limit."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import numpy as np
+import pytest
+from sqlalchemy import create_engine
+
+from profdb.store import bulk
+from profdb.store.columnar import Ints
+
+COLS = "id INTEGER PRIMARY KEY, rank_id INTEGER, category VARCHAR(20), name_id INTEGER, start_ns BIGINT, " \
+       "value FLOAT, dispatch_id BIGINT, args TEXT"
+
+
+def _tables(raw: sqlite3.Connection) -> None:
+    raw.execute(f"CREATE TABLE got ({COLS})")
+    raw.execute(f"CREATE TABLE want ({COLS})")
+
+
+def _dump(raw: sqlite3.Connection, table: str) -> list[tuple[Any, ...]]:
+    return raw.execute(
+        f"SELECT *, typeof(rank_id), typeof(category), typeof(name_id), typeof(start_ns), typeof(value), "
+        f"typeof(dispatch_id), typeof(args) FROM {table} ORDER BY id"
+    ).fetchall()
+
+
+def _batch(n: int, seed: int) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
+    null = rng.random(n) < 0.3
+    return {
+        "name_id": rng.integers(1, 50, n),
+        "start_ns": rng.integers(-(2**62), 2**62, n),  # beyond float precision: stays exact
+        "category": bulk.Coded(rng.integers(0, 3, n), ("compute", "communication", "it's memory")),
+        "value": rng.random(n) * 1e6,
+        "dispatch_id": Ints(np.where(null, 0, rng.integers(0, 2**40, n)), null),
+    }
+
+
+def _one_per_row(raw: sqlite3.Connection, cols: dict[str, Any], literals: dict[str, Any]) -> None:
+    lists = {c: (v.decoded() if isinstance(v, bulk.Coded) else v.tolist()) for c, v in cols.items()}
+    n = len(next(iter(lists.values())))
+    names = [*lists, *literals]
+    rows = [tuple(lists[c][i] for c in lists) + tuple(literals.values()) for i in range(n)]
+    raw.executemany(f"INSERT INTO want ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})", rows)
+
+
+@pytest.mark.parametrize("n", [1, 7, 99, 100, 101, 250, 1000])
+@pytest.mark.parametrize("which", [("name_id", "start_ns"), ("name_id", "category", "start_ns"),
+                                   ("name_id", "start_ns", "value", "dispatch_id", "category")])
+def test_column_batches_store_what_one_insert_per_row_stores(n: int, which: tuple[str, ...]) -> None:
+    raw = sqlite3.connect(":memory:")
+    _tables(raw)
+    batch = _batch(n, n)
+    cols = {c: batch[c] for c in which}
+    literals = {"rank_id": 7, "args": None}
+    for _ in range(2):  # a second batch: ids go on in order
+        bulk.insert_block(raw, "got", list(cols), list(cols.values()), list(literals.items()))
+        _one_per_row(raw, cols, literals)
+    got, want = _dump(raw, "got"), _dump(raw, "want")
+    assert len(got) == 2 * n and got == want
+
+
+def test_a_column_of_ints_without_empty_cells_is_bound_as_integers() -> None:
+    raw = sqlite3.connect(":memory:")
+    _tables(raw)
+    values = np.arange(250, dtype=np.int64) * (2**53 + 1)  # exact only as integers
+    bulk.insert_block(raw, "got", ["dispatch_id", "name_id"], [Ints(values), np.arange(250, dtype=np.int32)])
+    assert raw.execute("SELECT dispatch_id FROM got ORDER BY id").fetchall() == [(v,) for v in values.tolist()]
+    assert raw.execute("SELECT DISTINCT typeof(dispatch_id), typeof(name_id) FROM got").fetchall() == [
+        ("integer", "integer")]
+
+
+@pytest.mark.parametrize("limit", [999, 10, 3])
+def test_a_small_parameter_limit_makes_smaller_statements(limit: int) -> None:
+    raw = sqlite3.connect(":memory:")
+    if not hasattr(raw, "setlimit"):
+        pytest.skip("Python < 3.11 cannot set the parameter limit")
+    _tables(raw)
+    raw.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, limit)
+    batch = _batch(333, 1)
+    cols = {c: batch[c] for c in ("name_id", "start_ns", "value")}
+    bulk.insert_block(raw, "got", list(cols), list(cols.values()), [("rank_id", 3)])
+    raw.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
+    _one_per_row(raw, cols, {"rank_id": 3})
+    assert _dump(raw, "got") == _dump(raw, "want")
+
+
+@pytest.mark.parametrize("n", [0, 1, 99, 100, 101, 333])
+def test_row_tuples_store_what_one_insert_per_row_stores(n: int, tmp_path: Any) -> None:
+    engine = create_engine(f"sqlite:///{tmp_path / 's.db'}")
+    rng = np.random.default_rng(n)
+    rows = [
+        (7, "compute" if i % 3 else "it's", int(rng.integers(1, 9)), int(rng.integers(-(2**62), 2**62)),
+         None if i % 4 == 0 else float(rng.random()), None if i % 5 == 0 else i, "x" if i % 2 else None)
+        for i in range(n)
+    ]
+    names = ("rank_id", "category", "name_id", "start_ns", "value", "dispatch_id", "args")
+    with engine.begin() as conn:
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        _tables(raw)
+        bulk.insert_rows(conn, "got", names, rows)
+        bulk.insert_rows(conn, "got", names, rows)
+        raw.executemany(f"INSERT INTO want ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})", rows + rows)
+        got, want = _dump(raw, "got"), _dump(raw, "want")
+    assert len(got) == 2 * n and got == want
+
+
+def test_summaries_accumulate_over_many_rows_per_statement(tmp_path: Any) -> None:
+    """add_summaries (SQLite: many rows per upsert statement) inserts new keys and adds into stored
+    ones, min/max widening, self time of rows without it counted as their total."""
+    engine = create_engine(f"sqlite:///{tmp_path / 's.db'}")
+    rng = np.random.default_rng(9)
+
+    def rows(keys: list[tuple[int, int, str]]) -> list[tuple[Any, ...]]:
+        out = []
+        for r, n, k in keys:
+            lo, hi = sorted(int(x) for x in rng.integers(1, 10**6, 2))
+            own = None if rng.random() < 0.2 else int(rng.integers(0, 10**6))
+            out.append((r, n, k, "compute", int(rng.integers(1, 99)), int(rng.integers(1, 10**9)), lo, hi,
+                        float(rng.random()), own))
+        return out
+
+    first = rows([(r, n, k) for r in range(3) for n in range(70) for k in ("kernel", "api")])  # 420 keys
+    second = rows([(r, n, "kernel") for r in range(2, 5) for n in range(60, 90)])  # 10 shared, 80 new
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "CREATE TABLE summary (rank_id INTEGER, name_id INTEGER, kind TEXT, category TEXT, calls INTEGER, "
+            "total_ns INTEGER, min_ns INTEGER, max_ns INTEGER, sum_sq_ns FLOAT, self_ns INTEGER, "
+            "PRIMARY KEY (rank_id, name_id, kind))")
+        bulk.add_summaries(conn, first)
+        bulk.add_summaries(conn, second)
+        got = {tuple(r[:3]): tuple(r[3:]) for r in conn.exec_driver_sql("SELECT * FROM summary")}
+    want: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    for r in first + second:
+        key, (cat, calls, total, lo, hi, sq, own) = r[:3], r[3:]
+        if key in want:  # a stored NULL self time counts as its total, as does an incoming one
+            _c, c0, t0, lo0, hi0, sq0, own0 = want[key]
+            want[key] = (cat, c0 + calls, t0 + total, min(lo0, lo), max(hi0, hi), sq0 + sq,
+                         (t0 if own0 is None else own0) + (total if own is None else own))
+        else:
+            want[key] = (cat, calls, total, lo, hi, sq, own)
+    assert len(got) == len(want) == 500
+    assert {k: v[:5] + (pytest.approx(v[5]), v[6]) for k, v in want.items()} == got

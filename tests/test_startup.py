@@ -1,0 +1,80 @@
+"""What a ``profdb query`` process imports (issue 15: the whole process under 0.3 s on a 10M-row store,
+most of which was imports): not numpy, pyarrow, the readers, the ingest code, matplotlib or the other
+subcommands. Checked in a fresh interpreter (``sys.modules`` after the command), so an import added at
+the top of a module on the query's path shows here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+
+#: modules (and packages) a query must not load
+HEAVY = ("numpy", "pyarrow", "matplotlib", "pandas", "profdb.store.readers", "profdb.store.ingest",
+         "profdb.store.ingest_workers", "profdb.store.columnar", "profdb.store.report", "profdb.store.record",
+         "profdb.store.transfer", "profdb.store.compare", "profdb.cli.ingest", "profdb.cli.report",
+         "profdb.cli.record", "profdb.cli.compare", "profdb.cli.transfer", "profdb.cli.timeline",
+         "profdb.cli.browse")
+
+_PROBE = """
+import json, sys
+from click.testing import CliRunner
+from profdb.cli.main import cli
+r = CliRunner().invoke(cli, sys.argv[1:], catch_exceptions=False)
+print(json.dumps({"exit": r.exit_code, "out": r.stdout[-2000:], "modules": sorted(sys.modules)}))
+"""
+
+
+def loaded_by(*args: str) -> tuple[int, set[str]]:
+    """(exit status, the heavy modules loaded) of ``profdb ARGS`` run in a fresh interpreter."""
+    p = subprocess.run([sys.executable, "-c", _PROBE, *args], capture_output=True, text=True, check=True)
+    got = json.loads(p.stdout.splitlines()[-1])
+    heavy = {m for m in got["modules"] if any(m == h or m.startswith(h + ".") for h in HEAVY)}
+    return int(got["exit"]), heavy
+
+
+def test_importing_the_query_command_loads_nothing_heavy() -> None:
+    code = "import sys, profdb, profdb.cli.main, profdb.cli.query; print(' '.join(sorted(sys.modules)))"
+    mods = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              check=True).stdout.split())
+    assert not {m for m in mods if any(m == h or m.startswith(h + ".") for h in HEAVY)}
+    assert "profdb.cli.query" in mods  # the probe is real: the module was imported
+    # `import profdb` alone (the package every profdb import runs first) loads no SQLAlchemy
+    code = "import sys, profdb; print(' '.join(sorted(sys.modules)))"
+    mods = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
+    assert "sqlalchemy" not in mods and "profdb.store.queries" not in mods
+
+
+@pytest.fixture(scope="module")
+def dlrm_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import tarfile
+
+    from click.testing import CliRunner
+
+    from profdb.cli.main import cli
+
+    tmp = tmp_path_factory.mktemp("dlrm")
+    with tarfile.open(DATA / "kineto/dlrm_8rank/dlrm_kineto.tar.gz") as tar:
+        tar.extractall(tmp, filter="data")
+    db = tmp / "s.db"
+    files = [str(p) for p in sorted((tmp / "dlrm_kineto").glob("worker*.json"))]
+    r = CliRunner().invoke(cli, ["ingest", "--db", str(db), "--run", "dlrm", *files], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    return db
+
+
+@pytest.mark.parametrize("question", ["--imbalance", "--stragglers", "--steps", "--ranks", "--hotspots"])
+def test_query_process_loads_nothing_heavy(question: str, dlrm_store: Path) -> None:
+    """The questions answered on a real store (the 8-rank DLRM job's kept analysis, no numpy for it)."""
+    status, heavy = loaded_by("query", question, "--db", str(dlrm_store), "--format", "csv")
+    assert status == 0 and not heavy, heavy
+    status, heavy = loaded_by("query", "--help")
+    assert status == 0 and not heavy, heavy
+    # and the probe sees an import when there is one: ingest loads the readers
+    status, heavy = loaded_by("formats")
+    assert status == 0 and "profdb.store.readers" in heavy
