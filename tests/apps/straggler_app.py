@@ -12,15 +12,19 @@ Every step does ``LAYERS`` blocks of (matmuls, then a blocking all_reduce), so t
 
 Each rank pins itself to one core (``local_rank % cores``) and uses one intra-op thread, so on a
 two-core machine the two ranks do not take each other's time. Other processes can still take a
-rank's core: each rank writes the share of its compute blocks' wall time it got the CPU for (its
-thread's CPU time / wall time) to ``cpu_share.txt`` beside its trace, so the test can tell a
-straggler the machine made from a false alarm. The trace goes to ``$PROFDB_RANK_DIR/trace.json``
-(``profdb record``) or ``--trace PATH``.
+rank's core, and one core of a virtual machine can be slower than the other. So each rank also
+measures, outside the trace, what the verdict claims: per block, when it entered the all_reduce
+(``time.monotonic_ns``: one clock for every process of the host) and how long its compute took, and
+the share of its compute blocks' wall time it got the CPU for (thread CPU time / wall time). It
+writes them to ``clocks.json`` beside its trace, so the test can check a verdict against clocks the
+verdict never saw. The trace goes to ``$PROFDB_RANK_DIR/trace.json`` (``profdb record``) or
+``--trace PATH``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from pathlib import Path
@@ -49,8 +53,10 @@ def parse_plant(text: str) -> tuple[str, int | None]:
     return kind, int(rank)
 
 
-def train(steps: int, rank: int, plant: tuple[str, int | None], prof: profile) -> float:
-    """The loop; returns the share of its compute blocks' wall time this rank had the CPU."""
+def train(steps: int, rank: int, plant: tuple[str, int | None], prof: profile) -> dict[str, object]:
+    """The loop; returns its clocks: per block (in order), when this rank entered the all_reduce (ns,
+    CLOCK_MONOTONIC) and its compute's wall time (ns), and the share of its compute blocks' wall time
+    it had the CPU."""
     torch.manual_seed(rank)
     w = torch.randn(SIZE, SIZE) / SIZE**0.5
     x = torch.randn(SIZE, SIZE)
@@ -58,6 +64,8 @@ def train(steps: int, rank: int, plant: tuple[str, int | None], prof: profile) -
     matmuls = MATMULS * 3 if kind == "compute" and who == rank else MATMULS
     block_s = LATE_S
     wall = cpu = 0.0
+    enter: list[int] = []
+    compute: list[int] = []
     for _ in range(steps):
         for layer in range(LAYERS):
             if kind == "late" and who == rank:
@@ -70,10 +78,12 @@ def train(steps: int, rank: int, plant: tuple[str, int | None], prof: profile) -
             block_s = time.perf_counter() - t0
             wall += block_s
             cpu += time.thread_time() - c0
+            compute.append(round(block_s * 1e9))
             grad = y.sum(dim=0)
+            enter.append(time.monotonic_ns())
             dist.all_reduce(grad)
         prof.step()
-    return cpu / wall if wall > 0 else 1.0
+    return {"enter_ns": enter, "compute_ns": compute, "cpu_share": cpu / wall if wall > 0 else 1.0}
 
 
 def main() -> None:
@@ -96,8 +106,8 @@ def main() -> None:
             schedule=schedule(wait=0, warmup=1, active=args.steps - 1, repeat=1),
             on_trace_ready=lambda p: p.export_chrome_trace(trace),
         ) as prof:
-            share = train(args.steps, rank, plant, prof)
-        Path(trace).with_name("cpu_share.txt").write_text(f"{share:.4f}\n")
+            clocks = train(args.steps, rank, plant, prof)
+        Path(trace).with_name("clocks.json").write_text(json.dumps(clocks) + "\n")
     finally:
         dist.destroy_process_group()
 
