@@ -14,6 +14,7 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 from conftest import Invoke, sql
+from profdb.store import db as store_db
 from profdb.store.db import alembic_config, current_revision, head_revision, make_engine, open_db, scripted_head
 from profdb.store.models import Base
 
@@ -113,6 +114,54 @@ def test_store_from_newer_profdb_is_refused(db_path: Path, run_cli: Invoke) -> N
     assert r.exit_code == 1 and "newer profdb" in r.stderr
     assert db_path.read_bytes() == before
     shutil.rmtree(db_path.parent, ignore_errors=True)
+
+
+def _schema_of(path: Path) -> tuple[list[tuple[str, ...]], str, str]:
+    con = sqlite3.connect(path)
+    try:
+        objects = sorted(con.execute("select type, name, tbl_name, coalesce(sql, '') from sqlite_master"))
+        version = con.execute("select version_num from alembic_version").fetchone()[0]
+        journal = con.execute("pragma journal_mode").fetchone()[0]
+    finally:
+        con.close()
+    return objects, version, journal
+
+
+def test_shipped_sqlite_schema_is_what_the_migrations_build() -> None:
+    shipped = (Path(store_db.migrations_dir()) / store_db.SQLITE_SCHEMA).read_text()
+    assert shipped == store_db.sqlite_schema_script(), (
+        "alembic/sqlite_schema.sql is stale: regenerate it with `python -m profdb.store.db --write-schema`"
+    )
+
+
+def test_new_store_from_shipped_schema_equals_a_migrated_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    migrated = tmp_path / "migrated.db"
+    open_db(str(migrated)).dispose()
+
+    def no_migrations(*_a: object, **_k: object) -> None:
+        raise AssertionError("a new store at head is made from the shipped schema, without running migrations")
+
+    monkeypatch.setattr(store_db, "upgrade_db", no_migrations)
+    made = tmp_path / "made.db"
+    assert store_db.create_sqlite_store(made)
+    assert _schema_of(made) == _schema_of(migrated)
+    assert _schema_of(made)[1:] == (head_revision(), "wal")
+    assert list(tmp_path.glob(".made.db.*")) == []  # the private build is gone
+
+
+def test_stale_shipped_schema_falls_back_to_the_migrations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A migration being written (the shipped script names an older head): new stores still reach
+    the head, by running the migrations."""
+    migrations = tmp_path / "migrations"
+    shutil.copytree(store_db.migrations_dir(), migrations)
+    script = migrations / store_db.SQLITE_SCHEMA
+    script.write_text(script.read_text().replace(f"revision {head_revision()} ", "revision 0001 ", 1))
+    monkeypatch.setattr(store_db, "migrations_dir", lambda: str(migrations))
+    assert not store_db._create_from_schema(tmp_path / "unused.db")
+    assert not (tmp_path / "unused.db").exists()
+    made = tmp_path / "made.db"
+    assert store_db.create_sqlite_store(made)
+    assert _schema_of(made)[1] == head_revision()
 
 
 def test_fast_head_check_agrees_with_alembic() -> None:
