@@ -1,4 +1,4 @@
-"""The schema, as SQLAlchemy 2.0 typed models. Migrations in alembic/versions must match it
+"""The schema, as SQLAlchemy Core tables declared as classes (``Base``). Migrations in alembic/versions must match it
 (tests/test_migrations.py checks with autogenerate's compare_metadata).
 
 Tables are singular; units are in column names; every time is an integer in nanoseconds.
@@ -7,20 +7,23 @@ Views for sqlite3 users are created by migrations, not here (see alembic/version
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import (
     BigInteger,
+    Column,
+    ColumnClause,
+    DateTime,
     Float,
     ForeignKey,
     Index,
     Integer,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -34,22 +37,44 @@ NAMING_CONVENTION = {
 BigId = BigInteger().with_variant(Integer(), "sqlite")
 
 
-class Base(DeclarativeBase):
-    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+class Base:
+    """A table as a class: its columns are class attributes (``Run.id`` is the ``run`` table's
+    ``id`` Column, for Core statements), its Table is ``__table__``. SQLAlchemy Core only: the ORM's
+    declarative models cost ~0.2 s of imports and class set-up at every command's start
+    (``profdb query`` included), and profdb never maps rows to objects."""
+
+    metadata: ClassVar[MetaData] = MetaData(naming_convention=NAMING_CONVENTION)
+    __tablename__: ClassVar[str]
+    __table__: ClassVar[Table]
+    __table_args__: ClassVar[tuple[Any, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        columns = []
+        for attr, value in vars(cls).items():
+            if isinstance(value, Column):
+                value.name = value.key = attr
+                columns.append(value)
+        cls.__table__ = Table(cls.__tablename__, Base.metadata, *columns, *cls.__table_args__)
+
+    @classmethod
+    def __clause_element__(cls) -> Table:
+        """The class stands for its table in statements: ``select(Run)``, ``insert(SourceFile)``, joins."""
+        return cls.__table__
 
 
 class Run(Base):
     """One profiled job."""
 
     __tablename__ = "run"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    name: Mapped[str] = mapped_column(String(200), unique=True)
-    created_at: Mapped[datetime]
-    launcher: Mapped[str | None] = mapped_column(String(40))
-    command: Mapped[str | None] = mapped_column(Text)
-    world_size: Mapped[int | None]
+    id: ColumnClause[int] = Column(Integer, primary_key=True)
+    name: ColumnClause[str] = Column(String(200), unique=True, nullable=False)
+    created_at: ColumnClause[datetime] = Column(DateTime, nullable=False)
+    launcher: ColumnClause[str | None] = Column(String(40))
+    command: ColumnClause[str | None] = Column(Text)
+    world_size: ColumnClause[int | None] = Column(Integer)
     #: free-form JSON object text (tags, job ids, config)
-    metadata_json: Mapped[str | None] = mapped_column(Text)
+    metadata_json: ColumnClause[str | None] = Column(Text)
 
 
 class Rank(Base):
@@ -57,22 +82,22 @@ class Rank(Base):
 
     __tablename__ = "rank"
     __table_args__ = (UniqueConstraint("run_id", "global_rank"),)
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), index=True)
-    global_rank: Mapped[int]
-    local_rank: Mapped[int | None]
-    hostname: Mapped[str | None] = mapped_column(String(255))
-    node_rank: Mapped[int | None]
-    pid: Mapped[int | None]
-    device: Mapped[int | None]
+    id: ColumnClause[int] = Column(Integer, primary_key=True)
+    run_id: ColumnClause[int] = Column(Integer, ForeignKey("run.id", ondelete="CASCADE"), index=True, nullable=False)
+    global_rank: ColumnClause[int] = Column(Integer, nullable=False)
+    local_rank: ColumnClause[int | None] = Column(Integer)
+    hostname: ColumnClause[str | None] = Column(String(255))
+    node_rank: ColumnClause[int | None] = Column(Integer)
+    pid: ColumnClause[int | None] = Column(Integer)
+    device: ColumnClause[int | None] = Column(Integer)
     #: how the rank ended, from the manifest `profdb record` wrote (all NULL without one): the
     #: command's exit status (128+N when signal N killed it), that signal, and when it ran (UTC)
-    exit_code: Mapped[int | None]
-    signal: Mapped[int | None]
-    started_at: Mapped[datetime | None]
-    ended_at: Mapped[datetime | None]
+    exit_code: ColumnClause[int | None] = Column(Integer)
+    signal: ColumnClause[int | None] = Column(Integer)
+    started_at: ColumnClause[datetime | None] = Column(DateTime)
+    ended_at: ColumnClause[datetime | None] = Column(DateTime)
     #: ok | failed (exit status != 0) | killed (by a signal) | unfinished (started, never ended)
-    end_status: Mapped[str | None] = mapped_column(String(20))
+    end_status: ColumnClause[str | None] = Column(String(20))
 
 
 class ClassificationRules(Base):
@@ -80,11 +105,11 @@ class ClassificationRules(Base):
     one row per distinct set, named by its digest."""
 
     __tablename__ = "classification_rules"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    digest: Mapped[str] = mapped_column(String(64), unique=True)
-    shipped_version: Mapped[int]
-    rules_json: Mapped[str] = mapped_column(Text)
-    created_at: Mapped[datetime]
+    id: ColumnClause[int] = Column(Integer, primary_key=True)
+    digest: ColumnClause[str] = Column(String(64), unique=True, nullable=False)
+    shipped_version: ColumnClause[int] = Column(Integer, nullable=False)
+    rules_json: ColumnClause[str] = Column(Text, nullable=False)
+    created_at: ColumnClause[datetime] = Column(DateTime, nullable=False)
 
 
 class SourceFile(Base):
@@ -93,30 +118,30 @@ class SourceFile(Base):
 
     __tablename__ = "source_file"
     __table_args__ = (UniqueConstraint("rank_id", "sha256"),)
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), index=True)
-    rank_id: Mapped[int] = mapped_column(ForeignKey("rank.id", ondelete="CASCADE"), index=True)
-    path: Mapped[str] = mapped_column(Text)
-    sha256: Mapped[str] = mapped_column(String(64))
-    size_bytes: Mapped[int] = mapped_column(BigInteger)
-    format: Mapped[str] = mapped_column(String(40))
-    content_kind: Mapped[str] = mapped_column(String(60), default="")
-    rows: Mapped[int] = mapped_column(BigInteger, default=0)
+    id: ColumnClause[int] = Column(Integer, primary_key=True)
+    run_id: ColumnClause[int] = Column(Integer, ForeignKey("run.id", ondelete="CASCADE"), index=True, nullable=False)
+    rank_id: ColumnClause[int] = Column(Integer, ForeignKey("rank.id", ondelete="CASCADE"), index=True, nullable=False)
+    path: ColumnClause[str] = Column(Text, nullable=False)
+    sha256: ColumnClause[str] = Column(String(64), nullable=False)
+    size_bytes: ColumnClause[int] = Column(BigInteger, nullable=False)
+    format: ColumnClause[str] = Column(String(40), nullable=False)
+    content_kind: ColumnClause[str] = Column(String(60), default="", nullable=False)
+    rows: ColumnClause[int] = Column(BigInteger, default=0, nullable=False)
     #: add to the file's timestamps for its absolute clock (Kineto baseTimeNanoseconds)
-    time_base_ns: Mapped[int] = mapped_column(BigInteger, default=0)
-    identity_origin: Mapped[str | None] = mapped_column(Text)
-    ingested_at: Mapped[datetime]
+    time_base_ns: ColumnClause[int] = Column(BigInteger, default=0, nullable=False)
+    identity_origin: ColumnClause[str | None] = Column(Text)
+    ingested_at: ColumnClause[datetime] = Column(DateTime, nullable=False)
     #: the rules its rows were classified with (NULL: stored before they were recorded)
     #: (no foreign key: SQLite could not drop the column again; rules rows are never deleted)
-    rules_id: Mapped[int | None]
+    rules_id: ColumnClause[int | None] = Column(Integer)
 
 
 class Name(Base):
     """Interned strings: kernel / op / annotation names and counter names."""
 
     __tablename__ = "name"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    value: Mapped[str] = mapped_column(Text, unique=True)
+    id: ColumnClause[int] = Column(Integer, primary_key=True)
+    value: ColumnClause[str] = Column(Text, unique=True, nullable=False)
 
 
 class Launch(Base):
@@ -125,18 +150,18 @@ class Launch(Base):
     is the ten values as text, '|'-separated, empty for NULL (``bulk.launch_key``). Never deleted."""
 
     __tablename__ = "launch"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    key: Mapped[str] = mapped_column(Text, unique=True)
-    device: Mapped[int | None]
-    stream: Mapped[int | None] = mapped_column(BigInteger)
-    pid: Mapped[int | None]
-    tid: Mapped[int | None] = mapped_column(BigInteger)
-    grid_x: Mapped[int | None] = mapped_column(BigInteger)
-    grid_y: Mapped[int | None] = mapped_column(BigInteger)
-    grid_z: Mapped[int | None] = mapped_column(BigInteger)
-    block_x: Mapped[int | None] = mapped_column(BigInteger)
-    block_y: Mapped[int | None] = mapped_column(BigInteger)
-    block_z: Mapped[int | None] = mapped_column(BigInteger)
+    id: ColumnClause[int] = Column(Integer, primary_key=True)
+    key: ColumnClause[str] = Column(Text, unique=True, nullable=False)
+    device: ColumnClause[int | None] = Column(Integer)
+    stream: ColumnClause[int | None] = Column(BigInteger)
+    pid: ColumnClause[int | None] = Column(Integer)
+    tid: ColumnClause[int | None] = Column(BigInteger)
+    grid_x: ColumnClause[int | None] = Column(BigInteger)
+    grid_y: ColumnClause[int | None] = Column(BigInteger)
+    grid_z: ColumnClause[int | None] = Column(BigInteger)
+    block_x: ColumnClause[int | None] = Column(BigInteger)
+    block_y: ColumnClause[int | None] = Column(BigInteger)
+    block_z: ColumnClause[int | None] = Column(BigInteger)
 
 
 #: The fact tables' secondary indexes (activity, counter): B-trees on SQLite (built once after a bulk
@@ -149,6 +174,7 @@ class Launch(Base):
 #: summarized by autovacuum.
 FACT_INDEX: dict[str, Any] = {"postgresql_using": "brin", "postgresql_with": {"autosummarize": "on"}}
 
+
 class Activity(Base):
     """The fact table: one timed interval (kernel, memcpy, memset, cpu_op, annotation, api...). Its
     launch shape (device, stream, pid, tid, grid, block) is in ``launch``; ``activity_v`` joins it in.
@@ -160,17 +186,17 @@ class Activity(Base):
         Index("ix_activity_rank_name", "rank_id", "name_id", **FACT_INDEX),
         Index("ix_activity_source_id", "source_id", **FACT_INDEX),
     )
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    rank_id: Mapped[int] = mapped_column(ForeignKey("rank.id", ondelete="CASCADE"))
-    source_id: Mapped[int] = mapped_column(ForeignKey("source_file.id", ondelete="CASCADE"))
-    kind: Mapped[str] = mapped_column(String(20))
-    category: Mapped[str] = mapped_column(String(20))
-    name_id: Mapped[int] = mapped_column(ForeignKey("name.id"))
-    start_ns: Mapped[int] = mapped_column(BigInteger)
-    duration_ns: Mapped[int] = mapped_column(BigInteger)
-    correlation: Mapped[int | None] = mapped_column(BigInteger)
-    launch_id: Mapped[int] = mapped_column(Integer)
-    args: Mapped[str | None] = mapped_column(Text)
+    id: ColumnClause[int] = Column(BigId, primary_key=True)
+    rank_id: ColumnClause[int] = Column(Integer, ForeignKey("rank.id", ondelete="CASCADE"), nullable=False)
+    source_id: ColumnClause[int] = Column(Integer, ForeignKey("source_file.id", ondelete="CASCADE"), nullable=False)
+    kind: ColumnClause[str] = Column(String(20), nullable=False)
+    category: ColumnClause[str] = Column(String(20), nullable=False)
+    name_id: ColumnClause[int] = Column(Integer, ForeignKey("name.id"), nullable=False)
+    start_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
+    duration_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
+    correlation: ColumnClause[int | None] = Column(BigInteger)
+    launch_id: ColumnClause[int] = Column(Integer, nullable=False)
+    args: ColumnClause[str | None] = Column(Text)
 
 
 class Counter(Base):
@@ -181,16 +207,16 @@ class Counter(Base):
         Index("ix_counter_rank_id", "rank_id", **FACT_INDEX),
         Index("ix_counter_source_id", "source_id", **FACT_INDEX),
     )
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    rank_id: Mapped[int] = mapped_column(ForeignKey("rank.id", ondelete="CASCADE"))
-    source_id: Mapped[int] = mapped_column(ForeignKey("source_file.id", ondelete="CASCADE"))
-    kernel_name_id: Mapped[int] = mapped_column(ForeignKey("name.id"))
-    counter_name_id: Mapped[int] = mapped_column(ForeignKey("name.id"))
-    dispatch_id: Mapped[int | None] = mapped_column(BigInteger)
-    value: Mapped[float] = mapped_column(Float)
-    samples: Mapped[int] = mapped_column(BigInteger, default=1)
-    min_value: Mapped[float | None] = mapped_column(Float)
-    max_value: Mapped[float | None] = mapped_column(Float)
+    id: ColumnClause[int] = Column(BigId, primary_key=True)
+    rank_id: ColumnClause[int] = Column(Integer, ForeignKey("rank.id", ondelete="CASCADE"), nullable=False)
+    source_id: ColumnClause[int] = Column(Integer, ForeignKey("source_file.id", ondelete="CASCADE"), nullable=False)
+    kernel_name_id: ColumnClause[int] = Column(Integer, ForeignKey("name.id"), nullable=False)
+    counter_name_id: ColumnClause[int] = Column(Integer, ForeignKey("name.id"), nullable=False)
+    dispatch_id: ColumnClause[int | None] = Column(BigInteger)
+    value: ColumnClause[float] = Column(Float, nullable=False)
+    samples: ColumnClause[int] = Column(BigInteger, default=1, nullable=False)
+    min_value: ColumnClause[float | None] = Column(Float)
+    max_value: ColumnClause[float | None] = Column(Float)
 
 
 class Summary(Base):
@@ -198,29 +224,31 @@ class Summary(Base):
     the fact table. sum_sq_ns is a float (squares of ns overflow 64-bit integers)."""
 
     __tablename__ = "summary"
-    rank_id: Mapped[int] = mapped_column(ForeignKey("rank.id", ondelete="CASCADE"), primary_key=True)
-    name_id: Mapped[int] = mapped_column(ForeignKey("name.id"), primary_key=True)
-    kind: Mapped[str] = mapped_column(String(20), primary_key=True)
-    category: Mapped[str] = mapped_column(String(20))
-    calls: Mapped[int] = mapped_column(BigInteger)
-    total_ns: Mapped[int] = mapped_column(BigInteger)
-    min_ns: Mapped[int] = mapped_column(BigInteger)
-    max_ns: Mapped[int] = mapped_column(BigInteger)
-    sum_sq_ns: Mapped[float] = mapped_column(Float)
+    rank_id: ColumnClause[int] = Column(Integer, ForeignKey("rank.id", ondelete="CASCADE"), primary_key=True)
+    name_id: ColumnClause[int] = Column(Integer, ForeignKey("name.id"), primary_key=True)
+    kind: ColumnClause[str] = Column(String(20), primary_key=True)
+    category: ColumnClause[str] = Column(String(20), nullable=False)
+    calls: ColumnClause[int] = Column(BigInteger, nullable=False)
+    total_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
+    min_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
+    max_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
+    sum_sq_ns: ColumnClause[float] = Column(Float, nullable=False)
     #: exclusive time: total_ns less the time in nested children (cpu_op, annotation, gpu_annotation,
     #: python; intervals.self_times); equal to total_ns for other kinds; NULL in stores ingested before 0003
-    self_ns: Mapped[int | None] = mapped_column(BigInteger)
+    self_ns: ColumnClause[int | None] = Column(BigInteger)
 
 
 class Step(Base):
     """Training steps per rank (ProfilerStep#N annotations), kept at ingest for per-step queries."""
 
     __tablename__ = "step"
-    rank_id: Mapped[int] = mapped_column(ForeignKey("rank.id", ondelete="CASCADE"), primary_key=True)
-    step: Mapped[int] = mapped_column(primary_key=True)
-    source_id: Mapped[int] = mapped_column(ForeignKey("source_file.id", ondelete="CASCADE"), index=True)
-    start_ns: Mapped[int] = mapped_column(BigInteger)
-    duration_ns: Mapped[int] = mapped_column(BigInteger)
+    rank_id: ColumnClause[int] = Column(Integer, ForeignKey("rank.id", ondelete="CASCADE"), primary_key=True)
+    step: ColumnClause[int] = Column(Integer, primary_key=True)
+    source_id: ColumnClause[int] = Column(
+        Integer, ForeignKey("source_file.id", ondelete="CASCADE"), index=True, nullable=False
+    )
+    start_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
+    duration_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
 
 
 class CollectiveCall(Base):
@@ -230,18 +258,18 @@ class CollectiveCall(Base):
 
     __tablename__ = "collective_call"
     __table_args__ = (Index("ix_collective_call_match", "run_id", "family", "collective", "group_name", "seq"),)
-    rank_id: Mapped[int] = mapped_column(ForeignKey("rank.id", ondelete="CASCADE"), primary_key=True)
-    family: Mapped[str] = mapped_column(String(20), primary_key=True)
-    group_name: Mapped[str] = mapped_column(String(255), primary_key=True)
-    collective: Mapped[str] = mapped_column(String(60), primary_key=True)
-    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"))
-    start_ns: Mapped[int] = mapped_column(BigInteger)
-    end_ns: Mapped[int] = mapped_column(BigInteger)
-    bytes: Mapped[int | None] = mapped_column(BigInteger)
+    rank_id: ColumnClause[int] = Column(Integer, ForeignKey("rank.id", ondelete="CASCADE"), primary_key=True)
+    family: ColumnClause[str] = Column(String(20), primary_key=True)
+    group_name: ColumnClause[str] = Column(String(255), primary_key=True)
+    collective: ColumnClause[str] = Column(String(60), primary_key=True)
+    seq: ColumnClause[int] = Column(Integer, primary_key=True)
+    run_id: ColumnClause[int] = Column(Integer, ForeignKey("run.id", ondelete="CASCADE"), nullable=False)
+    start_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
+    end_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
+    bytes: ColumnClause[int | None] = Column(BigInteger)
     #: the rank's work in the window before the call (from its previous call's end), and that window
-    busy_before_ns: Mapped[int] = mapped_column(BigInteger)
-    window_ns: Mapped[int] = mapped_column(BigInteger)
+    busy_before_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
+    window_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
 
 
 class RankTimeline(Base):
@@ -249,24 +277,24 @@ class RankTimeline(Base):
     device or thread), communication and the part of it not overlapped by work (exposed)."""
 
     __tablename__ = "rank_timeline"
-    rank_id: Mapped[int] = mapped_column(ForeignKey("rank.id", ondelete="CASCADE"), primary_key=True)
-    first_ns: Mapped[int] = mapped_column(BigInteger)
-    last_ns: Mapped[int] = mapped_column(BigInteger)
+    rank_id: ColumnClause[int] = Column(Integer, ForeignKey("rank.id", ondelete="CASCADE"), primary_key=True)
+    first_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
+    last_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
     #: "device" (kernels, copies), "cpu" (CPU ops), "" (neither)
-    work_domain: Mapped[str] = mapped_column(String(10))
-    busy_ns: Mapped[int] = mapped_column(BigInteger)
-    comm_ns: Mapped[int] = mapped_column(BigInteger)
-    exposed_comm_ns: Mapped[int] = mapped_column(BigInteger)
+    work_domain: ColumnClause[str] = Column(String(10), nullable=False)
+    busy_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
+    comm_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
+    exposed_comm_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
 
 
 class StepTimeline(Base):
     """Per rank and step (ProfilerStep#N): busy time and exposed communication in the step."""
 
     __tablename__ = "step_timeline"
-    rank_id: Mapped[int] = mapped_column(ForeignKey("rank.id", ondelete="CASCADE"), primary_key=True)
-    step: Mapped[int] = mapped_column(primary_key=True)
-    busy_ns: Mapped[int] = mapped_column(BigInteger)
-    exposed_comm_ns: Mapped[int] = mapped_column(BigInteger)
+    rank_id: ColumnClause[int] = Column(Integer, ForeignKey("rank.id", ondelete="CASCADE"), primary_key=True)
+    step: ColumnClause[int] = Column(Integer, primary_key=True)
+    busy_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
+    exposed_comm_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
 
 
 class HostClock(Base):
@@ -275,11 +303,11 @@ class HostClock(Base):
     or transfer into the run. A host missing here has no estimate (see ``profdb ranks``)."""
 
     __tablename__ = "host_clock"
-    run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), primary_key=True)
-    hostname: Mapped[str] = mapped_column(String(255), primary_key=True)
-    offset_ns: Mapped[int] = mapped_column(BigInteger)
-    error_ns: Mapped[int] = mapped_column(BigInteger)
-    samples: Mapped[int]
+    run_id: ColumnClause[int] = Column(Integer, ForeignKey("run.id", ondelete="CASCADE"), primary_key=True)
+    hostname: ColumnClause[str] = Column(String(255), primary_key=True)
+    offset_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
+    error_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
+    samples: ColumnClause[int] = Column(Integer, nullable=False)
 
 
 class RunAnalysis(Base):
@@ -291,36 +319,36 @@ class RunAnalysis(Base):
     computes the analysis (and says the same)."""
 
     __tablename__ = "run_analysis"
-    run_id: Mapped[int] = mapped_column(ForeignKey("run.id", ondelete="CASCADE"), primary_key=True)
-    fingerprint: Mapped[str] = mapped_column(String(64))
-    computed_at: Mapped[datetime]
+    run_id: ColumnClause[int] = Column(Integer, ForeignKey("run.id", ondelete="CASCADE"), primary_key=True)
+    fingerprint: ColumnClause[str] = Column(String(64), nullable=False)
+    computed_at: ColumnClause[datetime] = Column(DateTime, nullable=False)
     #: the call family matched ("" when none), matched instances and how many ended in a tie
-    family: Mapped[str] = mapped_column(String(20))
-    instances: Mapped[int]
-    tied_instances: Mapped[int]
+    family: ColumnClause[str] = Column(String(20), nullable=False)
+    instances: ColumnClause[int] = Column(Integer, nullable=False)
+    tied_instances: ColumnClause[int] = Column(Integer, nullable=False)
     #: the instances' first and latest arrival (common clock) and the ranks in any of them (JSON list)
-    window_first_ns: Mapped[int | None] = mapped_column(BigInteger)
-    window_last_ns: Mapped[int | None] = mapped_column(BigInteger)
-    window_ranks_json: Mapped[str | None] = mapped_column(Text)
-    end_spread_ns: Mapped[int | None] = mapped_column(BigInteger)
-    duration_ns: Mapped[int | None] = mapped_column(BigInteger)
+    window_first_ns: ColumnClause[int | None] = Column(BigInteger)
+    window_last_ns: ColumnClause[int | None] = Column(BigInteger)
+    window_ranks_json: ColumnClause[str | None] = Column(Text)
+    end_spread_ns: ColumnClause[int | None] = Column(BigInteger)
+    duration_ns: ColumnClause[int | None] = Column(BigInteger)
     #: why the collective ends do not line up (no rank is named), else NULL
-    apart: Mapped[str | None] = mapped_column(Text)
+    apart: ColumnClause[str | None] = Column(Text)
     #: the timeline's verdict (verdict.decide; NULL without a timeline): the rank named (NULL: none)
-    verdict_rank: Mapped[int | None]
-    verdict_line: Mapped[str | None] = mapped_column(Text)
-    verdict_cause: Mapped[str | None] = mapped_column(String(20))
-    verdict_last: Mapped[int | None]
-    verdict_instances: Mapped[int | None]
-    p_value: Mapped[float | None] = mapped_column(Float)
-    wait_share: Mapped[float | None] = mapped_column(Float)
-    time_share: Mapped[float | None] = mapped_column(Float)
-    work_ratio: Mapped[float | None] = mapped_column(Float)
-    lateness: Mapped[float | None] = mapped_column(Float)
+    verdict_rank: ColumnClause[int | None] = Column(Integer)
+    verdict_line: ColumnClause[str | None] = Column(Text)
+    verdict_cause: ColumnClause[str | None] = Column(String(20))
+    verdict_last: ColumnClause[int | None] = Column(Integer)
+    verdict_instances: ColumnClause[int | None] = Column(Integer)
+    p_value: ColumnClause[float | None] = Column(Float)
+    wait_share: ColumnClause[float | None] = Column(Float)
+    time_share: ColumnClause[float | None] = Column(Float)
+    work_ratio: ColumnClause[float | None] = Column(Float)
+    lateness: ColumnClause[float | None] = Column(Float)
     #: {"reference": host, "offsets": [[host, offset_ns, error_ns, samples], ...], "notes": [...]}
-    clocks_json: Mapped[str] = mapped_column(Text)
+    clocks_json: ColumnClause[str] = Column(Text, nullable=False)
     #: the analysis's notes (JSON list of strings)
-    notes_json: Mapped[str] = mapped_column(Text)
+    notes_json: ColumnClause[str] = Column(Text, nullable=False)
 
 
 class RankAnalysis(Base):
@@ -329,33 +357,37 @@ class RankAnalysis(Base):
     communication, and its host's clock offset."""
 
     __tablename__ = "rank_analysis"
-    rank_id: Mapped[int] = mapped_column(ForeignKey("rank.id", ondelete="CASCADE"), primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("run_analysis.run_id", ondelete="CASCADE"), index=True)
-    clock_offset_ns: Mapped[int | None] = mapped_column(BigInteger)
-    instances: Mapped[int]
-    entered_last: Mapped[int]
-    tied_last: Mapped[int]
-    wait_caused_ns: Mapped[int] = mapped_column(BigInteger)
-    wait_suffered_ns: Mapped[int] = mapped_column(BigInteger)
-    busy_ns: Mapped[int] = mapped_column(BigInteger)
-    idle_ns: Mapped[int] = mapped_column(BigInteger)
-    span_ns: Mapped[int] = mapped_column(BigInteger)
-    comm_ns: Mapped[int] = mapped_column(BigInteger)
-    exposed_comm_ns: Mapped[int] = mapped_column(BigInteger)
-    work_domain: Mapped[str] = mapped_column(String(10))
+    rank_id: ColumnClause[int] = Column(Integer, ForeignKey("rank.id", ondelete="CASCADE"), primary_key=True)
+    run_id: ColumnClause[int] = Column(
+        Integer, ForeignKey("run_analysis.run_id", ondelete="CASCADE"), index=True, nullable=False
+    )
+    clock_offset_ns: ColumnClause[int | None] = Column(BigInteger)
+    instances: ColumnClause[int] = Column(Integer, nullable=False)
+    entered_last: ColumnClause[int] = Column(Integer, nullable=False)
+    tied_last: ColumnClause[int] = Column(Integer, nullable=False)
+    wait_caused_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
+    wait_suffered_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
+    busy_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
+    idle_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
+    span_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
+    comm_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
+    exposed_comm_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
+    work_domain: ColumnClause[str] = Column(String(10), nullable=False)
 
 
 class StepAnalysis(Base):
     """Per rank and step of ``run_analysis`` (collectives.StepRank), for steps seen on two ranks or more."""
 
     __tablename__ = "step_analysis"
-    rank_id: Mapped[int] = mapped_column(ForeignKey("rank.id", ondelete="CASCADE"), primary_key=True)
-    step: Mapped[int] = mapped_column(primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("run_analysis.run_id", ondelete="CASCADE"), index=True)
-    duration_ns: Mapped[int] = mapped_column(BigInteger)
-    entered_last: Mapped[int]
-    wait_caused_ns: Mapped[int] = mapped_column(BigInteger)
-    wait_suffered_ns: Mapped[int] = mapped_column(BigInteger)
-    busy_ns: Mapped[int] = mapped_column(BigInteger)
-    idle_ns: Mapped[int] = mapped_column(BigInteger)
-    exposed_comm_ns: Mapped[int] = mapped_column(BigInteger)
+    rank_id: ColumnClause[int] = Column(Integer, ForeignKey("rank.id", ondelete="CASCADE"), primary_key=True)
+    step: ColumnClause[int] = Column(Integer, primary_key=True)
+    run_id: ColumnClause[int] = Column(
+        Integer, ForeignKey("run_analysis.run_id", ondelete="CASCADE"), index=True, nullable=False
+    )
+    duration_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
+    entered_last: ColumnClause[int] = Column(Integer, nullable=False)
+    wait_caused_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
+    wait_suffered_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
+    busy_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
+    idle_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
+    exposed_comm_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
