@@ -10,6 +10,7 @@ store file created by this call is removed again."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -210,10 +211,20 @@ def _load(
             if progress:
                 progress("file", str(inp.path), done, total)
 
+        files_left = Counter(rank_id for _inp, rank_id, _sid in sources)
+
+        def merged(rank_id: int) -> None:
+            """A file of ``rank_id`` is merged: when it was the rank's last, its timelines are stored
+            now and let go (a run's collective calls grow with its input: holding every rank's until
+            the end was ~85 MB of the ingest's peak at 4x the benchmark's 1M dispatches)."""
+            files_left[rank_id] -= 1
+            if files_left[rank_id] == 0 and rank_id in writer.timelines:
+                timeline.save_timelines(conn, run_id, {rank_id: writer.timelines.pop(rank_id)})
+
         n_workers = ingest_workers.worker_count(sum(i.size for i in todo), len(todo))
         if n_workers:
             for (inp, source_id), counts in zip(
-                [(i, sid) for i, _, sid in sources], _parse_in_workers(writer, sources, n_workers)
+                [(i, sid) for i, _, sid in sources], _parse_in_workers(writer, sources, n_workers, merged)
             ):
                 file_done(inp, source_id, counts)
         cats: dict[tuple[str, str], str] = {}
@@ -228,14 +239,15 @@ def _load(
                     raise
                 raise err from e
             writer.merge(rank_id, source_id, parsed)
+            merged(rank_id)
             file_done(inp, source_id, parsed.counts)
         if row_counts:
             conn.execute(update(SourceFile).where(SourceFile.id == bindparam("sid")).values(rows=bindparam("n")),
                          row_counts)
         writer.finish()
-        timeline.save_timelines(conn, run_id, writer.timelines)
-        for sql in recreate:  # (temporary storage is in files meanwhile: see bulk.load_transaction)
-            conn.exec_driver_sql(sql)
+        timeline.save_timelines(conn, run_id, writer.timelines)  # (each rank's went as its last file did)
+        writer.timelines.clear()
+        bulk.rebuild_indexes(conn, recreate)  # (temporary storage is in files meanwhile: bulk.load_transaction)
         scope = timeline.store_analysis(conn, run_name)  # (reads ix_collective_call_match: after recreate)
         report.ranks, report.world_size = runs.ranks_of(conn, run_id)
         report.missing_ranks = missing_ranks([r[0] for r in report.ranks], report.world_size)
@@ -312,19 +324,32 @@ def _task(index: int, inp: InputFile, rank_id: int, source_id: int) -> ingest_wo
 
 
 def _parse_in_workers(
-    writer: bulk.Writer, sources: list[tuple[InputFile, int, int]], workers: int
+    writer: bulk.Writer, sources: list[tuple[InputFile, int, int]], workers: int, merged: Callable[[int], None]
 ) -> list[dict[str, int]]:
     """Parse every source in worker processes; this process inserts their rows (see ingest_workers).
-    Returns each source's row counts, in ``sources`` order, after merging summaries and steps."""
+    Returns each source's row counts, in ``sources`` order. Each file's summaries, steps and timeline
+    are merged into ``writer`` in ``sources`` order as soon as the files before it are (not held until
+    the last file: a run's timelines grow with its input), then ``merged(rank_id)`` is called."""
     tasks = [_task(i, inp, rank_id, source_id) for i, (inp, rank_id, source_id) in enumerate(sources)]
-    results: dict[int, ingest_workers.Parsed] = {}
+    pending: dict[int, ingest_workers.Parsed] = {}
+    out: list[dict[str, int]] = []
+
+    def merge_ready() -> None:
+        while len(out) in pending:
+            parsed = pending.pop(len(out))
+            _inp, rank_id, source_id = sources[len(out)]
+            writer.merge(rank_id, source_id, parsed)
+            out.append(parsed.counts)
+            merged(rank_id)
+
     with ingest_workers.Parsers(tasks, workers) as parsers:
         try:
             for msg in parsers.messages(writer.answer_names):
                 if isinstance(msg, ingest_workers.RowsMsg):
                     writer.insert(msg.table, msg.rows)
                 else:
-                    results[msg.task] = msg.parsed
+                    pending[msg.task] = msg.parsed
+                    merge_ready()
         except ingest_workers.WorkerError as e:
             if isinstance(e.error, ingest_workers.WorkerDied):
                 where = f" while parsing {sources[e.index][0].path}" if 0 <= e.index < len(sources) else ""
@@ -338,11 +363,7 @@ def _parse_in_workers(
                     raise RuntimeError(f"{sources[e.index][0].path}: {e.error!r}\n{e.trace}") from e.error
                 raise err from e.error
             raise RuntimeError(f"{e.error}\n{e.trace}") from e.error
-    out = []
-    for i, (_inp, rank_id, source_id) in enumerate(sources):
-        parsed = results[i]
-        writer.merge(rank_id, source_id, parsed)
-        out.append(parsed.counts)
+    assert not pending and len(out) == len(sources)
     return out
 
 

@@ -149,3 +149,22 @@ def test_summaries_accumulate_over_many_rows_per_statement(tmp_path: Any) -> Non
             want[key] = (cat, calls, total, lo, hi, sq, own)
     assert len(got) == len(want) == 500
     assert {k: v[:5] + (pytest.approx(v[5]), v[6]) for k, v in want.items()} == got
+
+
+def test_deferred_indexes_come_back_and_the_cache_size_is_restored(tmp_path: Any) -> None:
+    from profdb.store.db import open_db
+
+    engine = open_db(str(tmp_path / "s.db"))
+    try:
+        with engine.begin() as conn:
+            indexes = ("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'activity' "
+                       "AND sql IS NOT NULL")
+            before = sorted(conn.exec_driver_sql(indexes).scalars())
+            cache = conn.exec_driver_sql("PRAGMA cache_size").scalar()
+            recreate = bulk.defer_indexes(conn, bulk.DEFER_INDEXES_MIN_BYTES)
+            assert before and not list(conn.exec_driver_sql(indexes).scalars())
+            bulk.rebuild_indexes(conn, recreate)
+            assert sorted(conn.exec_driver_sql(indexes).scalars()) == before
+            assert conn.exec_driver_sql("PRAGMA cache_size").scalar() == cache != -bulk.INDEX_BUILD_CACHE_KIB
+    finally:
+        engine.dispose()

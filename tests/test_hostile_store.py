@@ -185,14 +185,16 @@ def test_full_tmpdir_while_sqlite_sorts_is_a_message_and_changes_nothing(
     tmp_path: Path, data: Path, run_cli: Invoke
 ) -> None:
     """SQLite's temporary files (the index rebuild of a bulk load) on a full TMPDIR: 'database or disk is
-    full' becomes the message naming the store and TMPDIR, and the store keeps its bytes."""
+    full' becomes the message naming the store and TMPDIR, and the store keeps its bytes. 200k kernel rows:
+    sorting their index keys needs several MB, past the ~2 MB a rebuild's sort keeps in memory
+    (bulk.INDEX_BUILD_CACHE_KIB), so the sort spills to TMPDIR (100k rows only just did)."""
     from gen_rocprof_run import generate
 
     store = tmp_path / "s.db"
     run_cli("ingest", "--db", store, data / "kineto" / "torchrun4_cpu" / "rank0_iter5_7.json.gz")
     before = store.read_bytes()
     gen = tmp_path / "gen"
-    generate(gen, nodes=1, gpus_per_node=2, calls=5000, counters=False)
+    generate(gen, nodes=1, gpus_per_node=2, calls=20000, counters=False)
     r = _with_small_tmpdir(tmp_path / "tmp", "spill", "ingest", "--db", store, "--run", "big", gen)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "ran out of space; nothing was written" in r.stderr and "TMPDIR" in r.stderr, r.stderr
