@@ -88,11 +88,7 @@ def create_sqlite_store(path: Path) -> bool:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.new")
     try:
         if not _create_from_schema(tmp):
-            engine = make_engine(resolve_url(str(tmp)))
-            try:
-                upgrade_db(engine, None)
-            finally:
-                engine.dispose()
+            _migrate_new(tmp)
         try:
             os.link(tmp, path)
         except FileExistsError:
@@ -108,6 +104,20 @@ SQLITE_SCHEMA = "sqlite_schema.sql"
 _SCHEMA_HEADER = "-- profdb SQLite store at revision "
 
 
+def sqlite_schema_path() -> Path:
+    """Where the shipped schema script is: beside the migrations (``SQLITE_SCHEMA``)."""
+    return Path(migrations_dir()) / SQLITE_SCHEMA
+
+
+def _migrate_new(path: Path) -> None:
+    """Bring the new SQLite file ``path`` to head by running the migrations."""
+    engine = make_engine(resolve_url(str(path)))
+    try:
+        upgrade_db(engine, None)
+    finally:
+        engine.dispose()
+
+
 def sqlite_schema_script() -> str:
     """The SQL that makes an empty SQLite store at head: the migrations run into a scratch file, dumped
     (``iterdump``: tables, their rows, indexes, views), under a header naming the revision. Written to
@@ -117,11 +127,7 @@ def sqlite_schema_script() -> str:
 
     with tempfile.TemporaryDirectory() as d:
         scratch = Path(d) / "schema.db"
-        engine = make_engine(resolve_url(str(scratch)))
-        try:
-            upgrade_db(engine, None)
-        finally:
-            engine.dispose()
+        _migrate_new(scratch)
         con = sqlite3.connect(scratch)
         try:
             rev = con.execute("select version_num from alembic_version").fetchone()[0]
@@ -136,9 +142,8 @@ def _create_from_schema(path: Path) -> bool:
     (one ``executescript``: ~10 ms, where running the migrations imports Alembic and replays every
     step, ~0.5 s of each new store's ingest); False, and nothing made, when the script is missing or
     behind the migrations (a migration being written): the caller runs them."""
-    script = Path(migrations_dir()) / SQLITE_SCHEMA
     try:
-        text = script.read_text()
+        text = sqlite_schema_path().read_text()
     except OSError:
         return False
     first, _, body = text.partition("\n")
@@ -637,6 +642,6 @@ if __name__ == "__main__":  # python -m profdb.store.db --write-schema
 
     if sys.argv[1:] != ["--write-schema"]:
         raise SystemExit("usage: python -m profdb.store.db --write-schema")
-    target = Path(migrations_dir()) / SQLITE_SCHEMA
+    target = sqlite_schema_path()
     target.write_text(sqlite_schema_script())
     print(f"wrote {target}")

@@ -245,8 +245,7 @@ def _load(
             conn.execute(update(SourceFile).where(SourceFile.id == bindparam("sid")).values(rows=bindparam("n")),
                          row_counts)
         writer.finish()
-        timeline.save_timelines(conn, run_id, writer.timelines)  # (each rank's went as its last file did)
-        writer.timelines.clear()
+        assert not writer.timelines  # (each rank's were stored as its last file was merged: merged())
         bulk.rebuild_indexes(conn, recreate)  # (temporary storage is in files meanwhile: bulk.load_transaction)
         scope = timeline.store_analysis(conn, run_name)  # (reads ix_collective_call_match: after recreate)
         report.ranks, report.world_size = runs.ranks_of(conn, run_id)

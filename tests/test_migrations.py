@@ -128,7 +128,7 @@ def _schema_of(path: Path) -> tuple[list[tuple[str, ...]], str, str]:
 
 
 def test_shipped_sqlite_schema_is_what_the_migrations_build() -> None:
-    shipped = (Path(store_db.migrations_dir()) / store_db.SQLITE_SCHEMA).read_text()
+    shipped = store_db.sqlite_schema_path().read_text()
     assert shipped == store_db.sqlite_schema_script(), (
         "alembic/sqlite_schema.sql is stale: regenerate it with `python -m profdb.store.db --write-schema`"
     )
