@@ -776,7 +776,7 @@ def load_transaction(engine: Engine, bulk_load: bool, new_store: bool = False) -
             summarize_fact_ranges(conn)
 
 
-#: the fact tables' BRIN indexes (PostgreSQL; models.FACT_INDEX, migration 0008)
+#: the fact tables' BRIN indexes (PostgreSQL; migration 0008, see models.Activity)
 _BRIN_INDEXES = ("ix_activity_rank_name", "ix_activity_source_id", "ix_counter_rank_id", "ix_counter_source_id")
 
 
