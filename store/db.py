@@ -376,6 +376,8 @@ def open_db(db: str | None = None, *, upgrade: bool = True, readonly: bool = Fal
     if path is not None:
         check_sqlite_file(path)
         _check_writable(path)
+        if upgrade:
+            create_sqlite_store(path)  # a new file: made from the shipped schema, not by replaying the migrations
     engine = make_engine(url)
     if upgrade:
         try:

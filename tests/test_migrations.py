@@ -58,7 +58,8 @@ def test_up_down_up_and_each_revision(db_path: Path) -> None:
 
 
 def test_models_match_migrations(db_path: Path) -> None:
-    engine = open_db(str(db_path))
+    store_db._migrate_new(db_path)
+    engine = make_engine(f"sqlite:///{db_path}")
     with engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), Base.metadata)
     engine.dispose()
@@ -136,7 +137,7 @@ def test_shipped_sqlite_schema_is_what_the_migrations_build() -> None:
 
 def test_new_store_from_shipped_schema_equals_a_migrated_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     migrated = tmp_path / "migrated.db"
-    open_db(str(migrated)).dispose()
+    store_db._migrate_new(migrated)
 
     def no_migrations(*_a: object, **_k: object) -> None:
         raise AssertionError("a new store at head is made from the shipped schema, without running migrations")
@@ -147,6 +148,14 @@ def test_new_store_from_shipped_schema_equals_a_migrated_one(tmp_path: Path, mon
     assert _schema_of(made) == _schema_of(migrated)
     assert _schema_of(made)[1:] == (head_revision(), "wal")
     assert list(tmp_path.glob(".made.db.*")) == []  # the private build is gone
+    # a writing command's (or the API's) open_db on a new path makes it the same way (its upgrade_db
+    # then finds the store at head; the migrations themselves must not run)
+    monkeypatch.undo()
+    monkeypatch.setattr(store_db, "_migrate_new", no_migrations)
+    monkeypatch.setattr(command, "upgrade", no_migrations)
+    opened = tmp_path / "opened.db"
+    open_db(str(opened)).dispose()
+    assert _schema_of(opened) == _schema_of(migrated)
 
 
 def test_stale_shipped_schema_falls_back_to_the_migrations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
