@@ -167,3 +167,16 @@ def test_quiet_gc_restores_the_collector() -> None:
     with ingest_workers.quiet_gc():
         assert gc.get_threshold()[0] >= ingest_workers.GC_THRESHOLD0 and gc.get_freeze_count() > 0
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+def test_parsed_files_merge_in_order_within_each_rank_not_across_ranks() -> None:
+    """Workers take the largest files first, so files finish out of order. A file's results merge
+    once its rank's earlier files have: one rank's slow first file holds back only that rank (held
+    across the run, every timeline parsed meanwhile waited in memory: ingest._parse_in_workers)."""
+    order = ingest.InOrderPerRank([7, 7, 9, 9, 7])
+    assert order.done(2, "b0") == [(2, "b0")]  # rank 9 goes on while rank 7's first file is parsed
+    assert order.done(4, "a2") == []  # rank 7's third file waits for its first two
+    assert order.done(3, "b1") == [(3, "b1")]
+    assert order.done(1, "a1") == []
+    assert order.done(0, "a0") == [(0, "a0"), (1, "a1"), (4, "a2")]
+    assert order.pending == {}
