@@ -19,25 +19,16 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-# pyarrow's allocator (mimalloc) keeps pages it freed for a while before giving them back; the CSV
-# reader frees a block's buffers a few milliseconds after allocating them, so each ingest worker held
-# tens of MB of freed pages at any moment. Read by mimalloc when pyarrow loads (this module is the
-# only one that imports pyarrow; a program that loaded it before keeps its own setting, as does a user
-# who sets the variable). Measured, profdb ingest of the benchmark's 1x long-counters run (2.1 GB):
-# tree peak PSS 342-350 -> 271-283 MB, CPU seconds within the runs' spread.
-os.environ.setdefault("MIMALLOC_PURGE_DELAY", "0")
-
-import numpy as np  # noqa: E402
-import numpy.typing as npt  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import pyarrow.compute as pc  # noqa: E402
-import pyarrow.csv as pacsv  # noqa: E402
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
 
 from ..columnar import ActivityColumns, Batch, CounterColumns, Ints
 from ..errors import InputError
