@@ -30,6 +30,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.sql import ColumnElement, text
 
 from . import reclassify
+from .collectives import Analysis
 from .errors import QueryError
 from .metrics import Spread, ratio, spread
 from .models import Name, Rank, Run, Step, Summary
@@ -257,12 +258,13 @@ def straggler(
     kinds: Sequence[str],
     facts: RunFacts | None = None,
     totals: RankTotals | None = None,
+    analysis: Analysis | None = None,
 ) -> Verdict:
     """The one straggler verdict of the run (verdict.straggler_verdict): from the collective timeline
     (who entered collectives last, who waited on whom) when the run has one; otherwise the documented
     fallback on per-rank totals in ``kinds`` and communication (the rank that waits least in
     collectives, else the busiest), saying so. ``totals`` must cover ``kinds`` and the communication
-    kind when given."""
+    kind when given; ``analysis``: the run's, when the caller has it (timeline.run_findings)."""
     if len(scope.ranks) < 2:
         return Verdict(None, f"no clear straggler: run {scope.name!r} has {len(scope.ranks)} rank, nothing to compare")
     ck = comm_kind(conn, scope, facts)
@@ -273,7 +275,7 @@ def straggler(
     fallback = [
         RankTotal(r.global_rank, busy[i], wait[i] if ck and wait[i] else None) for i, r in enumerate(scope.ranks)
     ]
-    rv = run_verdict(conn, scope, fallback)
+    rv = run_verdict(conn, scope, fallback, analysis)
     named = next((r for r in scope.ranks if r.global_rank == rv.verdict.rank), None)
     return Verdict(named, rv.verdict.line, rv)
 

@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from . import queries
+from .collectives import Analysis
 from .queries import Result
 from .runs import RunScope, scope_of, with_ranks
 from .timeline import RunVerdict, analyze_run, run_verdict, window_notes
@@ -48,13 +49,15 @@ COLLECTIVE_HEADERS = [
 ]
 
 
-def _verdict(conn: Connection, scope: RunScope) -> RunVerdict:
-    """The run's one verdict (with the totals of its default kinds for the fallback)."""
+def _verdict(conn: Connection, scope: RunScope, analysis: Analysis | None = None) -> RunVerdict:
+    """The run's one verdict (with the totals of its default kinds for the fallback); ``analysis``:
+    the run's, when the caller has it (not analysed again when the kept findings are stale)."""
     kinds, _ = queries.select_kinds(conn, scope, None, ("kernel",))
-    v = queries.straggler(conn, scope, kinds)
+    v = queries.straggler(conn, scope, kinds, analysis=analysis)
     if v.detail is not None:
         return v.detail
-    rv = run_verdict(conn, scope)  # a single rank: the analysis says what is missing, the line why
+    # a single rank: the analysis says what is missing, the line why
+    rv = run_verdict(conn, scope, analysis=analysis)
     return replace(rv, verdict=replace(rv.verdict, line=v.line))
 
 
@@ -88,9 +91,9 @@ def collectives(conn: Connection, run: str | RunScope | None = None, top: int = 
     arrival, from the run's first arrival), the skew, the rank the others waited for (empty on a
     tie), the total wait it caused and the message size where the profiler records it."""
     scope = with_ranks(scope_of(conn, run))
-    rv = _verdict(conn, scope)
-    notes = list(rv.findings.notes) + window_notes(rv.findings, scope)
     a = analyze_run(conn, scope)  # every instance (the verdict's findings keep none)
+    rv = _verdict(conn, scope, a)
+    notes = list(rv.findings.notes) + window_notes(rv.findings, scope)
     by_rank = {r.global_rank: r for r in scope.ranks}
     t0 = min((i.first_ns for i in a.instances), default=0)
     ordered = sorted(a.instances, key=lambda i: (-i.skew_ns, i.first_ns))

@@ -503,13 +503,14 @@ def stored_findings(conn: Connection, scope: RunScope) -> verdict.Findings | Non
                             row.end_spread_ns, row.duration_ns, row.apart, decided)
 
 
-def run_findings(conn: Connection, scope: RunScope) -> verdict.Findings:
+def run_findings(conn: Connection, scope: RunScope, analysis: Analysis | None = None) -> verdict.Findings:
     """What the run's collective timeline says: as ``store_analysis`` kept it when still current,
-    else computed now (never written here: a question may run on a read-only connection)."""
+    else computed now (never written here: a question may run on a read-only connection), from
+    ``analysis`` when the caller has already analysed the run (``analyze_run``)."""
     found = stored_findings(conn, scope)
     if found is not None:
         return found
-    return verdict.findings_of(analyze_run(conn, scope), identities(scope))
+    return verdict.findings_of(analysis or analyze_run(conn, scope), identities(scope))
 
 
 @dataclass(frozen=True)
@@ -519,10 +520,12 @@ class RunVerdict:
     identities: Mapping[int, RankIdentity]
 
 
-def run_verdict(conn: Connection, scope: RunScope, totals: Iterable[verdict.RankTotal] = ()) -> RunVerdict:
+def run_verdict(conn: Connection, scope: RunScope, totals: Iterable[verdict.RankTotal] = (),
+                analysis: Analysis | None = None) -> RunVerdict:
     """The one verdict of the run (verdict.straggler_verdict): from the collective timeline when the
-    run has one, else from ``totals`` (per-rank busy and communication time), saying so."""
-    f = run_findings(conn, scope)
+    run has one, else from ``totals`` (per-rank busy and communication time), saying so. ``analysis``:
+    as for run_findings."""
+    f = run_findings(conn, scope, analysis)
     ids = identities(scope)
     return RunVerdict(f, verdict.straggler_verdict(f, ids, list(totals)), ids)
 

@@ -17,7 +17,7 @@ from conftest import Invoke, sql
 from gen_collective_run import generate
 from pg_fixtures import query_url
 
-from profdb.store import timeline, verdict
+from profdb.store import straggler, timeline, verdict
 from profdb.store.db import alembic_config, make_engine, open_db, resolve_url
 from profdb.store.runs import resolve_run
 
@@ -271,3 +271,28 @@ def test_rows_of_a_rank_outside_the_run_are_not_used(dlrm_files: list[Path], tmp
     con.close()
     assert both_ways(str(db), "hta")[0] is None
     assert answers(run_cli, db, "hta") == before
+
+
+def test_collectives_analyses_a_run_without_a_kept_row_once(
+    tmp_path: Path, run_cli: Invoke, monkeypatch: Any
+) -> None:
+    """--collectives needs every instance (analyze_run) and the verdict; with no current kept row the
+    verdict's findings come from that same analysis, not from a second one. Same answer either way."""
+    gen = generate(tmp_path / "gen", nodes=2, late_rank=1)
+    db = tmp_path / "s.db"
+    run_cli("ingest", "--db", db, "--run", "gen", *sorted(gen.root.glob("rank*")))
+    kept = run_cli("query", "--collectives", "--db", db, "--format", "csv")
+    run_cli("sql", "--write", "--db", db, "delete from run_analysis")
+    calls = []
+    real = timeline.analyze_run
+
+    def counted(*a: Any, **k: Any) -> Any:
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(timeline, "analyze_run", counted)
+    monkeypatch.setattr(straggler, "analyze_run", counted)
+    computed = run_cli("query", "--collectives", "--db", db, "--format", "csv")
+    assert len(calls) == 1
+    assert (computed.stdout, computed.stderr) == (kept.stdout, kept.stderr)
+    assert computed.stderr.startswith("likely straggler: rank 1 (host node00")
