@@ -766,11 +766,11 @@ def load_transaction(engine: Engine, bulk_load: bool, new_store: bool = False) -
     with engine.connect() as conn:
         raw = conn.connection.driver_connection if bulk_load and engine.dialect.name == "sqlite" else None
         journal = False
-        cache = None
+        cache = 0
         if raw is not None:
             raw.execute("PRAGMA foreign_keys=OFF")
             raw.execute("PRAGMA temp_store=FILE")
-            cache = raw.execute("PRAGMA cache_size").fetchone()[0]
+            cache = int(raw.execute("PRAGMA cache_size").fetchone()[0])
             raw.execute(f"PRAGMA cache_size=-{LOAD_CACHE_KIB}")
             if new_store:
                 journal = raw.execute("PRAGMA journal_mode=DELETE").fetchone()[0] == "delete"
@@ -782,7 +782,7 @@ def load_transaction(engine: Engine, bulk_load: bool, new_store: bool = False) -
                 with suppress(Exception):  # a broken connection is discarded anyway: keep the first error
                     raw.execute("PRAGMA foreign_keys=ON")
                     raw.execute("PRAGMA temp_store=MEMORY")
-                    raw.execute(f"PRAGMA cache_size={int(cache or 0)}")
+                    raw.execute(f"PRAGMA cache_size={cache}")
                     if journal:
                         raw.execute("PRAGMA journal_mode=WAL")
         if engine.dialect.name == "postgresql":  # (committed: the rows are in; now make them findable)

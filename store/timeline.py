@@ -510,7 +510,7 @@ def run_findings(conn: Connection, scope: RunScope, analysis: Analysis | None = 
     found = stored_findings(conn, scope)
     if found is not None:
         return found
-    return verdict.findings_of(analysis or analyze_run(conn, scope), identities(scope))
+    return verdict.findings_of(analysis if analysis is not None else analyze_run(conn, scope), identities(scope))
 
 
 @dataclass(frozen=True)
