@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from profdb.store import classify, identity, ingest, readers, reclassify, runs
+from profdb.store.scope import resolve_run
 
 from .options import comm_pattern_option, comm_rules, connect, db_option, output_options, run_option
 from .output import note, render
@@ -174,7 +175,7 @@ def reclassify_command(
     communication share before and after."""
     rules = comm_rules(comm_patterns)
     conn = connect(db, write=True)
-    scope = runs.resolve_run(conn, run)
+    scope = resolve_run(conn, run)
     done = reclassify.reclassify(conn, scope, rules)
     if dry_run:
         conn.rollback()

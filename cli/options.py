@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from sqlalchemy import Connection
 
 from profdb.store import classify
-from profdb.store.db import open_db, resolve_url, sqlite_path
+from profdb.store.db import open_db, open_raw_sqlite, resolve_url, sqlite_path
+from profdb.store.reader import Db
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
 
 from .output import WIDE_KEY
 
@@ -99,6 +102,17 @@ def connect(db: str | None, *, write: bool = False) -> Connection:
     engine = open_db(db, readonly=not write)
     ctx.call_on_close(engine.dispose)
     return ctx.with_resource(engine.connect())
+
+
+def read(db: str | None) -> Db:
+    """What a question reads, for the running command: an SQLite store at a file path through the
+    sqlite3 module alone (db.open_raw_sqlite: the process never imports SQLAlchemy unless the question
+    must compute what the store did not keep), else ``connect(db)``; closed when the command ends."""
+    raw = open_raw_sqlite(db)
+    if raw is None:
+        return connect(db)
+    click.get_current_context().call_on_close(raw.close)
+    return raw
 
 
 def comm_pattern_option(f: F) -> F:

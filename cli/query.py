@@ -13,7 +13,7 @@ import click
 from profdb.store import queries, straggler
 from profdb.store.errors import QueryError
 
-from .options import connect, db_option, kind_option, name_option, output_options, run_option, top_option
+from .options import connect, db_option, kind_option, name_option, output_options, read, run_option, top_option
 from .output import emit
 
 #: profdb sql prints at most this many rows unless --max-rows says otherwise (rows are held for the table's widths)
@@ -23,7 +23,7 @@ SQL_MAX_ROWS = 100_000
 @dataclass(frozen=True)
 class Question:
     """One question of ``profdb query``: the flag ``--NAME``, its help, the library function
-    (called as ``ask(conn, run, **{option: value})``) and the options that apply to it."""
+    (called as ``ask(db, run, **{option: value})``) and the options that apply to it."""
 
     name: str
     help: str
@@ -134,7 +134,7 @@ def query_cmd(run: str | None, db: str | None, fmt: str, **params: Any) -> None:
         queries.parse_kinds(params["kind"])
     except QueryError as e:
         raise click.BadParameter(str(e), param_hint="--kind") from e
-    result = question.ask(connect(db), run, **{o: params[o] for o in question.options})
+    result = question.ask(read(db), run, **{o: params[o] for o in question.options})
     emit(result, fmt)
 
 

@@ -47,7 +47,8 @@ from .errors import QueryError
 from .metrics import spread
 from .models import Name, Rank, Run, Summary
 from .queries import COMM, Result, like_pattern
-from .runs import RankRef, RunInfo, RunScope, all_runs, find_run, matches, parse_filters, resolve_run
+from .runs import RunInfo, all_runs, find_run, matches, parse_filters
+from .scope import RankRef, RunScope, resolve_run
 from .units import fmt_ns
 
 _run = Run.__table__

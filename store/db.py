@@ -17,13 +17,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from sqlalchemy import Engine, create_engine, event, inspect
-from sqlalchemy.engine import URL, make_url
-
 from .errors import StoreError
+from .reader import RawSqlite
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 DEFAULT_DB = "profdb.db"
 ENV_DB = "PROFDB_DB"
@@ -40,6 +41,8 @@ PG_MIGRATION_LOCK = 0x70726F6664620001
 def resolve_url(db: str | None) -> str:
     """``--db`` value (or $PROFDB_DB, or ./profdb.db) as an SQLAlchemy URL. A bare
     ``postgresql://`` (or ``postgres://``, as libpq and psql spell it) gets profdb's driver, psycopg 3."""
+    from sqlalchemy.engine import URL, make_url
+
     db = db or os.environ.get(ENV_DB) or DEFAULT_DB
     if "://" in db:
         scheme, rest = db.split("://", 1)
@@ -59,6 +62,8 @@ def resolve_url(db: str | None) -> str:
 
 def display_url(url: str) -> str:
     """The URL with any password masked, for messages and reports."""
+    from sqlalchemy.engine import make_url
+
     try:
         return make_url(url).render_as_string(hide_password=True)
     except Exception:  # not a URL SQLAlchemy parses: show it without anything after a ':' in the netloc
@@ -66,6 +71,8 @@ def display_url(url: str) -> str:
 
 
 def sqlite_path(url: str) -> Path | None:
+    from sqlalchemy.engine import make_url
+
     u = make_url(url)
     if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
         return None
@@ -284,37 +291,48 @@ def check_sqlite_file(path: Path) -> None:
         )
 
 
+def sqlite_error(e: BaseException, path: Path | None, readonly: bool = False) -> StoreError | None:
+    """The StoreError for a driver error that says what to do (disk full, read-only, locked), or None."""
+    text = str(e)
+    where = path or "database"
+    if isinstance(e, sqlite3.OperationalError) and "database or disk is full" in text:
+        return StoreError(
+            f"the store {where} (or the temporary folder, $TMPDIR) ran out of space; nothing was written "
+            "(the transaction was rolled back): free space, or point TMPDIR or --db at a larger disk"
+        )
+    if readonly and isinstance(e, sqlite3.OperationalError) and re.search("readonly|read-only|query_only", text):
+        return StoreError(
+            f"the store {where} is opened read-only by this command ({text}); nothing was written: "
+            "to change it, pass --write (profdb sql --write)"
+        )
+    if isinstance(e, sqlite3.OperationalError) and ("readonly database" in text or "read-only" in text):
+        return StoreError(
+            f"the store {where} cannot be written (read-only file, folder or mount); nothing was written: "
+            "read it with query/sql/report, or copy it somewhere writable to ingest into it"
+        )
+    if isinstance(e, sqlite3.OperationalError) and "locked" in text:
+        return StoreError(
+            f"the store {path or 'database'} is locked by another profdb; retry, or ingest into separate files "
+            f"and merge them (`profdb merge A.db B.db --db ALL.db`) (waited {SQLITE_BUSY_S} s for the lock)"
+        )
+    return None
+
+
 def _sqlite_locked_handler(path: Path | None, readonly: bool = False) -> Any:
     def on_error(ctx: Any) -> None:
         e = ctx.original_exception
-        text = str(e)
-        where = path or "database"
-        if isinstance(e, sqlite3.OperationalError) and "database or disk is full" in text:
-            raise StoreError(
-                f"the store {where} (or the temporary folder, $TMPDIR) ran out of space; nothing was written "
-                "(the transaction was rolled back): free space, or point TMPDIR or --db at a larger disk"
-            ) from e
-        if readonly and isinstance(e, sqlite3.OperationalError) and re.search("readonly|read-only|query_only", text):
-            raise StoreError(
-                f"the store {where} is opened read-only by this command ({text}); nothing was written: "
-                "to change it, pass --write (profdb sql --write)"
-            ) from e
-        if isinstance(e, sqlite3.OperationalError) and ("readonly database" in text or "read-only" in text):
-            raise StoreError(
-                f"the store {where} cannot be written (read-only file, folder or mount); nothing was written: "
-                "read it with query/sql/report, or copy it somewhere writable to ingest into it"
-            ) from e
-        if isinstance(e, sqlite3.OperationalError) and "locked" in text:
-            raise StoreError(
-                f"the store {path or 'database'} is locked by another profdb; retry, or ingest into separate files "
-                f"and merge them (`profdb merge A.db B.db --db ALL.db`) (waited {SQLITE_BUSY_S} s for the lock)"
-            ) from e
+        mapped = sqlite_error(e, path, readonly)
+        if mapped is not None:
+            raise mapped from e
 
     return on_error
 
 
 
 def make_engine(url: str) -> Engine:
+    from sqlalchemy import create_engine, event
+    from sqlalchemy.engine import make_url
+
     u = make_url(url)
     if u.get_backend_name() == "sqlite":
         engine = create_engine(url)
@@ -348,6 +366,8 @@ def make_engine(url: str) -> Engine:
 
 def _connect_error(url: str, e: BaseException) -> StoreError:
     """A clear message for a store that cannot be reached: the URL (password hidden), the cause, what to do."""
+    from sqlalchemy.engine import make_url
+
     shown = display_url(url)
     orig = getattr(e, "orig", None) or e
     cause = " ".join(str(orig).split()) or type(orig).__name__
@@ -416,6 +436,8 @@ def open_readonly(db: str | None = None) -> Engine:
     ``default_transaction_read_only``, so even ``commit; delete ...`` inside one statement string
     starts a read-only transaction. A store whose schema is behind is upgraded first when it can
     be written (as any command would), else refused with what to do."""
+    from sqlalchemy.engine import make_url
+
     url = resolve_url(db)
     path = sqlite_path(url)
     if path is None:
@@ -447,25 +469,83 @@ def open_readonly(db: str | None = None) -> Engine:
     return ro
 
 
-def _readonly_sqlite_engine(path: Path) -> Engine:
+def _readonly_sqlite(path: Path) -> sqlite3.Connection:
+    """A read-only sqlite3 connection to the store at ``path`` (``mode=ro``, ``query_only``; autocommit:
+    the caller begins its transactions)."""
     uri = "file:" + quote(str(path.resolve())) + "?mode=ro"
+    try:
+        con = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        con.execute("select count(*) from sqlite_master").fetchone()
+    except sqlite3.OperationalError:
+        # a WAL store whose folder cannot be written (read-only mount, another user's folder):
+        # nothing can be writing it, so it is read as an immutable file
+        con = sqlite3.connect(uri + "&immutable=1", uri=True, check_same_thread=False)
+    con.isolation_level = None
+    con.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_S * 1000}")
+    con.execute("PRAGMA query_only=ON")
+    con.execute("PRAGMA temp_store=MEMORY")
+    return con
 
-    def connect() -> sqlite3.Connection:
-        try:
-            con = sqlite3.connect(uri, uri=True, check_same_thread=False)
-            con.execute("select count(*) from sqlite_master").fetchone()
-        except sqlite3.OperationalError:
-            # a WAL store whose folder cannot be written (read-only mount, another user's folder):
-            # nothing can be writing it, so it is read as an immutable file
-            con = sqlite3.connect(uri + "&immutable=1", uri=True, check_same_thread=False)
-        con.isolation_level = None
-        con.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_S * 1000}")
-        con.execute("PRAGMA query_only=ON")
-        con.execute("PRAGMA temp_store=MEMORY")
-        return con
 
-    engine = create_engine("sqlite://", creator=connect)
+def _readonly_sqlite_engine(path: Path) -> Engine:
+    from sqlalchemy import create_engine, event
+
+    engine = create_engine("sqlite://", creator=lambda: _readonly_sqlite(path))
     event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN DEFERRED"))
+    event.listen(engine, "handle_error", _sqlite_locked_handler(path, readonly=True))
+    return engine
+
+
+def open_raw_sqlite(db: str | None = None) -> RawSqlite | None:
+    """The existing SQLite store ``db`` (a file path; None = $PROFDB_DB or ./profdb.db) opened read-only
+    with the sqlite3 module alone, in one read transaction (a snapshot, as a reader's SQLAlchemy
+    connection has): what a question reads without importing SQLAlchemy (reader.RawSqlite). None when
+    ``db`` is a URL, no file is there, or the store's schema is not this profdb's: ``open_readonly``
+    then says so, or upgrades it, as for any command."""
+    db = db or os.environ.get(ENV_DB) or DEFAULT_DB
+    if "://" in db:
+        return None
+    path = Path(db).expanduser()
+    if not path.is_file():
+        return None
+    check_sqlite_file(path)
+    con = _readonly_sqlite(path)
+    try:
+        con.execute("BEGIN DEFERRED")
+        rev = con.execute("select version_num from alembic_version").fetchone()
+    except sqlite3.Error:
+        rev = None
+    if rev is None or rev[0] != scripted_head():
+        con.close()
+        return None
+    return RawSqlite(con, lambda e: sqlite_error(e, path, readonly=True), lambda: _sharing_engine(con, path).connect())
+
+
+class _InTransaction:
+    """``con`` as SQLAlchemy's driver connection, inside the read transaction its owner began: rollback
+    and close are the owner's (RawSqlite.close), so SQLAlchemy's rollbacks (after its first connect, on
+    returning a connection to the pool) do not end the snapshot."""
+
+    def __init__(self, con: sqlite3.Connection) -> None:
+        self._con = con
+
+    def rollback(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._con, name)
+
+
+def _sharing_engine(con: sqlite3.Connection, path: Path) -> Engine:
+    """An engine over ``con`` itself, inside the read transaction already begun on it: what a question
+    computes through SQLAlchemy reads the same snapshot as what it read through sqlite3."""
+    from sqlalchemy import create_engine, event
+    from sqlalchemy.pool import StaticPool
+
+    engine = create_engine("sqlite://", creator=lambda: _InTransaction(con), poolclass=StaticPool)
     event.listen(engine, "handle_error", _sqlite_locked_handler(path, readonly=True))
     return engine
 
@@ -513,6 +593,8 @@ def known_revision(rev: str) -> bool:
 
 
 def current_revision(engine: Engine) -> str | None:
+    from sqlalchemy import inspect
+
     with engine.connect() as conn:
         if not inspect(conn).has_table("alembic_version"):
             return None
@@ -613,6 +695,8 @@ def _upgrade_pg(engine: Engine, revision: str) -> None:
     """Migrate a PostgreSQL store under a transaction-scoped advisory lock: nodes opening a fresh team
     store at once wait for the first one's migration (DDL is transactional there) instead of racing
     to create the same tables. No backup: PostgreSQL rolls a failed migration back whole."""
+    from sqlalchemy import inspect
+
     from alembic import command
 
     if current_revision(engine) == head_revision() and revision == "head":

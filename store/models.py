@@ -318,7 +318,7 @@ class RunAnalysis(Base):
     """Per run, what its collective timeline says (verdict.Findings), computed once when the run's
     data changes (ingest, transfer, reclassify: store/timeline.py ``store_analysis``) instead of at
     every question. ``fingerprint`` is a digest of what the analysis read (the run's ranks and their
-    identities, its source files and their rules, timeline.ANALYSIS_VERSION and the verdict's
+    identities, its source files and their rules, findings.ANALYSIS_VERSION and the verdict's
     thresholds): a question uses the row only when the run still has that fingerprint, else it
     computes the analysis (and says the same)."""
 

@@ -6,7 +6,8 @@ why) and ``notes`` (choices made, data that is missing). The CLI prints headline
 and renders the rows; nothing here knows about output formats.
 
 All figures come from the per-(rank, name, kind) ``summary`` table (and ``step``), never from a scan
-of ``activity``, with SQLAlchemy Core that runs unchanged on SQLite and PostgreSQL. The few per-name
+of ``activity``, in SQL text that runs unchanged on SQLite and PostgreSQL (reader.py: through
+SQLAlchemy, or through sqlite3 alone for a query process, which then never imports SQLAlchemy). The few per-name
 numbers that need more than SUM/MAX/MIN (coefficient of variation, slowest rank, absent ranks) are
 computed in Python on the small per-rank result of the top names. The metrics are defined once, in
 ``metrics.py``; the SQL views of migration 0002 (``imbalance_v``, ``hotspot_v``...) answer the same
@@ -23,22 +24,21 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from sqlalchemy import Connection, func, select
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
-from sqlalchemy.sql import ColumnElement, text
-
-from . import reclassify
+from . import reader
 from .collectives import Analysis
 from .errors import QueryError
+from .findings import RunVerdict, run_verdict, window_notes
 from .metrics import Spread, ratio, spread
-from .models import Name, Rank, Run, Step, Summary
+from .reader import Db, chunks, in_list
 from .records import KINDS, NESTED_KINDS
-from .runs import RankRef, RunScope, scope_of, with_ranks
-from .timeline import RunVerdict, run_verdict, window_notes
+from .scope import RankRef, RunScope, digest_notes, scope_of, with_ranks
 from .units import fmt_ns
 from .verdict import RankTotal
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
 
 COMM = "communication"
 #: ``--kind gpu``: everything that runs on the device
@@ -52,18 +52,15 @@ FALLBACK_KINDS: tuple[str, ...] = ("cpu_op",)
 COMM_KIND_ORDER: tuple[str, ...] = ("kernel", "gpu_annotation", "annotation", "cpu_op", "api")
 GROUP_BY = ("rank", "host", "local-rank")
 
-_run = Run.__table__
-_rank = Rank.__table__
-_name = Name.__table__
-_sum = Summary.__table__
-_step = Step.__table__
 #: a summary row's time: self (exclusive) time, which for kinds that do not nest is the total; stores
 #: ingested before migration 0003 have no self time (NULL) and fall back to the inclusive total
-SELF_NS = func.coalesce(_sum.c.self_ns, _sum.c.total_ns)
+SELF_NS = "COALESCE(summary.self_ns, summary.total_ns)"
+#: summary rows with their rank (a run's rows: ``rank.run_id``)
+_SUMMARY = "summary JOIN rank ON rank.id = summary.rank_id"
 
 
-def _time(inclusive: bool) -> Any:
-    return _sum.c.total_ns if inclusive else SELF_NS
+def _time(inclusive: bool) -> str:
+    return "summary.total_ns" if inclusive else SELF_NS
 
 
 @dataclass
@@ -145,18 +142,14 @@ class RunFacts:
         return sum(v for (k, _c), v in self.total_ns.items() if k in ks)
 
 
-def run_facts(conn: Connection, scope: RunScope) -> RunFacts:
-    rows = conn.execute(
-        select(_sum.c.kind, _sum.c.category, func.count(), func.sum(SELF_NS))
-        .select_from(_sum.join(_rank, _rank.c.id == _sum.c.rank_id))
-        .where(_rank.c.run_id == scope.id)
-        .group_by(_sum.c.kind, _sum.c.category)
-    ).all()
-    return RunFacts({(k, c): int(n) for k, c, n, _t in rows}, {(k, c): int(t or 0) for k, c, _n, t in rows})
+def run_facts(db: Db, scope: RunScope) -> RunFacts:
+    got = reader.rows(db, f"SELECT summary.kind, summary.category, COUNT(*), SUM({SELF_NS}) FROM {_SUMMARY} "
+                          "WHERE rank.run_id = :run GROUP BY summary.kind, summary.category", {"run": scope.id})
+    return RunFacts({(k, c): int(n) for k, c, n, _t in got}, {(k, c): int(t or 0) for k, c, _n, t in got})
 
 
 def select_kinds(
-    conn: Connection,
+    db: Db,
     scope: RunScope,
     kind: str | Sequence[str] | None,
     default: tuple[str, ...],
@@ -165,7 +158,7 @@ def select_kinds(
     """The kinds to report, and notes about the choice. Without ``kind``: ``default`` when the run has
     any of it, else CPU operators (a CPU-only run), else whatever kinds the run has."""
     chosen = parse_kinds(kind)
-    present = (facts or run_facts(conn, scope)).kinds
+    present = (facts or run_facts(db, scope)).kinds
     if not present:
         raise QueryError(
             f"run {scope.name!r} has no timed activity in the store (no summary rows); "
@@ -187,40 +180,37 @@ def select_kinds(
     ]
 
 
-def comm_kind(conn: Connection, scope: RunScope, facts: RunFacts | None = None) -> str | None:
+def comm_kind(db: Db, scope: RunScope, facts: RunFacts | None = None) -> str | None:
     """The kind whose communication rows best measure collective waiting in this run (see
     ``COMM_KIND_ORDER``), or None when the run has no communication at all."""
-    return (facts or run_facts(conn, scope)).comm_kind()
+    return (facts or run_facts(db, scope)).comm_kind()
 
 
-def _where(scope: RunScope, kinds: Iterable[str], pattern: str | None) -> list[ColumnElement[bool]]:
-    cond: list[ColumnElement[bool]] = [_rank.c.run_id == scope.id, _sum.c.kind.in_(sorted(set(kinds)))]
+def _from_where(scope: RunScope, kinds: Iterable[str], pattern: str | None, params: dict[str, Any],
+                with_name: bool = False) -> str:
+    """``FROM`` the run's summary rows of ``kinds`` (and names, joined when asked or when matching
+    ``pattern``: LIKE, case-insensitively) ``WHERE``..., its values added to ``params``."""
+    params["run"] = scope.id
+    sql = (f"FROM {_SUMMARY}{' JOIN name ON name.id = summary.name_id' if with_name or pattern is not None else ''} "
+           f"WHERE rank.run_id = :run AND summary.kind IN ({in_list('kind', sorted(set(kinds)), params)})")
     if pattern is not None:
-        cond.append(_name.c.value.ilike(pattern))
-    return cond
-
-
-def _from(with_name: bool) -> Any:
-    j = _sum.join(_rank, _rank.c.id == _sum.c.rank_id)
-    if with_name:
-        j = j.join(_name, _name.c.id == _sum.c.name_id)
-    return j
+        params["pattern"] = pattern
+        sql += " AND lower(name.value) LIKE lower(:pattern)"
+    return sql
 
 
 #: per rank id: total ns per (kind, category)
 RankTotals = dict[int, dict[tuple[str, str], int]]
 
 
-def rank_totals(conn: Connection, scope: RunScope, kinds: Iterable[str], pattern: str | None = None) -> RankTotals:
+def rank_totals(db: Db, scope: RunScope, kinds: Iterable[str], pattern: str | None = None) -> RankTotals:
     """Per rank: total ns per (kind, category) over ``kinds`` (names LIKE ``pattern`` only, if given)."""
-    rows = conn.execute(
-        select(_sum.c.rank_id, _sum.c.kind, _sum.c.category, func.sum(SELF_NS))
-        .select_from(_from(pattern is not None))
-        .where(*_where(scope, kinds, pattern))
-        .group_by(_sum.c.rank_id, _sum.c.kind, _sum.c.category)
-    ).all()
+    params: dict[str, Any] = {}
+    got = reader.rows(db, f"SELECT summary.rank_id, summary.kind, summary.category, SUM({SELF_NS}) "
+                          f"{_from_where(scope, kinds, pattern, params)} "
+                          "GROUP BY summary.rank_id, summary.kind, summary.category", params)
     out: RankTotals = defaultdict(dict)
-    for rank_id, kind, cat, total in rows:
+    for rank_id, kind, cat, total in got:
         out[rank_id][(kind, cat)] = int(total or 0)
     return out
 
@@ -244,7 +234,7 @@ def _in_category(totals: RankTotals, scope: RunScope, kinds: Iterable[str], cate
 
 @dataclass(frozen=True)
 class Verdict:
-    """The run's one straggler verdict (``timeline.run_verdict``), with the named rank resolved."""
+    """The run's one straggler verdict (``findings.run_verdict``), with the named rank resolved."""
 
     rank: RankRef | None
     line: str
@@ -253,7 +243,7 @@ class Verdict:
 
 
 def straggler(
-    conn: Connection,
+    db: Db,
     scope: RunScope,
     kinds: Sequence[str],
     facts: RunFacts | None = None,
@@ -264,18 +254,18 @@ def straggler(
     (who entered collectives last, who waited on whom) when the run has one; otherwise the documented
     fallback on per-rank totals in ``kinds`` and communication (the rank that waits least in
     collectives, else the busiest), saying so. ``totals`` must cover ``kinds`` and the communication
-    kind when given; ``analysis``: the run's, when the caller has it (timeline.run_findings)."""
+    kind when given; ``analysis``: the run's, when the caller has it (findings.run_findings)."""
     if len(scope.ranks) < 2:
         return Verdict(None, f"no clear straggler: run {scope.name!r} has {len(scope.ranks)} rank, nothing to compare")
-    ck = comm_kind(conn, scope, facts)
+    ck = comm_kind(db, scope, facts)
     if totals is None:
-        totals = rank_totals(conn, scope, set(kinds) | ({ck} if ck else set()))
+        totals = rank_totals(db, scope, set(kinds) | ({ck} if ck else set()))
     busy = _busy(totals, scope, kinds)
     wait = _in_category(totals, scope, (ck,), COMM) if ck else [0] * len(busy)
     fallback = [
         RankTotal(r.global_rank, busy[i], wait[i] if ck and wait[i] else None) for i, r in enumerate(scope.ranks)
     ]
-    rv = run_verdict(conn, scope, fallback, analysis)
+    rv = run_verdict(db, scope, fallback, analysis)
     named = next((r for r in scope.ranks if r.global_rank == rv.verdict.rank), None)
     return Verdict(named, rv.verdict.line, rv)
 
@@ -308,7 +298,7 @@ def _scope_notes(scope: RunScope) -> list[str]:
             f"run {scope.name!r}: world_size {scope.world_size} but {len(missing)} rank(s) have no data "
             f"and are not in these figures: {shown}"
         )
-    return notes + end_notes(scope) + reclassify.digest_notes(scope)
+    return notes + end_notes(scope) + digest_notes(scope)
 
 
 def end_notes(scope: RunScope) -> list[str]:
@@ -366,25 +356,17 @@ class NameGroup:
 
 
 def name_groups(
-    conn: Connection, scope: RunScope, kinds: Iterable[str], pattern: str | None, inclusive: bool = False
+    db: Db, scope: RunScope, kinds: Iterable[str], pattern: str | None, inclusive: bool = False
 ) -> list[NameGroup]:
     """Per (kind, name) of ``kinds`` in the run: calls, total and largest T_r (one GROUP BY); T_r is
     self time (``inclusive``: the inclusive total, which counts nested CPU ops in their parents)."""
-    rows = conn.execute(
-        select(
-            _sum.c.kind,
-            _sum.c.name_id,
-            _name.c.value,
-            func.min(_sum.c.category),
-            func.sum(_sum.c.calls),
-            func.sum(_time(inclusive)),
-            func.max(_time(inclusive)),
-        )
-        .select_from(_from(True))
-        .where(*_where(scope, kinds, pattern))
-        .group_by(_sum.c.kind, _sum.c.name_id, _name.c.value)
-    ).all()
-    return [NameGroup(k, int(i), v, c, int(n), int(t or 0), int(m or 0)) for k, i, v, c, n, t, m in rows]
+    params: dict[str, Any] = {}
+    t = _time(inclusive)
+    got = reader.rows(db, "SELECT summary.kind, summary.name_id, name.value, MIN(summary.category), "
+                          f"SUM(summary.calls), SUM({t}), MAX({t}) "
+                          f"{_from_where(scope, kinds, pattern, params, with_name=True)} "
+                          "GROUP BY summary.kind, summary.name_id, name.value", params)
+    return [NameGroup(k, int(i), v, c, int(n), int(t or 0), int(m or 0)) for k, i, v, c, n, t, m in got]
 
 
 def _top(groups: Iterable[NameGroup], n_ranks: int, top: int, by: str) -> list[NameGroup]:
@@ -397,7 +379,7 @@ def _top(groups: Iterable[NameGroup], n_ranks: int, top: int, by: str) -> list[N
 
 
 def rank_values(
-    conn: Connection, scope: RunScope, groups: Sequence[NameGroup], inclusive: bool = False
+    db: Db, scope: RunScope, groups: Sequence[NameGroup], inclusive: bool = False
 ) -> dict[tuple[str, int], tuple[list[int], set[int]]]:
     """For each (kind, name_id): T_r in rank order (0 where absent) and the positions of the ranks
     that have the name."""
@@ -405,13 +387,12 @@ def rank_values(
     out = {(g.kind, g.name_id): ([0] * len(scope.ranks), set[int]()) for g in groups}
     name_ids = sorted({g.name_id for g in groups})
     kinds = sorted({g.kind for g in groups})
-    for chunk in (name_ids[i : i + 500] for i in range(0, len(name_ids), 500)):
-        rows = conn.execute(
-            select(_sum.c.kind, _sum.c.name_id, _sum.c.rank_id, _time(inclusive))
-            .select_from(_sum.join(_rank, _rank.c.id == _sum.c.rank_id))
-            .where(_rank.c.run_id == scope.id, _sum.c.name_id.in_(chunk), _sum.c.kind.in_(kinds))
-        ).all()
-        for kind, name_id, rank_id, total in rows:
+    for chunk in chunks(name_ids):
+        params: dict[str, Any] = {}
+        got = reader.rows(db, f"SELECT summary.kind, summary.name_id, summary.rank_id, {_time(inclusive)} "
+                              f"{_from_where(scope, kinds, None, params)} "
+                              f"AND summary.name_id IN ({in_list('name', chunk, params)})", params)
+        for kind, name_id, rank_id, total in got:
             entry = out.get((kind, name_id))
             if entry is not None:
                 entry[0][pos[rank_id]] = int(total)
@@ -451,7 +432,7 @@ def _imbalance_row(scope: RunScope, g: NameGroup, values: list[int], present: se
 
 
 def imbalance(
-    conn: Connection,
+    db: Db,
     run: str | RunScope | None = None,
     kind: str | Sequence[str] | None = None,
     top: int = 20,
@@ -464,22 +445,22 @@ def imbalance(
     (cpu_op, annotation) is self time; ``inclusive``: the inclusive total instead."""
     if by not in GROUP_BY:
         raise QueryError(f"unknown grouping {by!r}; choose from {', '.join(GROUP_BY)}")
-    scope = with_ranks(scope_of(conn, run))
-    facts = run_facts(conn, scope)
-    kinds, notes = select_kinds(conn, scope, kind, ("kernel",), facts)
+    scope = with_ranks(scope_of(db, run))
+    facts = run_facts(db, scope)
+    kinds, notes = select_kinds(db, scope, kind, ("kernel",), facts)
     notes += _scope_notes(scope)
     pattern = like_pattern(name_like)
     ck = facts.comm_kind()
     if by != "rank":
-        return _imbalance_by_group(conn, scope, kinds, ck, pattern, by, notes)
-    groups = name_groups(conn, scope, set(kinds) | ({ck} if ck else set()), pattern, inclusive)
+        return _imbalance_by_group(db, scope, kinds, ck, pattern, by, notes)
+    groups = name_groups(db, scope, set(kinds) | ({ck} if ck else set()), pattern, inclusive)
     n = len(scope.ranks)
     compute = _top([g for g in groups if g.kind in kinds and g.category != COMM], n, top, "recoverable")
     comm = _top([g for g in groups if g.kind == ck and g.category == COMM], n, top, "recoverable")
-    values = rank_values(conn, scope, compute + comm, inclusive)
+    values = rank_values(db, scope, compute + comm, inclusive)
     notes.append(_time_note(kinds, inclusive))
     rows = [_imbalance_row(scope, g, *values[(g.kind, g.name_id)]) for g in compute + comm]
-    verdict = straggler(conn, scope, kinds, facts)
+    verdict = straggler(db, scope, kinds, facts)
     notes += _verdict_notes(verdict, scope)
     if ck is not None:
         notes.append(
@@ -512,7 +493,7 @@ GROUP_HEADERS = {
 
 
 def _imbalance_by_group(
-    conn: Connection,
+    db: Db,
     scope: RunScope,
     kinds: Sequence[str],
     ck: str | None,
@@ -525,7 +506,7 @@ def _imbalance_by_group(
     def key_of(r: RankRef) -> Any:
         return r.hostname if by == "host" else r.local_rank
 
-    totals = rank_totals(conn, scope, set(kinds) | ({ck} if ck else set()), pattern)
+    totals = rank_totals(db, scope, set(kinds) | ({ck} if ck else set()), pattern)
     busy = _busy(totals, scope, kinds)
     wait = _in_category(totals, scope, (ck,), COMM) if ck else [0] * len(busy)
     overall_busy = spread(busy)
@@ -535,13 +516,12 @@ def _imbalance_by_group(
         groups[key_of(r)].append(i)
 
     # per (name, group) totals, for the name that most exceeds its run-wide mean on each group
-    col = _rank.c.hostname if by == "host" else _rank.c.local_rank
-    per_name = conn.execute(
-        select(_name.c.value, col, func.sum(SELF_NS))
-        .select_from(_from(True))
-        .where(*_where(scope, kinds, pattern), _sum.c.category != COMM)
-        .group_by(_sum.c.kind, _sum.c.name_id, _name.c.value, col)
-    ).all()
+    col = "rank.hostname" if by == "host" else "rank.local_rank"
+    params: dict[str, Any] = {"comm": COMM}
+    per_name = reader.rows(db, f"SELECT name.value, {col}, SUM({SELF_NS}) "
+                               f"{_from_where(scope, kinds, pattern, params, with_name=True)} "
+                               "AND summary.category <> :comm "
+                               f"GROUP BY summary.kind, summary.name_id, name.value, {col}", params)
     n = len(scope.ranks)
     name_total: dict[str, int] = defaultdict(int)
     for name, _g, total in per_name:
@@ -631,7 +611,7 @@ HOTSPOT_HEADERS = [
 
 
 def hotspots(
-    conn: Connection,
+    db: Db,
     run: str | RunScope | None = None,
     kind: str | Sequence[str] | None = None,
     top: int = 20,
@@ -641,16 +621,17 @@ def hotspots(
     """Where the time goes: total across ranks, share of the kinds' total, calls, mean duration,
     and how the name's time is spread over the ranks. Nested kinds (cpu_op, annotation) count self
     time, so the shares of one kind add up to 100%; ``inclusive``: inclusive totals (they do not)."""
-    scope = with_ranks(scope_of(conn, run))
-    facts = run_facts(conn, scope)
-    kinds, notes = select_kinds(conn, scope, kind, ("kernel",), facts)
+    scope = with_ranks(scope_of(db, run))
+    facts = run_facts(db, scope)
+    kinds, notes = select_kinds(db, scope, kind, ("kernel",), facts)
     notes += _scope_notes(scope)
     grand_total = facts.kind_total(kinds)
     if inclusive:
-        q = select(func.coalesce(func.sum(_sum.c.total_ns), 0)).select_from(_from(False))
-        grand_total = int(conn.execute(q.where(*_where(scope, kinds, None))).scalar() or 0)
-    groups = _top(name_groups(conn, scope, kinds, like_pattern(name_like), inclusive), len(scope.ranks), top, "total")
-    values = rank_values(conn, scope, groups, inclusive)
+        params: dict[str, Any] = {}
+        grand_total = int(reader.rows(db, "SELECT COALESCE(SUM(summary.total_ns), 0) "
+                                          f"{_from_where(scope, kinds, None, params)}", params)[0][0] or 0)
+    groups = _top(name_groups(db, scope, kinds, like_pattern(name_like), inclusive), len(scope.ranks), top, "total")
+    values = rank_values(db, scope, groups, inclusive)
     notes.append(_time_note(kinds, inclusive))
     rows = []
     for g in groups:
@@ -705,20 +686,17 @@ STEP_HEADERS = [
 ]
 
 
-def steps(conn: Connection, run: str | RunScope | None = None) -> Result:
+def steps(db: Db, run: str | RunScope | None = None) -> Result:
     """Per step (ProfilerStep#N): the rank the others waited on in the step's collectives (most wait
     caused; empty when none or tied) and how long, beside the step durations, whose longest is
     usually a *victim* (it waited) rather than the cause. Headline: the run's one verdict."""
-    scope = scope_of(conn, run)
+    scope = scope_of(db, run)
     notes = _scope_notes(scope)
     by_id = {r.id: r for r in scope.ranks}
     by_global = {r.global_rank: r for r in scope.ranks}
-    data = conn.execute(
-        select(_step.c.step, _step.c.rank_id, _step.c.duration_ns)
-        .select_from(_step.join(_rank, _rank.c.id == _step.c.rank_id))
-        .where(_rank.c.run_id == scope.id)
-        .order_by(_step.c.step, _rank.c.global_rank)
-    ).all()
+    data = reader.rows(db, "SELECT step.step, step.rank_id, step.duration_ns FROM step "
+                           "JOIN rank ON rank.id = step.rank_id WHERE rank.run_id = :run "
+                           "ORDER BY step.step, rank.global_rank", {"run": scope.id})
     per_step: dict[int, list[tuple[RankRef, int]]] = defaultdict(list)
     for step, rank_id, dur in data:
         per_step[int(step)].append((by_id[rank_id], int(dur)))
@@ -728,7 +706,7 @@ def steps(conn: Connection, run: str | RunScope | None = None) -> Result:
             "(torch.profiler with a schedule and prof.step())"
         )
         return Result(list(STEP_HEADERS), [], None, notes)
-    verdict = straggler(conn, scope, select_kinds(conn, scope, None, ("kernel",))[0]) if len(scope.ranks) > 1 else None
+    verdict = straggler(db, scope, select_kinds(db, scope, None, ("kernel",))[0]) if len(scope.ranks) > 1 else None
     analysis = verdict.detail.findings if verdict is not None and verdict.detail is not None else None
     attributed = {s.step: s for s in analysis.steps} if analysis is not None else {}
     rows = []
@@ -815,14 +793,14 @@ RANK_HEADERS = [
 ]
 
 
-def rank_split(conn: Connection, run: str | RunScope | None = None, kind: str | Sequence[str] | None = None) -> Result:
+def rank_split(db: Db, run: str | RunScope | None = None, kind: str | Sequence[str] | None = None) -> Result:
     """Per rank: busy time split into compute / communication / memory, against the mean rank."""
-    scope = with_ranks(scope_of(conn, run))
-    facts = run_facts(conn, scope)
-    kinds, notes = select_kinds(conn, scope, kind, GPU_KINDS, facts)
+    scope = with_ranks(scope_of(db, run))
+    facts = run_facts(db, scope)
+    kinds, notes = select_kinds(db, scope, kind, GPU_KINDS, facts)
     notes += _scope_notes(scope)
     ck = facts.comm_kind()
-    totals = rank_totals(conn, scope, set(kinds) | ({ck} if ck else set()))
+    totals = rank_totals(db, scope, set(kinds) | ({ck} if ck else set()))
     compute = _busy(totals, scope, kinds, exclude=(COMM, "memory"))
     memory = _in_category(totals, scope, kinds, "memory")
     comm = _in_category(totals, scope, (ck,), COMM) if ck else [0] * len(scope.ranks)
@@ -843,7 +821,7 @@ def rank_split(conn: Connection, run: str | RunScope | None = None, kind: str | 
         )
         for i, r in enumerate(scope.ranks)
     ]
-    verdict = straggler(conn, scope, kinds, facts, totals)
+    verdict = straggler(db, scope, kinds, facts, totals)
     notes += _verdict_notes(verdict, scope)
     notes.append(
         f"compute/memory: {'/'.join(kinds)} rows; communication: "
@@ -865,6 +843,9 @@ def run_sql(
     fetch at most this many rows (streamed, so a recursive CTE without end stops there) and say so
     in a note. PostgreSQL: a query (select, with, values, table) on a read-only connection is read
     through a server-side cursor (psycopg would otherwise fetch every row before the first)."""
+    from sqlalchemy import text  # any SQL, with SQLAlchemy's errors: the sql command has its connection
+    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
     if not sql.strip():
         raise QueryError("empty SQL; pass a statement, e.g. profdb sql \"select * from imbalance_v limit 5\"")
     stream = max_rows is not None and conn.dialect.name == "postgresql" and _QUERY.match(sql) and _read_only(conn)

@@ -2,7 +2,7 @@
 
 Ingest records the rules in force (``classify.active()``) once per distinct rule set in
 ``classification_rules`` (by digest) and points each ``source_file.rules_id`` at it: a run ingested
-in parts may mix rule sets, which the questions then say (``digest_notes``). ``reclassify`` applies
+in parts may mix rule sets, which the questions then say (``scope.digest_notes``). ``reclassify`` applies
 the current rules to a stored run: the category of every distinct (kind, name) is computed again and
 activity and summary rows are updated only for the pairs that change, in the caller's transaction,
 and every source of the run then points at the new rules."""
@@ -17,7 +17,8 @@ from sqlalchemy import Connection, case, func, select, tuple_, update
 
 from . import bulk, classify, timeline
 from .models import Activity, ClassificationRules, Name, SourceFile, Summary
-from .runs import RunScope, now
+from .runs import now
+from .scope import RunScope
 
 _rules = ClassificationRules.__table__
 
@@ -56,19 +57,6 @@ def run_digests(conn: Connection, run_id: int) -> dict[str | None, int]:
         .group_by(_rules.c.digest)
     )
     return {d: int(n) for d, n in rows}
-
-
-def digest_notes(scope: RunScope) -> list[str]:
-    """A note when the run's files were classified with several rule sets (ingested in parts)."""
-    digests = [d for d in scope.rule_digests if d]
-    unknown = None in scope.rule_digests
-    if len(digests) + int(unknown) <= 1:
-        return []
-    named = ", ".join(digests) + (" and unrecorded rules (stored before 0003)" if unknown else "")
-    return [
-        f"run {scope.name!r} was classified with {len(digests) + int(unknown)} rule sets ({named}): communication "
-        f"vs compute may differ between its files; `profdb reclassify --run {scope.name}` makes them one"
-    ]
 
 
 @dataclass

@@ -38,6 +38,7 @@ from .identity import rank_ranges
 from .metrics import spread
 from .models import Rank, Run, SourceFile, Step
 from .names import shorten_all
+from .scope import RankRef, RunScope, scope_of, with_ranks
 from .units import visible
 
 _run = Run.__table__
@@ -87,7 +88,7 @@ class ReportData:
     launcher: str | None
     command: str | None
     metadata: dict[str, Any]
-    ranks: list[runs.RankRef]
+    ranks: list[RankRef]
     missing_ranks: list[int]
     kinds: tuple[str, ...]
     verdict: str
@@ -112,10 +113,10 @@ class ReportData:
 
 
 def heatmap_data(
-    conn: Connection, run: str | runs.RunScope | None = None, kind: str | None = None, top: int = DEFAULT_TOP
+    conn: Connection, run: str | RunScope | None = None, kind: str | None = None, top: int = DEFAULT_TOP
 ) -> Heatmap:
     """The rank x name matrix of the most imbalanced names (see the module doc)."""
-    scope = runs.with_ranks(runs.scope_of(conn, run))
+    scope = with_ranks(scope_of(conn, run))
     imb = queries.imbalance(conn, scope, kind=kind, top=top)
     kinds, _notes = queries.select_kinds(conn, scope, kind, ("kernel",))
     verdict = queries.straggler(conn, scope, kinds)
@@ -123,7 +124,7 @@ def heatmap_data(
 
 
 def _heatmap(
-    conn: Connection, scope: runs.RunScope, imb: queries.Result, kinds: tuple[str, ...], verdict: queries.Verdict
+    conn: Connection, scope: RunScope, imb: queries.Result, kinds: tuple[str, ...], verdict: queries.Verdict
 ) -> Heatmap:
     """Rows: the names of ``imb`` (the imbalance table), in its order; T_r from the summary table."""
     h = {name: i for i, name in enumerate(imb.headers)}
@@ -148,7 +149,7 @@ def _heatmap(
     )
 
 
-def _step_ranks(conn: Connection, scope: runs.RunScope) -> dict[int, dict[int, int]]:
+def _step_ranks(conn: Connection, scope: RunScope) -> dict[int, dict[int, int]]:
     out: dict[int, dict[int, int]] = {}
     for step, g, dur in conn.execute(
         select(_step.c.step, _rank.c.global_rank, _step.c.duration_ns)
@@ -160,7 +161,7 @@ def _step_ranks(conn: Connection, scope: runs.RunScope) -> dict[int, dict[int, i
     return out
 
 
-def _sources(conn: Connection, scope: runs.RunScope) -> list[tuple[Any, ...]]:
+def _sources(conn: Connection, scope: RunScope) -> list[tuple[Any, ...]]:
     rows = conn.execute(
         select(
             _rank.c.global_rank,
@@ -181,11 +182,11 @@ def _sources(conn: Connection, scope: runs.RunScope) -> list[tuple[Any, ...]]:
 
 
 def build_report(
-    conn: Connection, run: str | runs.RunScope | None = None, kind: str | None = None, top: int = DEFAULT_TOP
+    conn: Connection, run: str | RunScope | None = None, kind: str | None = None, top: int = DEFAULT_TOP
 ) -> ReportData:
     """Every number of the report for ``run`` (default: the newest run), resolved once and passed to
     each question as its RunScope."""
-    scope = runs.with_ranks(runs.scope_of(conn, run))
+    scope = with_ranks(scope_of(conn, run))
     info = runs.run_details(conn, scope)
     kinds, notes = queries.select_kinds(conn, scope, kind, ("kernel",))
     verdict = queries.straggler(conn, scope, kinds)

@@ -1,5 +1,5 @@
 """The run and rank catalog: the one place that creates, finds, lists, tags and merges runs and
-their ranks. Ingest and transfer create runs and ranks here; questions resolve a run here once
+their ranks. Ingest and transfer create runs and ranks here; questions resolve a run once in scope.py
 (``resolve_run`` -> ``RunScope``) and take the scope; compare finds and tags runs here.
 
 Run metadata (``run.metadata_json``, the tags ``profdb tag`` sets) has one policy everywhere
@@ -20,13 +20,14 @@ from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import Connection, desc, func, insert, select, update
+from sqlalchemy import Connection, func, insert, select, update
 
 from . import bulk
 from .errors import QueryError, RankIdentityError
 from .identity import missing_ranks, rank_ranges, rank_spans, span_text
 from .manifest import ABNORMAL, RankEnd, describe_end
-from .models import ClassificationRules, HostClock, Rank, Run, SourceFile
+from .models import HostClock, Rank, Run, SourceFile
+from .scope import LOADING, RunScope, resolve_run
 from .units import fmt_ns
 
 _run = Run.__table__
@@ -36,10 +37,6 @@ _rank = Rank.__table__
 #: row early (bulk.run_scope) and its ranks and rows with its data, so until then (or forever, when that
 #: load was SIGKILLed: the next load removes such rows, bulk.remove_abandoned_runs) the run is hidden
 _loaded = select(_rank.c.id).where(_rank.c.run_id == _run.c.id).exists()
-_LOADING = (
-    "run {name!r} has no data yet: an ingest is loading it (on PostgreSQL a run's name is taken when its "
-    "load starts), or that ingest was killed; wait for it, or ingest the run again"
-)
 
 Table = tuple[list[str], list[tuple[Any, ...]]]
 
@@ -81,126 +78,6 @@ def merge_metadata(have: str | None, new: str | None, run: str) -> str | None:
     if not have:
         return new
     return dump_metadata({**b, **a})
-
-
-# ---------------------------------------------------------------------------------------------
-# finding runs
-
-
-@dataclass(frozen=True)
-class RankRef:
-    id: int
-    global_rank: int
-    hostname: str | None
-    local_rank: int | None
-    #: how the rank ended (manifest.RankEnd.end_status; None: nothing recorded), its exit status and signal
-    end_status: str | None = None
-    exit_code: int | None = None
-    signal: int | None = None
-
-    def ended_abnormally(self) -> bool:
-        return self.end_status in ABNORMAL
-
-    def end(self) -> str:
-        """How the rank ended, in words (``killed by signal 9 (SIGKILL)``)."""
-        return describe_end(RankEnd(self.exit_code, self.signal, end_status=self.end_status))
-
-    def label(self) -> str:
-        where = ", ".join(
-            p
-            for p in (
-                f"host {self.hostname}" if self.hostname is not None else "",
-                f"local_rank {self.local_rank}" if self.local_rank is not None else "",
-            )
-            if p
-        )
-        return f"rank {self.global_rank}" + (f" ({where})" if where else "")
-
-
-@dataclass(frozen=True)
-class RunScope:
-    """A resolved run: what every question takes instead of a run name."""
-
-    id: int
-    name: str
-    world_size: int | None
-    #: ranks that have data, ordered by global rank
-    ranks: tuple[RankRef, ...]
-    #: digests of the classification rules its files were classified with (None: not recorded)
-    rule_digests: tuple[str | None, ...] = ()
-
-    def ended_abnormally(self) -> list[RankRef]:
-        """Ranks whose command failed, was killed or never ended: their profiles may be cut short."""
-        return [r for r in self.ranks if r.ended_abnormally()]
-
-    def missing_ranks(self) -> list[int]:
-        """Ranks 0..world_size-1 with no data at all (nothing ingested for them)."""
-        if not self.world_size:
-            return []
-        have = {r.global_rank for r in self.ranks}
-        return [g for g in range(self.world_size) if g not in have]
-
-
-def resolve_run(conn: Connection, run: str | None = None) -> RunScope:
-    """The run named ``run`` (or with that id), or the most recent run when None."""
-    q = select(_run.c.id, _run.c.name, _run.c.world_size).where(_loaded)
-    if run is None:
-        row = conn.execute(q.order_by(desc(_run.c.created_at), desc(_run.c.id)).limit(1)).first()
-        if row is None:
-            raise QueryError("the store has no runs yet; ingest some profiles first (profdb ingest PATH...)")
-    else:
-        row = conn.execute(q.where(_run.c.name == run)).first()
-        if row is None and run.isdigit():
-            row = conn.execute(q.where(_run.c.id == int(run))).first()
-        if row is None:
-            if conn.execute(select(_run.c.id).where(_run.c.name == run)).first() is not None:
-                raise QueryError(_LOADING.format(name=run))
-            names = conn.execute(
-                select(_run.c.name).where(_loaded).order_by(desc(_run.c.created_at), desc(_run.c.id)).limit(8)
-            ).scalars().all()
-            known = ", ".join(names) if names else "none: ingest some profiles first"
-            raise QueryError(f"no run named {run!r} in the store; known runs (newest first): {known}")
-    ranks = conn.execute(
-        select(
-            _rank.c.id,
-            _rank.c.global_rank,
-            _rank.c.hostname,
-            _rank.c.local_rank,
-            _rank.c.end_status,
-            _rank.c.exit_code,
-            _rank.c.signal,
-        )
-        .where(_rank.c.run_id == row.id)
-        .order_by(_rank.c.global_rank)
-    ).all()
-    digests = conn.execute(
-        select(ClassificationRules.digest)
-        .select_from(SourceFile.__table__.outerjoin(ClassificationRules, ClassificationRules.id == SourceFile.rules_id))
-        .where(SourceFile.run_id == row.id)
-        .distinct()
-    ).scalars()
-    return RunScope(
-        id=row.id,
-        name=row.name,
-        world_size=row.world_size,
-        ranks=tuple(
-            RankRef(r.id, r.global_rank, r.hostname, r.local_rank, r.end_status, r.exit_code, r.signal) for r in ranks
-        ),
-        rule_digests=tuple(sorted(digests, key=lambda d: (d is None, d or ""))),
-    )
-
-
-def scope_of(conn: Connection, run: str | RunScope | None) -> RunScope:
-    """A question's run: the scope as given (resolved once by the caller, as the report does for its
-    several questions), or resolved from a name or id (None: the newest run)."""
-    return run if isinstance(run, RunScope) else resolve_run(conn, run)
-
-
-def with_ranks(scope: RunScope) -> RunScope:
-    """``scope`` itself, or a QueryError when the run has no ranks (nothing to ask about)."""
-    if not scope.ranks:
-        raise QueryError(f"run {scope.name!r} has no ranks; ingest its profiles first")
-    return scope
 
 
 @dataclass(frozen=True)
@@ -388,7 +265,7 @@ def run_id(conn: Connection, name: str) -> int:
     rid = conn.execute(select(Run.id).where(Run.name == name, _loaded)).scalar()
     if rid is None:
         if conn.execute(select(Run.id).where(Run.name == name)).first() is not None:
-            raise QueryError(_LOADING.format(name=name))
+            raise QueryError(LOADING.format(name=name))
         known = conn.execute(select(Run.name).where(_loaded).order_by(Run.created_at.desc()).limit(10)).scalars().all()
         raise QueryError(f"no run named {name!r}; runs in this store: {', '.join(known) or 'none'} (see `profdb runs`)")
     return int(rid)

@@ -2,7 +2,7 @@
 last, wait caused, wait suffered, busy, idle, exposed communication) and ``collectives`` (per matched
 instance: arrival skew, the last rank, the wait, bytes). Both read only the small tables ingest fills
 (``collective_call``, ``rank_timeline``, ``step``/``step_timeline``), never ``activity``; the headline
-is the run's one verdict (timeline.run_verdict). Metrics are defined in store/collectives.py and the
+is the run's one verdict (findings.run_verdict). Metrics are defined in store/collectives.py and the
 README ("Metrics")."""
 
 from __future__ import annotations
@@ -10,13 +10,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import Connection
-
 from . import queries
 from .collectives import Analysis
+from .findings import RunVerdict, run_verdict, window_notes
 from .queries import Result
-from .runs import RunScope, scope_of, with_ranks
-from .timeline import RunVerdict, analyze_run, run_verdict, window_notes
+from .reader import Db, connection
+from .scope import RunScope, scope_of, with_ranks
 
 STRAGGLER_HEADERS = [
     "global_rank",
@@ -49,23 +48,23 @@ COLLECTIVE_HEADERS = [
 ]
 
 
-def _verdict(conn: Connection, scope: RunScope, analysis: Analysis | None = None) -> RunVerdict:
+def _verdict(db: Db, scope: RunScope, analysis: Analysis | None = None) -> RunVerdict:
     """The run's one verdict (with the totals of its default kinds for the fallback); ``analysis``:
     the run's, when the caller has it (not analysed again when the kept findings are stale)."""
-    kinds, _ = queries.select_kinds(conn, scope, None, ("kernel",))
-    v = queries.straggler(conn, scope, kinds, analysis=analysis)
+    kinds, _ = queries.select_kinds(db, scope, None, ("kernel",))
+    v = queries.straggler(db, scope, kinds, analysis=analysis)
     if v.detail is not None:
         return v.detail
     # a single rank: the analysis says what is missing, the line why
-    rv = run_verdict(conn, scope, analysis=analysis)
+    rv = run_verdict(db, scope, analysis=analysis)
     return replace(rv, verdict=replace(rv.verdict, line=v.line))
 
 
-def stragglers(conn: Connection, run: str | RunScope | None = None, top: int = 0) -> Result:
+def stragglers(db: Db, run: str | RunScope | None = None, top: int = 0) -> Result:
     """Per rank: collectives entered last (alone and tied), the wait it caused the others and the
     wait it suffered, its busy and idle time and its exposed communication; headline: the verdict."""
-    scope = with_ranks(scope_of(conn, run))
-    rv = _verdict(conn, scope)
+    scope = with_ranks(scope_of(db, run))
+    rv = _verdict(db, scope)
     a = rv.findings
     notes = list(a.notes) + window_notes(a, scope)
     rows: list[tuple[Any, ...]] = []
@@ -86,13 +85,15 @@ def stragglers(conn: Connection, run: str | RunScope | None = None, top: int = 0
     return Result(list(STRAGGLER_HEADERS), rows, rv.verdict.line, notes)
 
 
-def collectives(conn: Connection, run: str | RunScope | None = None, top: int = 20) -> Result:
+def collectives(db: Db, run: str | RunScope | None = None, top: int = 20) -> Result:
     """Per matched collective instance, largest arrival skew first: when it started (at_ns: the first
     arrival, from the run's first arrival), the skew, the rank the others waited for (empty on a
     tie), the total wait it caused and the message size where the profiler records it."""
-    scope = with_ranks(scope_of(conn, run))
-    a = analyze_run(conn, scope)  # every instance (the verdict's findings keep none)
-    rv = _verdict(conn, scope, a)
+    scope = with_ranks(scope_of(db, run))
+    from .timeline import analyze_run  # the timeline's SQL (SQLAlchemy): only this question matches instances
+
+    a = analyze_run(connection(db), scope)  # every instance (the verdict's findings keep none)
+    rv = _verdict(db, scope, a)
     notes = list(rv.findings.notes) + window_notes(rv.findings, scope)
     by_rank = {r.global_rank: r for r in scope.ranks}
     t0 = min((i.first_ns for i in a.instances), default=0)

@@ -1,6 +1,6 @@
 """The collective timeline in the store: what ingest keeps per rank (``save_timelines``), the per-host
-clock offsets and what the analysis of a run found (``store_analysis``, read back by ``run_findings``), and
-the one straggler verdict of a run (``run_verdict``).
+clock offsets and what the analysis of a run found (``store_analysis``, read back by
+``findings.run_findings``, which also gives the run's one straggler verdict).
 
 Ingest computes each rank's ``collectives.RankTimeline`` in the workers (one pass over the rank's
 activity, in its own clock) and stores it in ``collective_call``, ``rank_timeline`` and
@@ -12,12 +12,11 @@ question reads a few rows instead of matching the run's collectives again)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from itertools import islice
 from operator import itemgetter
 from typing import Any
@@ -26,8 +25,9 @@ from sqlalchemy import Connection, delete, insert, select
 
 from . import collectives, runs, verdict
 from .bulk import insert_rows
-from .collectives import Analysis, ClockOffset, Clocks, CollectiveCall, RankIdentity, RankTimeline, Step
+from .collectives import Analysis, ClockOffset, Clocks, CollectiveCall, RankTimeline, Step
 from .errors import QueryError
+from .findings import RANK_FIGURES, fingerprint, identities
 from .models import CollectiveCall as CallRow
 from .models import HostClock, Rank, SourceFile
 from .models import RankAnalysis as RankAnalysisRow
@@ -36,8 +36,7 @@ from .models import RunAnalysis as RunAnalysisRow
 from .models import Step as StepRow
 from .models import StepAnalysis as StepAnalysisRow
 from .models import StepTimeline as StepTimelineRow
-from .runs import RunScope
-from .units import fmt_ns
+from .scope import RunScope, resolve_run
 
 _tl = TimelineRow.__table__
 _stl = StepTimelineRow.__table__
@@ -298,11 +297,6 @@ def save_timelines(conn: Connection, run_id: int, new: Mapping[int, Sequence[Ran
             conn.execute(insert(model), rows)
 
 
-def identities(scope: RunScope) -> dict[int, RankIdentity]:
-    """Global rank -> (host, local_rank): ranks without a hostname share the host named ''."""
-    return {r.global_rank: RankIdentity(r.hostname or "", r.local_rank) for r in scope.ranks}
-
-
 def stored_clocks(conn: Connection, scope: RunScope, hosts: set[str]) -> Clocks | None:
     """The run's clock offsets as the last ingest or transfer estimated them (``host_clock``), when
     they cover ``hosts`` (else None: estimate them again). A host the estimate could not place is
@@ -371,7 +365,7 @@ def store_analysis(conn: Connection, run: str) -> RunScope:
     run_id = runs.run_id(conn, run)
     if conn.dialect.name == "postgresql":
         conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%s::int8)", (CLOCK_LOCK_SPACE | run_id,))
-    scope = runs.resolve_run(conn, run)
+    scope = resolve_run(conn, run)
     conn.execute(delete(HostClock).where(HostClock.run_id == run_id))
     a = analyze_run(conn, scope, fresh_clocks=True)
     rows = [dict(run_id=run_id, hostname=o.host[:255], offset_ns=o.offset_ns, error_ns=o.error_ns, samples=o.samples)
@@ -380,38 +374,6 @@ def store_analysis(conn: Connection, run: str) -> RunScope:
         conn.execute(insert(HostClock), rows)
     save_findings(conn, scope, verdict.findings_of(a, identities(scope)))
     return scope
-
-
-#: the version of what ``run_analysis`` holds and how it is computed: raise it when either changes (the
-#: verdict's thresholds are in the fingerprint already), and every stored row is then stale
-ANALYSIS_VERSION = 1
-#: the analysis's tuning, part of the fingerprint: a row computed with other thresholds is stale
-_TUNING = (verdict.TIE_RATIO, verdict.MATERIAL, verdict.LATE_SHARE, verdict.ALPHA, verdict.COMPUTE_RATIO,
-           verdict.EXPLAINED, collectives.TIE_NS, collectives.END_SPREAD_FLOOR_NS, collectives.END_SPREAD_SHARE,
-           collectives.BLOCKING_TOLERANCE_NS, collectives.CLOCK_SAMPLES)
-
-
-def fingerprint(conn: Connection, scope: RunScope) -> str:
-    """A digest of everything the run's analysis reads: its ranks (ids, global ranks, hosts, slots:
-    the identities the verdict names), its source files and the rules that classified each (every
-    timeline row comes from one of them; a new or re-classified file changes it), the analysis
-    version and tuning. One small query (the run's files), no scan of the timelines."""
-    files = conn.execute(
-        select(_src.c.id, _src.c.rules_id).where(_src.c.run_id == scope.id).order_by(_src.c.id)
-    ).all()
-    parts = (ANALYSIS_VERSION, _TUNING, scope.id,
-             [(r.id, r.global_rank, r.hostname, r.local_rank) for r in scope.ranks],
-             [(int(i), None if rules is None else int(rules)) for i, rules in files])
-    return hashlib.sha256(json.dumps(parts, separators=(",", ":")).encode()).hexdigest()
-
-
-_ra = RunAnalysisRow.__table__
-_rka = RankAnalysisRow.__table__
-_sta = StepAnalysisRow.__table__
-_RANK_FIGURES = ("instances", "entered_last", "tied_last", "wait_caused_ns", "wait_suffered_ns", "busy_ns",
-                 "idle_ns", "span_ns", "comm_ns", "exposed_comm_ns", "work_domain")
-_STEP_FIGURES = ("duration_ns", "entered_last", "wait_caused_ns", "wait_suffered_ns", "busy_ns", "idle_ns",
-                 "exposed_comm_ns")
 
 
 def save_findings(conn: Connection, scope: RunScope, f: verdict.Findings) -> None:
@@ -438,7 +400,7 @@ def save_findings(conn: Connection, scope: RunScope, f: verdict.Findings) -> Non
     ))
     ids = {r.global_rank: r.id for r in scope.ranks}
     rank_rows = [dict(rank_id=ids[g], run_id=scope.id, clock_offset_ns=f.clocks.offset(x.host),
-                      **{c: getattr(x, "last" if c == "entered_last" else c) for c in _RANK_FIGURES})
+                      **{c: getattr(x, "last" if c == "entered_last" else c) for c in RANK_FIGURES})
                  for g, x in f.ranks.items()]
     step_rows = [dict(rank_id=ids[g], step=s.step, run_id=scope.id, duration_ns=x.duration_ns, entered_last=x.last,
                       wait_caused_ns=x.wait_caused_ns, wait_suffered_ns=x.wait_suffered_ns, busy_ns=x.busy_ns,
@@ -458,99 +420,3 @@ def forget_findings(conn: Connection) -> None:
         conn.execute(delete(model))
 
 
-def stored_findings(conn: Connection, scope: RunScope) -> verdict.Findings | None:
-    """The run's findings as ``store_analysis`` kept them, when the run still has the fingerprint they
-    were computed under (else None: compute them). Rows another writer replaced while they were read
-    (PostgreSQL) change the fingerprint read again at the end, and give None too."""
-    row = conn.execute(select(_ra).where(_ra.c.run_id == scope.id)).first()
-    if row is None:
-        return None
-    fp = fingerprint(conn, scope)
-    if row.fingerprint != fp:
-        return None
-    ids = identities(scope)
-    by_id = {r.id: r.global_rank for r in scope.ranks}
-    ranks: dict[int, collectives.RankResult] = {}
-    for r in conn.execute(select(_rka.c.rank_id, *[_rka.c[c] for c in _RANK_FIGURES])
-                          .where(_rka.c.run_id == scope.id)):
-        g = by_id.get(r[0])
-        if g is None:  # a rank this scope does not have: rows another writer put there since (PostgreSQL)
-            return None
-        ident = ids[g]
-        ranks[g] = collectives.RankResult(g, ident.host, ident.local_rank, *r[1:])
-    per_step: dict[int, dict[int, collectives.StepRank]] = defaultdict(dict)
-    for r in conn.execute(select(_sta.c.step, _sta.c.rank_id, *[_sta.c[c] for c in _STEP_FIGURES])
-                          .where(_sta.c.run_id == scope.id)):
-        if r[1] not in by_id:
-            return None
-        per_step[int(r[0])][by_id[r[1]]] = collectives.StepRank(*r[2:])
-    again = conn.execute(select(_ra.c.fingerprint).where(_ra.c.run_id == scope.id)).scalar()
-    if again != fp:
-        return None
-    steps = tuple(collectives.step_result(n, dict(sorted(per.items()))) for n, per in sorted(per_step.items()))
-    c = json.loads(row.clocks_json)
-    clocks = Clocks(c["reference"], {h: ClockOffset(h, o, e, n) for h, o, e, n in c["offsets"]}, tuple(c["notes"]))
-    window = None
-    if row.window_first_ns is not None:
-        window = verdict.Window(row.window_first_ns, row.window_last_ns, tuple(json.loads(row.window_ranks_json)))
-    decided = None
-    if row.verdict_line is not None:
-        decided = verdict.Verdict(row.verdict_rank, row.verdict_line, "timeline", row.verdict_cause,
-                                  row.verdict_last or 0, row.verdict_instances or 0, row.p_value, row.wait_share,
-                                  row.time_share, row.work_ratio, row.lateness)
-    return verdict.Findings(row.family, row.instances, row.tied_instances, window, clocks,
-                            dict(sorted(ranks.items())), steps, tuple(json.loads(row.notes_json)),
-                            row.end_spread_ns, row.duration_ns, row.apart, decided)
-
-
-def run_findings(conn: Connection, scope: RunScope, analysis: Analysis | None = None) -> verdict.Findings:
-    """What the run's collective timeline says: as ``store_analysis`` kept it when still current,
-    else computed now (never written here: a question may run on a read-only connection), from
-    ``analysis`` when the caller has already analysed the run (``analyze_run``)."""
-    found = stored_findings(conn, scope)
-    if found is not None:
-        return found
-    return verdict.findings_of(analysis if analysis is not None else analyze_run(conn, scope), identities(scope))
-
-
-@dataclass(frozen=True)
-class RunVerdict:
-    findings: verdict.Findings
-    verdict: verdict.Verdict
-    identities: Mapping[int, RankIdentity]
-
-
-def run_verdict(conn: Connection, scope: RunScope, totals: Iterable[verdict.RankTotal] = (),
-                analysis: Analysis | None = None) -> RunVerdict:
-    """The one verdict of the run (verdict.straggler_verdict): from the collective timeline when the
-    run has one, else from ``totals`` (per-rank busy and communication time), saying so. ``analysis``:
-    as for run_findings."""
-    f = run_findings(conn, scope, analysis)
-    ids = identities(scope)
-    return RunVerdict(f, verdict.straggler_verdict(f, ids, list(totals)), ids)
-
-
-def window_notes(a: verdict.Findings, scope: RunScope) -> list[str]:
-    """Which window and which ranks the figures cover: the call family matched, the instances, the
-    ranks, and the clock offsets used."""
-    if a.window is None:
-        return []
-    notes = [
-        f"window: {a.instances} matched collective instances ({a.family} calls) over "
-        f"{fmt_ns(a.window.last_ns - a.window.first_ns)} of the common clock, ranks {_ranks(list(a.window.ranks))} "
-        f"of {len(scope.ranks)}; busy/idle/exposed: each rank's whole profile"
-    ]
-    hosts = sorted(a.clocks.offsets.values(), key=lambda o: o.host)
-    if len(hosts) > 1:
-        notes.append(
-            "clock offsets vs host " + (a.clocks.reference or "''") + ": "
-            + ", ".join(f"{o.host} {fmt_ns(o.offset_ns)} +- {fmt_ns(o.error_ns)} ({o.samples} samples)"
-                        for o in hosts if o.host != a.clocks.reference)
-        )
-    return notes
-
-
-def _ranks(ranks: list[int]) -> str:
-    if ranks and ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 2:
-        return f"{ranks[0]}-{ranks[-1]}"
-    return ", ".join(map(str, ranks))

@@ -44,7 +44,7 @@ from . import collectives, queries
 from .errors import QueryError
 from .identity import rank_ranges
 from .models import Activity, Launch, Name, Rank, SourceFile, Step, Summary
-from .runs import RankRef, RunScope, resolve_run, with_ranks
+from .scope import RankRef, RunScope, resolve_run, with_ranks
 from .timeline import load_timelines
 from .units import fmt_ns
 

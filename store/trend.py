@@ -6,14 +6,15 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, func, literal_column, select
 
 from . import queries
 from .compare import imbalance_of, kinds_for, ratio_of, slowest_rank
 from .errors import QueryError
 from .models import Name, Rank, Summary
 from .queries import COMM, SELF_NS, Result, like_pattern
-from .runs import all_runs, find_run, matches, resolve_run
+from .runs import all_runs, find_run, matches
+from .scope import resolve_run
 from .units import fmt_ns
 
 _rank = Rank.__table__
@@ -75,7 +76,8 @@ def trend(
     calls: dict[int, int] = defaultdict(int)
     comm_names: dict[int, bool] = {}
     for run_id, g, cat, n_calls, total in conn.execute(
-        select(_rank.c.run_id, _rank.c.global_rank, _sum.c.category, func.sum(_sum.c.calls), func.sum(SELF_NS))
+        select(_rank.c.run_id, _rank.c.global_rank, _sum.c.category, func.sum(_sum.c.calls),
+               func.sum(literal_column(SELF_NS)))
         .select_from(joined)
         .where(*cond)
         .group_by(_rank.c.run_id, _rank.c.global_rank, _sum.c.category)

@@ -14,9 +14,10 @@ from gen_store import HandRank, fill_run
 from sqlalchemy import Connection, text
 
 from profdb.cli.main import cli
-from profdb.store import queries, runs
+from profdb.store import queries
 from profdb.store.db import open_db
 from profdb.store.ingest import ingest_paths
+from profdb.store.scope import resolve_run
 
 DATA = Path(__file__).parent / "data"
 RUNS = ("gen8", "torchrun4", "hand")
@@ -110,7 +111,7 @@ def test_imbalance_view_equals_library(conn: Connection, run: str, kind: str | N
             assert d["imbalance"] == pytest.approx(num(v["imbalance"]))
         assert num(v["absent_ranks"]) == (len(d["missing_ranks"].split(",")) if d["missing_ranks"] else 0)
     # the library lists exactly the view's rows of its kinds (communication from the comm kind)
-    scope = runs.resolve_run(conn, run)
+    scope = resolve_run(conn, run)
     kinds, _ = queries.select_kinds(conn, scope, kind, ("kernel",))
     ck = queries.comm_kind(conn, scope)
     expect = {k for k, v in rows.items() if (k[0] in kinds and v["category"] != "communication")
@@ -152,7 +153,7 @@ def test_step_view_equals_library(conn: Connection, run: str) -> None:
 @pytest.mark.parametrize("by, col, view_name", [("host", "hostname", "host_rollup_v"),
                                                 ("local-rank", "local_rank", "local_rank_rollup_v")])
 def test_rollup_views_equal_library(conn: Connection, run: str, by: str, col: str, view_name: str) -> None:
-    scope = runs.resolve_run(conn, run)
+    scope = resolve_run(conn, run)
     kinds, _ = queries.select_kinds(conn, scope, None, ("kernel",))
     ck = queries.comm_kind(conn, scope)
     lib = as_dicts(queries.imbalance(conn, run, by=by))
@@ -171,7 +172,7 @@ def test_rollup_views_equal_library(conn: Connection, run: str, by: str, col: st
 @pytest.mark.parametrize("run", RUNS)
 def test_rank_total_view_equals_rank_split(conn: Connection, run: str) -> None:
     lib = queries.rank_split(conn, run)
-    scope = runs.resolve_run(conn, run)
+    scope = resolve_run(conn, run)
     kinds, _ = queries.select_kinds(conn, scope, None, queries.GPU_KINDS)
     ck = queries.comm_kind(conn, scope)
     rows = view(conn, "select * from rank_total_v where run = :run", run=run)

@@ -157,9 +157,9 @@ def _nums(row: list[str]) -> list[Any]:
 def _both_ways(db: Path, run: str) -> tuple[Any, Any]:
     """The run's analysis as the questions compute it (calls matched in SQL order, timeline.match_stored)
     and as the pure function computes it from the same stored calls read back as objects."""
-    from profdb.store import collectives, timeline
+    from profdb.store import collectives, findings, timeline
     from profdb.store.db import open_db
-    from profdb.store.runs import scope_of
+    from profdb.store.scope import scope_of
 
     engine = open_db(str(db))
     try:
@@ -168,7 +168,7 @@ def _both_ways(db: Path, run: str) -> tuple[Any, Any]:
             fast = timeline.analyze_run(conn, scope)
             stored = timeline.load_timelines(conn, {r.id: r.global_rank for r in scope.ranks})
             slow = collectives.analyze([stored[r.id] for r in scope.ranks if r.id in stored],
-                                       timeline.identities(scope), fast.clocks)
+                                       findings.identities(scope), fast.clocks)
     finally:
         engine.dispose()
     return fast, slow

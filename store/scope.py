@@ -1,0 +1,134 @@
+"""Which run a question means: ``resolve_run`` turns a run's name (or id, or nothing: the newest run)
+into a ``RunScope``, its id and ranks, resolved once and taken by every question. Read-only SQL
+as text (reader.py), so a question on a SQLite store needs no SQLAlchemy; runs.py, the run and
+rank catalog, creates, lists, tags and merges runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import QueryError
+from .manifest import ABNORMAL, RankEnd, describe_end
+from .reader import Db, first, rows, scalars
+
+#: a run is there for readers once its first ranks are committed: on PostgreSQL a load commits its run
+#: row early (bulk.run_scope) and its ranks and rows with its data, so until then (or forever, when that
+#: load was SIGKILLed: the next load removes such rows, bulk.remove_abandoned_runs) the run is hidden
+LOADED = "EXISTS (SELECT 1 FROM rank WHERE rank.run_id = run.id)"
+LOADING = (
+    "run {name!r} has no data yet: an ingest is loading it (on PostgreSQL a run's name is taken when its "
+    "load starts), or that ingest was killed; wait for it, or ingest the run again"
+)
+_NEWEST = "ORDER BY run.created_at DESC, run.id DESC"
+
+
+@dataclass(frozen=True)
+class RankRef:
+    id: int
+    global_rank: int
+    hostname: str | None
+    local_rank: int | None
+    #: how the rank ended (manifest.RankEnd.end_status; None: nothing recorded), its exit status and signal
+    end_status: str | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+
+    def ended_abnormally(self) -> bool:
+        return self.end_status in ABNORMAL
+
+    def end(self) -> str:
+        """How the rank ended, in words (``killed by signal 9 (SIGKILL)``)."""
+        return describe_end(RankEnd(self.exit_code, self.signal, end_status=self.end_status))
+
+    def label(self) -> str:
+        where = ", ".join(
+            p
+            for p in (
+                f"host {self.hostname}" if self.hostname is not None else "",
+                f"local_rank {self.local_rank}" if self.local_rank is not None else "",
+            )
+            if p
+        )
+        return f"rank {self.global_rank}" + (f" ({where})" if where else "")
+
+
+@dataclass(frozen=True)
+class RunScope:
+    """A resolved run: what every question takes instead of a run name."""
+
+    id: int
+    name: str
+    world_size: int | None
+    #: ranks that have data, ordered by global rank
+    ranks: tuple[RankRef, ...]
+    #: digests of the classification rules its files were classified with (None: not recorded)
+    rule_digests: tuple[str | None, ...] = ()
+
+    def ended_abnormally(self) -> list[RankRef]:
+        """Ranks whose command failed, was killed or never ended: their profiles may be cut short."""
+        return [r for r in self.ranks if r.ended_abnormally()]
+
+    def missing_ranks(self) -> list[int]:
+        """Ranks 0..world_size-1 with no data at all (nothing ingested for them)."""
+        if not self.world_size:
+            return []
+        have = {r.global_rank for r in self.ranks}
+        return [g for g in range(self.world_size) if g not in have]
+
+
+def resolve_run(db: Db, run: str | None = None) -> RunScope:
+    """The run named ``run`` (or with that id), or the most recent run when None."""
+    q = f"SELECT id, name, world_size FROM run WHERE {LOADED}"
+    if run is None:
+        row = first(db, f"{q} {_NEWEST} LIMIT 1")
+        if row is None:
+            raise QueryError("the store has no runs yet; ingest some profiles first (profdb ingest PATH...)")
+    else:
+        row = first(db, f"{q} AND name = :name", {"name": run})
+        if row is None and run.isdigit():
+            row = first(db, f"{q} AND id = :id", {"id": int(run)})
+        if row is None:
+            if first(db, "SELECT id FROM run WHERE name = :name", {"name": run}) is not None:
+                raise QueryError(LOADING.format(name=run))
+            names = scalars(db, f"SELECT name FROM run WHERE {LOADED} {_NEWEST} LIMIT 8")
+            known = ", ".join(names) if names else "none: ingest some profiles first"
+            raise QueryError(f"no run named {run!r} in the store; known runs (newest first): {known}")
+    run_id, name, world_size = row
+    ranks = rows(db, "SELECT id, global_rank, hostname, local_rank, end_status, exit_code, signal FROM rank "
+                     "WHERE run_id = :run ORDER BY global_rank", {"run": run_id})
+    digests = scalars(db, "SELECT DISTINCT classification_rules.digest FROM source_file LEFT OUTER JOIN "
+                          "classification_rules ON classification_rules.id = source_file.rules_id "
+                          "WHERE source_file.run_id = :run", {"run": run_id})
+    return RunScope(
+        id=run_id,
+        name=name,
+        world_size=world_size,
+        ranks=tuple(RankRef(*r) for r in ranks),
+        rule_digests=tuple(sorted(digests, key=lambda d: (d is None, d or ""))),
+    )
+
+
+def scope_of(db: Db, run: str | RunScope | None) -> RunScope:
+    """A question's run: the scope as given (resolved once by the caller, as the report does for its
+    several questions), or resolved from a name or id (None: the newest run)."""
+    return run if isinstance(run, RunScope) else resolve_run(db, run)
+
+
+def with_ranks(scope: RunScope) -> RunScope:
+    """``scope`` itself, or a QueryError when the run has no ranks (nothing to ask about)."""
+    if not scope.ranks:
+        raise QueryError(f"run {scope.name!r} has no ranks; ingest its profiles first")
+    return scope
+
+
+def digest_notes(scope: RunScope) -> list[str]:
+    """A note when the run's files were classified with several rule sets (ingested in parts)."""
+    digests = [d for d in scope.rule_digests if d]
+    unknown = None in scope.rule_digests
+    if len(digests) + int(unknown) <= 1:
+        return []
+    named = ", ".join(digests) + (" and unrecorded rules (stored before 0003)" if unknown else "")
+    return [
+        f"run {scope.name!r} was classified with {len(digests) + int(unknown)} rule sets ({named}): communication "
+        f"vs compute may differ between its files; `profdb reclassify --run {scope.name}` makes them one"
+    ]
