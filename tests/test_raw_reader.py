@@ -142,3 +142,23 @@ def test_what_the_raw_opener_leaves_to_open_readonly(
     # the CLI on the old store: upgraded as any command would, then answered
     r = run_cli("query", "--imbalance", "--db", old, "--format", "csv")
     assert r.stdout.startswith("name,kind,category")
+
+
+def test_postgresql_answers_as_the_raw_sqlite_store(
+    stores: dict[str, Path], dlrm_files: list[Path], pg_url: str, run_cli: Invoke, raw: list[RawSqlite]
+) -> None:
+    """The same SQL text on PostgreSQL (through SQLAlchemy's text(): its placeholders, LIKE on
+    lower(), IN lists), on the DLRM job ingested there: every question gives what the raw SQLite
+    store gives."""
+    run_cli("ingest", "--db", pg_url, "--run", "dlrm", *dlrm_files)
+    db = _open_raw(stores["dlrm"], raw)
+    engine = open_readonly(pg_url)
+    try:
+        with engine.connect() as conn:
+            for ask, options in ASKED:
+                via_pg = ask(conn, "dlrm", **options)
+                via_raw = ask(db, "dlrm", **options)
+                assert (via_pg.headers, via_pg.rows, via_pg.headline, via_pg.notes) == (
+                    via_raw.headers, via_raw.rows, via_raw.headline, via_raw.notes), (ask.__name__, options)
+    finally:
+        engine.dispose()
