@@ -159,12 +159,14 @@ def sql_cmd(statement: str, write: bool, max_rows: int, db: str | None, fmt: str
     \b
       profdb sql "select * from imbalance_v order by recoverable_ns desc limit 5"
     """
-    conn = connect(db, write=write)  # read-only by construction (db.open_readonly), not rolled back
+    if not write:  # read-only by construction (db.open_raw_sqlite / open_readonly), not rolled back
+        emit(queries.run_sql(read(db), statement, max_rows=max_rows), fmt)
+        return
+    conn = connect(db, write=True)
     result = queries.run_sql(conn, statement, max_rows=max_rows)
-    if write:
-        from profdb.store import timeline
+    from profdb.store import timeline
 
-        timeline.forget_findings(conn)  # what the statement changed may be under a run's kept analysis
-        conn.commit()
+    timeline.forget_findings(conn)  # what the statement changed may be under a run's kept analysis
+    conn.commit()
     emit(result, fmt)
 

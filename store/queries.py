@@ -20,6 +20,7 @@ waiting for the slowest peer, so the rank that waits *least* is the likely strag
 from __future__ import annotations
 
 import re
+import sqlite3
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from .collectives import Analysis
 from .errors import QueryError
 from .findings import RunVerdict, run_verdict, window_notes
 from .metrics import Spread, ratio, spread
-from .reader import Db, chunks, in_list
+from .reader import Db, RawSqlite, chunks, in_list
 from .records import KINDS, NESTED_KINDS
 from .scope import RankRef, RunScope, digest_notes, scope_of, with_ranks
 from .units import fmt_ns
@@ -836,33 +837,25 @@ def rank_split(db: Db, run: str | RunScope | None = None, kind: str | Sequence[s
 # plain SQL
 
 
-def run_sql(
-    conn: Connection, sql: str, params: dict[str, Any] | None = None, *, max_rows: int | None = None
-) -> Result:
+def run_sql(db: Db, sql: str, params: dict[str, Any] | None = None, *, max_rows: int | None = None) -> Result:
     """Run one SQL statement; rows come back with the statement's own column names. ``max_rows``:
     fetch at most this many rows (streamed, so a recursive CTE without end stops there) and say so
     in a note. PostgreSQL: a query (select, with, values, table) on a read-only connection is read
-    through a server-side cursor (psycopg would otherwise fetch every row before the first)."""
-    from sqlalchemy import text  # any SQL, with SQLAlchemy's errors: the sql command has its connection
-    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
-
+    through a server-side cursor (psycopg would otherwise fetch every row before the first). A raw
+    SQLite store (reader.RawSqlite) runs it through sqlite3, with the same messages."""
     if not sql.strip():
         raise QueryError("empty SQL; pass a statement, e.g. profdb sql \"select * from imbalance_v limit 5\"")
+    if isinstance(db, RawSqlite):
+        return _run_sql_raw(db, sql, params, max_rows)
+    from sqlalchemy import text  # any SQL, with SQLAlchemy's errors
+    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+    conn = db
     stream = max_rows is not None and conn.dialect.name == "postgresql" and _QUERY.match(sql) and _read_only(conn)
     try:
         res = conn.execution_options(stream_results=stream).execute(text(sql), params or {})
     except DBAPIError as e:
-        msg = str(e.orig).strip().splitlines()[0] if e.orig is not None else str(e)
-        if re.search(r"read-?only|query_only", msg):
-            raise QueryError(
-                f"SQL error: {msg}: the store is opened read-only by this command; nothing was written: "
-                "to change it, pass --write (profdb sql --write)"
-            ) from e
-        raise QueryError(
-            f"SQL error: {msg}; the views are listed by "
-            "`profdb sql \"select name from sqlite_master where type='view'\"` (SQLite) "
-            "and in the README's section 'Cross-rank questions'"
-        ) from e
+        raise _sql_error(str(e.orig) if e.orig is not None else str(e)) from e
     except SQLAlchemyError as e:
         raise QueryError(f"SQL error: {e}") from e
     if not res.returns_rows:
@@ -873,14 +866,53 @@ def run_sql(
     try:
         got = res.fetchmany(max_rows + 1)
     except DBAPIError as e:
-        msg = str(e.orig).strip().splitlines()[0] if e.orig is not None else str(e)
-        raise QueryError(f"SQL error while fetching rows: {msg}") from e
+        raise _fetch_error(str(e.orig) if e.orig is not None else str(e)) from e
+    res.close()
+    return _capped(headers, [tuple(_plain(v) for v in r) for r in got], max_rows)
+
+
+def _run_sql_raw(db: RawSqlite, sql: str, params: dict[str, Any] | None, max_rows: int | None) -> Result:
+    try:
+        cur = db.cursor(sql, params)
+    except sqlite3.Error as e:
+        raise _sql_error(str(e)) from e
+    if cur.description is None:
+        return Result([], [], None, [f"{cur.rowcount} row(s) affected"])
+    headers = [d[0] for d in cur.description]
+    try:
+        got = cur.fetchall() if max_rows is None else cur.fetchmany(max_rows + 1)
+    except sqlite3.Error as e:
+        raise _fetch_error(str(e)) from e
+    finally:
+        cur.close()
+    return Result(headers, got) if max_rows is None else _capped(headers, got, max_rows)
+
+
+def _sql_error(text: str) -> QueryError:
+    msg = text.strip().splitlines()[0] if text.strip() else text
+    if re.search(r"read-?only|query_only", msg):
+        return QueryError(
+            f"SQL error: {msg}: the store is opened read-only by this command; nothing was written: "
+            "to change it, pass --write (profdb sql --write)"
+        )
+    return QueryError(
+        f"SQL error: {msg}; the views are listed by "
+        "`profdb sql \"select name from sqlite_master where type='view'\"` (SQLite) "
+        "and in the README's section 'Cross-rank questions'"
+    )
+
+
+def _fetch_error(text: str) -> QueryError:
+    msg = text.strip().splitlines()[0] if text.strip() else text
+    return QueryError(f"SQL error while fetching rows: {msg}")
+
+
+def _capped(headers: list[str], got: list[tuple[Any, ...]], max_rows: int) -> Result:
     notes = []
     if len(got) > max_rows:
         got = got[:max_rows]
         notes.append(f"stopped after {max_rows:,} rows; add a LIMIT, or raise the cap with --max-rows")
-    res.close()
-    return Result(headers, [tuple(_plain(v) for v in r) for r in got], None, notes)
+    return Result(headers, got, None, notes)
 
 
 #: the statements a server-side cursor can hold (DECLARE ... CURSOR FOR <query>)

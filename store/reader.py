@@ -12,7 +12,8 @@ This module imports no SQLAlchemy (tests/test_startup.py checks the query proces
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Union
 
 from .errors import StoreError
@@ -38,13 +39,24 @@ class RawSqlite:
         self._conn: Connection | None = None
 
     def rows(self, sql: str, params: Params | None = None) -> list[tuple[Any, ...]]:
-        try:
+        with self._mapped():
             return self.con.execute(sql, params or {}).fetchall()
+
+    def cursor(self, sql: str, params: Params | None = None) -> sqlite3.Cursor:
+        """The cursor of ``sql`` executed, for the caller to fetch from (profdb sql)."""
+        with self._mapped():
+            return self.con.execute(sql, params or {})
+
+    @contextmanager
+    def _mapped(self) -> Iterator[None]:
+        """A driver error that says what to do (locked, read-only...) raised as its StoreError."""
+        try:
+            yield
         except sqlite3.Error as e:
             mapped = self._errors(e)
-            if mapped is not None:
-                raise mapped from e
-            raise
+            if mapped is None:
+                raise
+            raise mapped from e
 
     def connection(self) -> Connection:
         if self._conn is None:

@@ -119,3 +119,14 @@ def test_sqlite_question_reads_kept_rows_without_sqlalchemy(
     assert ("sqlalchemy" in computed["modules"]) == verdict
     assert (computed["exit"], computed["out"], computed["err"]) == (kept["exit"], kept["out"], kept["err"])
     assert kept["out"].count("\n") >= 2  # a header and rows
+
+
+def test_sql_reads_a_sqlite_store_without_sqlalchemy(dlrm_store: Path) -> None:
+    """``profdb sql`` (read-only, the default) on an SQLite file runs through sqlite3 alone too, with
+    SQLAlchemy's column names and messages; ``--write`` still goes through SQLAlchemy."""
+    got = probe("sql", "select name, world_size from run", "--db", str(dlrm_store), "--format", "csv")
+    assert (got["exit"], got["out"]) == (0, "name,world_size\ndlrm,8\n")
+    assert "sqlalchemy" not in got["modules"]
+    got = probe("sql", "delete from run", "--db", str(dlrm_store))
+    assert got["exit"] == 1 and "opened read-only by this command" in got["err"] and "--write" in got["err"]
+    assert "sqlalchemy" not in got["modules"]
