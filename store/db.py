@@ -3,7 +3,9 @@
 ``open_db(url)`` accepts a file path (SQLite, the default ``./profdb.db``) or an SQLAlchemy URL
 (``sqlite:///x.db``, ``postgresql+psycopg://user@host/db``). It refuses a file that is not a
 profdb store, backs up a SQLite store whose schema is behind before upgrading it, and leaves the
-engine ready for one-transaction-per-command use."""
+engine ready for one-transaction-per-command use. ``open_raw_sqlite`` opens an SQLite store at head
+for reading through the sqlite3 module alone (reader.RawSqlite), so this module imports SQLAlchemy
+only in the functions that make or inspect engines and URLs."""
 
 from __future__ import annotations
 

@@ -5,7 +5,8 @@
 - a ``RawSqlite``: an existing SQLite store opened read-only with the sqlite3 module alone. Importing
   SQLAlchemy costs ~0.25 s of a ~0.4 s ``profdb query`` process (issue 15), and a question answered
   from the kept rows needs none of it. When a question must compute what was not kept (a stale
-  analysis), ``connection(db)`` opens the SQLAlchemy connection on the same file, read-only, then.
+  analysis), ``connection(db)`` opens a SQLAlchemy connection then, over the same sqlite3 connection
+  and inside its read transaction (one snapshot for the whole question).
 
 This module imports no SQLAlchemy (tests/test_startup.py checks the query process)."""
 
@@ -25,11 +26,9 @@ Params = Mapping[str, Any]
 
 
 class RawSqlite:
-    """A read-only SQLite store through the sqlite3 module (``db.open_reader``). ``errors`` turns a
+    """A read-only SQLite store through the sqlite3 module (``db.open_raw_sqlite``). ``errors`` turns a
     driver error into the StoreError the SQLAlchemy engine's handler would raise (locked, read-only...);
-    ``open_connection`` opens the SQLAlchemy connection on the same store, on first need."""
-
-    dialect = "sqlite"
+    ``open_connection`` opens the SQLAlchemy connection over ``con``, on first need."""
 
     def __init__(self, con: sqlite3.Connection, errors: Callable[[sqlite3.Error], StoreError | None],
                  open_connection: Callable[[], Connection]) -> None:
@@ -74,10 +73,6 @@ class RawSqlite:
 
 #: what the questions read: a SQLAlchemy connection or a raw read-only SQLite store
 Db = Union["Connection", RawSqlite]
-
-
-def dialect(db: Db) -> str:
-    return db.dialect if isinstance(db, RawSqlite) else db.dialect.name
 
 
 def rows(db: Db, sql: str, params: Params | None = None) -> list[tuple[Any, ...]]:

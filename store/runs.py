@@ -20,23 +20,21 @@ from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import Connection, func, insert, select, text, update
 
 from . import bulk
 from .errors import QueryError, RankIdentityError
 from .identity import missing_ranks, rank_ranges, rank_spans, span_text
 from .manifest import ABNORMAL, RankEnd, describe_end
 from .models import HostClock, Rank, Run, SourceFile
-from .scope import LOADING, RunScope, resolve_run
+from .scope import LOADED, LOADING, RunScope, resolve_run
 from .units import fmt_ns
 
 _run = Run.__table__
 _rank = Rank.__table__
 
-#: a run is there for readers once its first ranks are committed: on PostgreSQL a load commits its run
-#: row early (bulk.run_scope) and its ranks and rows with its data, so until then (or forever, when that
-#: load was SIGKILLed: the next load removes such rows, bulk.remove_abandoned_runs) the run is hidden
-_loaded = select(_rank.c.id).where(_rank.c.run_id == _run.c.id).exists()
+#: the runs readers see (scope.LOADED: those with committed ranks), in the listings' SELECTs on ``run``
+_loaded = text(LOADED)
 
 Table = tuple[list[str], list[tuple[Any, ...]]]
 
