@@ -40,12 +40,17 @@ SQLITE_BUSY_S = 30
 PG_MIGRATION_LOCK = 0x70726F6664620001
 
 
+def given_store(db: str | None) -> str:
+    """The store a command was given: ``--db`` (a path or URL), else $PROFDB_DB, else ./profdb.db."""
+    return db or os.environ.get(ENV_DB) or DEFAULT_DB
+
+
 def resolve_url(db: str | None) -> str:
     """``--db`` value (or $PROFDB_DB, or ./profdb.db) as an SQLAlchemy URL. A bare
     ``postgresql://`` (or ``postgres://``, as libpq and psql spell it) gets profdb's driver, psycopg 3."""
     from sqlalchemy.engine import URL, make_url
 
-    db = db or os.environ.get(ENV_DB) or DEFAULT_DB
+    db = given_store(db)
     if "://" in db:
         scheme, rest = db.split("://", 1)
         if scheme in ("postgresql", "postgres"):
@@ -504,7 +509,7 @@ def open_raw_sqlite(db: str | None = None) -> RawSqlite | None:
     connection has): what a question reads without importing SQLAlchemy (reader.RawSqlite). None when
     ``db`` is a URL, no file is there, or the store's schema is not this profdb's: ``open_readonly``
     then says so, or upgrades it, as for any command."""
-    db = db or os.environ.get(ENV_DB) or DEFAULT_DB
+    db = given_store(db)
     if "://" in db:
         return None
     path = Path(db).expanduser()

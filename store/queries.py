@@ -888,8 +888,12 @@ def _run_sql_raw(db: RawSqlite, sql: str, params: dict[str, Any] | None, max_row
     return Result(headers, got) if max_rows is None else _capped(headers, got, max_rows)
 
 
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else text
+
+
 def _sql_error(text: str) -> QueryError:
-    msg = text.strip().splitlines()[0] if text.strip() else text
+    msg = _first_line(text)
     if re.search(r"read-?only|query_only", msg):
         return QueryError(
             f"SQL error: {msg}: the store is opened read-only by this command; nothing was written: "
@@ -903,8 +907,7 @@ def _sql_error(text: str) -> QueryError:
 
 
 def _fetch_error(text: str) -> QueryError:
-    msg = text.strip().splitlines()[0] if text.strip() else text
-    return QueryError(f"SQL error while fetching rows: {msg}")
+    return QueryError(f"SQL error while fetching rows: {_first_line(text)}")
 
 
 def _capped(headers: list[str], got: list[tuple[Any, ...]], max_rows: int) -> Result:
