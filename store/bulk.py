@@ -35,7 +35,7 @@ from .errors import ProfdbError, StoreError
 
 if TYPE_CHECKING:  # (imported where used: runs, and so every query, imports this module, not the readers)
     from .collectives import RankTimeline
-    from .ingest_workers import Parsed, Totals
+    from .ingest_workers import Parsed, SummaryRow, Totals
 
 
 def placeholder(conn: Connection) -> str:
@@ -62,6 +62,11 @@ FACT_REFS: dict[str, dict[str, str]] = {
 COPY_CHUNK = 20000
 #: SQLite: rows per INSERT statement (``insert_block``, ``execute_rows``)
 ROWS_PER_INSERT = 100
+#: SQLite: fewer rows than this are bound whole (``insert_rows``): a statement with its constants written
+#: in (``constants_inlined``) has a new text, compiled anew (~0.6 ms for 100 rows), which costs more than
+#: binding them saves below ~2,000 rows; a 512-rank run's per-rank collective calls (125 rows each) spent
+#: 1.0 s compiling them
+INLINE_MIN_ROWS = 2000
 #: "binary" or "text" (benchmarks/pg_ingest.py compares them)
 COPY_FORMAT = "binary"
 _INT2, _INT4 = 21, 23  # type oids whose binary form psycopg fills without a range check
@@ -312,7 +317,9 @@ def insert_rows(conn: Connection, table: str, cols: Sequence[str], rows: list[tu
         return
     if conn.dialect.name == "postgresql":
         check_fact_ids(conn, table, cols, rows)
-    if conn.dialect.name == "sqlite":
+    if conn.dialect.name == "sqlite" and len(rows) < INLINE_MIN_ROWS:
+        execute_rows(conn, insert_sql(conn, table, cols), rows)
+    elif conn.dialect.name == "sqlite":
         execute_rows(conn, *constants_inlined(table, cols, rows, placeholder(conn)))
     else:
         conn.exec_driver_sql(insert_sql(conn, table, cols), rows)
@@ -358,13 +365,26 @@ def intern_names(
             (new,),
         )
         return [(int(i), v) for i, v in nc.exec_driver_sql("SELECT id, value FROM name WHERE value = ANY(%s)", (new,))]
-    m = placeholder(conn)
-    conn.exec_driver_sql(f"INSERT OR IGNORE INTO name (value) VALUES ({m})", [(v,) for v in values])
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    raw.executemany("INSERT OR IGNORE INTO name (value) VALUES (?)", [(v,) for v in values])
+    return _sqlite_ids(raw, "name", "value", values)
+
+
+#: keys per ``_sqlite_ids`` statement, padded with NULLs (which match nothing): one statement text
+_IDS_PER_SELECT = 500
+
+
+def _sqlite_ids(raw: sqlite3.Connection, table: str, key: str, keys: Sequence[str]) -> list[tuple[int, str]]:
+    """(id, key) of ``keys`` in an SQLite ``table`` with a unique ``key`` column, through the driver's
+    connection and always the same statement (a new ``IN (?, ..)`` text per count of keys was
+    compiled anew: with SQLAlchemy's round trip, ~1.7 ms per file of a 512-file run)."""
     out: list[tuple[int, str]] = []
-    for i in range(0, len(values), 500):
-        chunk = list(values[i : i + 500])
-        out += [(int(a), b) for a, b in conn.exec_driver_sql(
-            f"SELECT id, value FROM name WHERE value IN ({', '.join([m] * len(chunk))})", tuple(chunk))]
+    sql = f"SELECT id, {key} FROM {table} WHERE {key} IN ({', '.join(['?'] * _IDS_PER_SELECT)})"
+    for i in range(0, len(keys), _IDS_PER_SELECT):
+        chunk: list[str | None] = list(keys[i : i + _IDS_PER_SELECT])
+        chunk += [None] * (_IDS_PER_SELECT - len(chunk))
+        out += [(int(a), b) for a, b in raw.execute(sql, chunk)]
     return out
 
 
@@ -387,19 +407,24 @@ def intern_launches(
         return {}
     by_key = {launch_key(s): tuple(s) for s in shapes}
     keys = sorted(by_key)
-    m = placeholder(conn)
-    nc = names_conn if conn.dialect.name == "postgresql" and names_conn is not None else conn
-    ignore = "INSERT OR IGNORE INTO" if conn.dialect.name == "sqlite" else "INSERT INTO"
-    tail = "" if conn.dialect.name == "sqlite" else " ON CONFLICT (key) DO NOTHING"
+    values = ", ".join(["?"] * (1 + len(LAUNCH_COLS)))
+    if conn.dialect.name == "sqlite":
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        raw.executemany(f"INSERT OR IGNORE INTO launch (key, {', '.join(LAUNCH_COLS)}) VALUES ({values})",
+                        [(k, *by_key[k]) for k in keys])
+        return {by_key[key]: lid for lid, key in _sqlite_ids(raw, "launch", "key", keys)}
+    nc = names_conn if names_conn is not None else conn
     nc.exec_driver_sql(
-        f"{ignore} launch (key, {', '.join(LAUNCH_COLS)}) VALUES ({', '.join([m] * (1 + len(LAUNCH_COLS)))}){tail}",
+        f"INSERT INTO launch (key, {', '.join(LAUNCH_COLS)}) VALUES ({values.replace('?', '%s')}) "
+        "ON CONFLICT (key) DO NOTHING",
         [(k, *by_key[k]) for k in keys],
     )
     out: dict[tuple[Any, ...], int] = {}
     for i in range(0, len(keys), 500):
         chunk = keys[i : i + 500]
         for lid, key in nc.exec_driver_sql(
-            f"SELECT id, key FROM launch WHERE key IN ({', '.join([m] * len(chunk))})", tuple(chunk)
+            f"SELECT id, key FROM launch WHERE key IN ({', '.join(['%s'] * len(chunk))})", tuple(chunk)
         ):
             out[by_key[key]] = int(lid)
     return out
@@ -623,8 +648,8 @@ class Writer:
         self.dialect = conn.dialect.name
         self.names: dict[str, int] = {}
         self.launches: dict[tuple[Any, ...], int] = {}
-        # (rank_id, name_id, kind) -> [category, calls, total, min, max, sumsq]
-        self.summary: dict[tuple[int, int, str], Totals] = {}
+        # (rank_id, name_id, kind) -> the worker's row, or a running Totals once two files had the key
+        self.summary: dict[tuple[int, int, str], Totals | SummaryRow] = {}
         self.steps: dict[tuple[int, int], tuple[int, int, int]] = {}
         self.mark = placeholder(conn)
         self._names_conn: Connection | None = None  # PostgreSQL: see names_connection
@@ -712,15 +737,20 @@ class Writer:
         insert_block(raw, table, bound, arrays, literals)
 
     def merge(self, rank_id: int, source_id: int, parsed: Parsed) -> None:
-        """A file's summary rows and steps, as a worker (``ingest_workers``) sends them when done."""
+        """A file's summary rows and steps, as a worker (``ingest_workers``) sends them when done. A
+        (rank, name, kind) met once keeps the worker's row as it came (most ranks have one file: a
+        512-file run built 164k Totals for nothing); a second file's row makes it a running Totals."""
         from .ingest_workers import Totals
+        summary = self.summary
         for r in parsed.summary:
             key = (rank_id, r.name_id, r.kind)
-            s = self.summary.get(key)
+            s = summary.get(key)
             if s is None:
-                self.summary[key] = Totals(r.category, r.calls, r.total_ns, r.min_ns, r.max_ns, r.sum_sq_ns, r.self_ns)
-            else:
-                s.add(r.calls, r.total_ns, r.min_ns, r.max_ns, r.sum_sq_ns, r.self_ns)
+                summary[key] = r
+                continue
+            if type(s) is not Totals:
+                s = summary[key] = Totals(s.category, s.calls, s.total_ns, s.min_ns, s.max_ns, s.sum_sq_ns, s.self_ns)
+            s.add(r.calls, r.total_ns, r.min_ns, r.max_ns, r.sum_sq_ns, r.self_ns)
         for st in parsed.steps:
             self.steps[(rank_id, st.step)] = (source_id, st.start_ns, st.duration_ns)
         if parsed.timeline is not None:
@@ -874,6 +904,12 @@ def explain_db_error(
     orig: BaseException = getattr(e, "orig", None) or e  # (SQLAlchemy's DBAPIError wraps the driver's)
     if not (isinstance(orig, sqlite3.Error) or type(orig).__module__.split(".")[0] == "psycopg"):
         return None
+    if isinstance(orig, sqlite3.Error):  # (a statement run on the driver's connection, not mapped on the way)
+        from .db import sqlite_error
+
+        mapped = sqlite_error(orig, store)
+        if mapped is not None:
+            return mapped
     diag = getattr(orig, "diag", None)
     text = str(orig).strip()
     primary = str(getattr(diag, "message_primary", None) or (text.splitlines()[0] if text else type(orig).__name__))

@@ -298,7 +298,7 @@ def check_sqlite_file(path: Path) -> None:
         )
 
 
-def sqlite_error(e: BaseException, path: Path | None, readonly: bool = False) -> StoreError | None:
+def sqlite_error(e: BaseException, path: Path | str | None, readonly: bool = False) -> StoreError | None:
     """The StoreError for a driver error that says what to do (disk full, read-only, locked), or None."""
     text = str(e)
     where = path or "database"

@@ -184,9 +184,12 @@ def _load(
             world_size=plan.world_size,
         )
         _check_store_duplicates(conn, run_id, run_name, todo, allow_dupes)
+        created: set[int] = set()
         rank_ids = runs.rank_ids(
-            conn, run_id, {g: _facts(i) for g, i in todo_plan.ranks.items()}, _rank_conflict(run_name, todo_plan)
+            conn, run_id, {g: _facts(i) for g, i in todo_plan.ranks.items()}, _rank_conflict(run_name, todo_plan),
+            created,
         )
+        fresh = {rid: g for g, rid in rank_ids.items() if rid in created}  # (nothing stored for them yet)
         rules = reclassify.rules_id(conn, classify.active()) if todo else None
         recreate = bulk.defer_indexes(conn, sum(i.size for i in todo))
         writer = bulk.Writer(conn)
@@ -219,7 +222,7 @@ def _load(
             the end was ~85 MB of the ingest's peak at 4x the benchmark's 1M dispatches)."""
             files_left[rank_id] -= 1
             if files_left[rank_id] == 0 and rank_id in writer.timelines:
-                timeline.save_timelines(conn, run_id, {rank_id: writer.timelines.pop(rank_id)})
+                timeline.save_timelines(conn, run_id, {rank_id: writer.timelines.pop(rank_id)}, fresh)
 
         n_workers = ingest_workers.worker_count(sum(i.size for i in todo), len(todo))
         if n_workers:

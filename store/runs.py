@@ -439,30 +439,39 @@ RANK_FIELDS = (
 RANK_IDENTITY = ("hostname", "local_rank")
 
 
-def rank_ids(conn: Connection, run_id: int, ranks: Mapping[int, RankFacts], conflict: RankConflict) -> dict[int, int]:
-    """global rank -> rank id for ``ranks`` of the run: new ranks are created, stored ones checked
-    (``RANK_IDENTITY``: ``conflict(rank, field, stored, incoming)``) and their unknown fields filled."""
+def rank_ids(
+    conn: Connection,
+    run_id: int,
+    ranks: Mapping[int, RankFacts],
+    conflict: RankConflict,
+    created: set[int] | None = None,
+) -> dict[int, int]:
+    """global rank -> rank id for ``ranks`` of the run: new ranks are created (their ids added to
+    ``created`` when given), stored ones checked (``RANK_IDENTITY``: ``conflict(rank, field, stored,
+    incoming)``) and their unknown fields filled."""
     existing = {r.global_rank: r for r in conn.execute(select(_rank).where(_rank.c.run_id == run_id))}
     ids: dict[int, int] = {}
+    new: list[dict[str, Any]] = []
     for g, facts in sorted(ranks.items()):
         old = existing.get(g)
         if old is None:
-            res = conn.execute(
-                insert(Rank)
-                .values(run_id=run_id, global_rank=g, **{f: getattr(facts, f) for f in RANK_FIELDS})
-                .returning(Rank.id)
-            )
-            ids[g] = int(res.scalar_one())
+            new.append(dict(run_id=run_id, global_rank=g, **{f: getattr(facts, f) for f in RANK_FIELDS}))
             continue
         for f in RANK_IDENTITY:
-            new, have = getattr(facts, f), getattr(old, f)
-            if new is not None and have is not None and new != have:
-                raise RankIdentityError(conflict(g, f, have, new))
+            value, have = getattr(facts, f), getattr(old, f)
+            if value is not None and have is not None and value != have:
+                raise RankIdentityError(conflict(g, f, have, value))
         fill = {f: getattr(facts, f) for f in RANK_FIELDS if getattr(old, f) is None and getattr(facts, f) is not None}
         if fill:
             conn.execute(update(Rank).where(Rank.id == old.id).values(**fill))
         ids[g] = int(old.id)
-    return ids
+    if new:  # one statement for all of them (a 512-rank ingest spent ~0.3 s in one INSERT per rank)
+        made = conn.execute(insert(Rank).returning(Rank.id, Rank.global_rank, sort_by_parameter_order=True), new)
+        for rid, g in made:
+            ids[int(g)] = int(rid)
+            if created is not None:
+                created.add(int(rid))
+    return dict(sorted(ids.items()))
 
 
 def stored_files(conn: Connection, run_id: int) -> set[tuple[int, str]]:

@@ -120,6 +120,27 @@ def test_more_ranks_later_join_the_run(tmp_path: Path, db_path: Path, run_cli: I
     assert sql(db_path, "select count(*) from rank_v where run = 'r'") == [(4,)]
 
 
+def test_a_rank_s_files_in_two_ingests_keep_the_timeline_of_one(data: Path, tmp_path: Path, run_cli: Invoke) -> None:
+    """A rank created by an ingest has nothing stored, so its timeline is written without reading any
+    back; a rank that gets more files later is merged with what it had. Both must give what one ingest
+    of all the files gives (real rocprofv3 CSVs of one rank: its kernels, then its RCCL and HIP calls)."""
+    src = data / "rocprofv3_csv" / "rocm-systems_2025-08"
+    files = [src / f for f in ("kernel_trace.csv", "rccl_trace.csv", "hip_trace.csv", "marker_api_trace.csv")]
+    one, two = tmp_path / "one.db", tmp_path / "two.db"
+    run_cli("ingest", "--db", one, "--run", "r", "--rank", "0", *files)
+    run_cli("ingest", "--db", two, "--run", "r", "--rank", "0", files[0])
+    run_cli("ingest", "--db", two, "--run", "r", "--rank", "0", *files[1:])
+    queries = [
+        "select family, group_name, collective, seq, start_ns, end_ns, bytes, busy_before_ns, window_ns "
+        "from collective_call order by 1, 2, 3, 4",
+        "select first_ns, last_ns, work_domain, busy_ns, comm_ns, exposed_comm_ns from rank_timeline",
+        "select step, busy_ns, exposed_comm_ns from step_timeline order by 1",
+    ]
+    assert sql(one, "select count(*) from collective_call")[0][0] > 0
+    for q in queries:
+        assert sql(two, q) == sql(one, q), q
+
+
 # ----------------------------------------------------------------- bad input: exit 1, message, store unchanged
 
 
