@@ -92,8 +92,9 @@ def test_a_small_parameter_limit_makes_smaller_statements(limit: int) -> None:
     assert _dump(raw, "got") == _dump(raw, "want")
 
 
-@pytest.mark.parametrize("n", [0, 1, 99, 100, 101, 333])
+@pytest.mark.parametrize("n", [0, 1, 99, 100, 101, 333, bulk.INLINE_MIN_ROWS + 1])
 def test_row_tuples_store_what_one_insert_per_row_stores(n: int, tmp_path: Any) -> None:
+    """Below INLINE_MIN_ROWS every value is bound; from it on, constant columns are written in."""
     engine = create_engine(f"sqlite:///{tmp_path / 's.db'}")
     rng = np.random.default_rng(n)
     rows = [
@@ -111,6 +112,26 @@ def test_row_tuples_store_what_one_insert_per_row_stores(n: int, tmp_path: Any) 
         raw.executemany(f"INSERT INTO want ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})", rows + rows)
         got, want = _dump(raw, "got"), _dump(raw, "want")
     assert len(got) == 2 * n and got == want
+
+
+@pytest.mark.parametrize("n", [1, 16, 17, 128, 129, 500, 501, 1130])
+def test_interned_names_and_launch_shapes_get_their_own_ids(n: int, tmp_path: Any) -> None:
+    """Ids are looked up through IN lists padded to a few sizes: every key gets its own row's id, on
+    first interning and again (some keys new, some stored) later."""
+    engine = create_engine(f"sqlite:///{tmp_path / 's.db'}")
+    names = [f"kernel_{i}<{'x' * (i % 7)}>" for i in range(n)]
+    shapes = [(0, 1, 100 + i, 200 + i, None, 1, 1, 64, 1, None) for i in range(n)]
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE name (id INTEGER PRIMARY KEY, value TEXT UNIQUE)")
+        conn.exec_driver_sql(f"CREATE TABLE launch (id INTEGER PRIMARY KEY, key TEXT UNIQUE, "
+                             f"{', '.join(bulk.LAUNCH_COLS)})")
+        first = dict((v, i) for i, v in bulk.intern_names(conn, names[: n // 2 + 1]))
+        got = dict((v, i) for i, v in bulk.intern_names(conn, names))
+        launches = bulk.intern_launches(conn, shapes)
+        stored = dict(conn.exec_driver_sql("SELECT value, id FROM name").all())
+        keys = dict(conn.exec_driver_sql("SELECT key, id FROM launch").all())
+    assert got == stored and len(stored) == n and all(got[v] == i for v, i in first.items())
+    assert {bulk.launch_key(s): i for s, i in launches.items()} == keys and len(keys) == n
 
 
 def test_summaries_accumulate_over_many_rows_per_statement(tmp_path: Any) -> None:
