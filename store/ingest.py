@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from sqlalchemy import Connection, Engine, bindparam, insert, select, update
 
@@ -26,6 +26,12 @@ from .inputs import InputFile, derive_run_name, prepare
 from .manifest import RankEnd, rank_end
 from .models import SourceFile
 from .validate import READ_FAILURES
+
+if TYPE_CHECKING:
+    from .collectives import RankTimeline
+
+#: complete ranks' collective calls held before they are stored together (``timeline.save_timelines``)
+SAVE_CALLS = 20000
 
 #: progress(event, path, done_bytes, total_bytes): "start" once with total, "file" after each file
 Progress = Callable[[str, str, int, int], None]
@@ -216,13 +222,28 @@ def _load(
 
         files_left = Counter(rank_id for _inp, rank_id, _sid in sources)
 
+        ready: dict[int, list[RankTimeline]] = {}  # complete ranks' timelines, not stored yet
+        ready_calls = 0
+
+        def save_ready() -> None:
+            nonlocal ready_calls
+            timeline.save_timelines(conn, run_id, ready, fresh)
+            ready.clear()
+            ready_calls = 0
+
         def merged(rank_id: int) -> None:
             """A file of ``rank_id`` is merged: when it was the rank's last, its timelines are stored
-            now and let go (a run's collective calls grow with its input: holding every rank's until
-            the end was ~85 MB of the ingest's peak at 4x the benchmark's 1M dispatches)."""
+            soon and let go, with other complete ranks' once they hold SAVE_CALLS calls (a run's calls
+            grow with its input: holding every rank's until the end was ~85 MB of the ingest's peak at
+            4x the benchmark's 1M dispatches; one rank at a time, a 512-rank run ran ~1,500 small
+            statements)."""
+            nonlocal ready_calls
             files_left[rank_id] -= 1
             if files_left[rank_id] == 0 and rank_id in writer.timelines:
-                timeline.save_timelines(conn, run_id, {rank_id: writer.timelines.pop(rank_id)}, fresh)
+                ready[rank_id] = parts = writer.timelines.pop(rank_id)
+                ready_calls += sum(len(calls) for t in parts for calls in t.calls.values()) + 1
+                if ready_calls >= SAVE_CALLS:
+                    save_ready()
 
         n_workers = ingest_workers.worker_count(sum(i.size for i in todo), len(todo))
         if n_workers:
@@ -247,6 +268,7 @@ def _load(
         if row_counts:
             conn.execute(update(SourceFile).where(SourceFile.id == bindparam("sid")).values(rows=bindparam("n")),
                          row_counts)
+        save_ready()
         writer.finish()
         assert not writer.timelines  # (each rank's were stored as its last file was merged: merged())
         bulk.rebuild_indexes(conn, recreate)  # (temporary storage is in files meanwhile: bulk.load_transaction)

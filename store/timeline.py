@@ -289,6 +289,7 @@ def save_timelines(
         conn.execute(delete(StepTimelineRow).where(StepTimelineRow.rank_id.in_(old)))
     tl_rows: list[tuple[Any, ...]] = []
     step_rows: list[tuple[Any, ...]] = []
+    call_rows: list[tuple[Any, ...]] = []
     for rid in sorted(new):
         parts = [*([stored[rid]] if rid in stored else []), *new[rid]]
         t = combine(parts, globals_[rid])
@@ -300,12 +301,13 @@ def save_timelines(
         # in the primary key's order (calls come in time order, collectives interleaved): each row then
         # lands at the end of its index instead of anywhere in it (measured: ~20% less CPU for the inserts)
         mine.sort(key=itemgetter(1, 2, 3, 4))
-        # written rank by rank (ranks in id order: the whole stays in key order), not gathered for the
-        # run: a run's calls grow with its input (at 4x the benchmark's 1M dispatches, gathering them
-        # raised the ingest's peak by ~80 MB)
-        insert_rows(conn, "collective_call", CALL_COLS, mine)
+        call_rows += mine
         tl_rows.append((rid, t.first_ns, t.last_ns, t.work_domain, t.busy_ns, t.comm_ns, t.exposed_comm_ns))
         step_rows.extend((rid, s.number, s.busy_ns, s.exposed_comm_ns) for s in t.steps)
+    # the ranks of one call together (ranks in id order: the whole stays in key order). The caller
+    # bounds how many calls that is (ingest: SAVE_CALLS): a run's calls grow with its input (at 4x the
+    # benchmark's 1M dispatches, gathering all of them raised the ingest's peak by ~80 MB)
+    insert_rows(conn, "collective_call", CALL_COLS, call_rows)
     insert_rows(conn, "rank_timeline", TIMELINE_COLS, tl_rows)
     insert_rows(conn, "step_timeline", STEP_TIMELINE_COLS, step_rows)
 
