@@ -30,9 +30,6 @@ from .validate import READ_FAILURES
 if TYPE_CHECKING:
     from .collectives import RankTimeline
 
-#: complete ranks' collective calls held before they are stored together (``timeline.save_timelines``)
-SAVE_CALLS = 20000
-
 #: progress(event, path, done_bytes, total_bytes): "start" once with total, "file" after each file
 Progress = Callable[[str, str, int, int], None]
 
@@ -233,16 +230,15 @@ def _load(
 
         def merged(rank_id: int) -> None:
             """A file of ``rank_id`` is merged: when it was the rank's last, its timelines are stored
-            soon and let go, with other complete ranks' once they hold SAVE_CALLS calls (a run's calls
-            grow with its input: holding every rank's until the end was ~85 MB of the ingest's peak at
-            4x the benchmark's 1M dispatches; one rank at a time, a 512-rank run ran ~1,500 small
-            statements)."""
+            soon and let go, with other complete ranks' once they hold ``timeline.SAVE_CALLS`` calls (a
+            run's calls grow with its input: holding every rank's until the end was ~85 MB of the
+            ingest's peak at 4x the benchmark's 1M dispatches)."""
             nonlocal ready_calls
             files_left[rank_id] -= 1
             if files_left[rank_id] == 0 and rank_id in writer.timelines:
                 ready[rank_id] = parts = writer.timelines.pop(rank_id)
-                ready_calls += sum(len(calls) for t in parts for calls in t.calls.values()) + 1
-                if ready_calls >= SAVE_CALLS:
+                ready_calls += sum(len(calls) for t in parts for calls in t.calls.values()) + 1  # (+ its row)
+                if ready_calls >= timeline.SAVE_CALLS:
                     save_ready()
 
         n_workers = ingest_workers.worker_count(sum(i.size for i in todo), len(todo))

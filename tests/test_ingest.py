@@ -141,6 +141,25 @@ def test_a_rank_s_files_in_two_ingests_keep_the_timeline_of_one(data: Path, tmp_
         assert sql(two, q) == sql(one, q), q
 
 
+def test_timelines_stored_in_small_batches_are_the_same(
+    data: Path, tmp_path: Path, run_cli: Invoke, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Complete ranks' timelines are gathered and written SAVE_CALLS calls at a time: with a batch of a
+    few calls (ranks saved together, and inserts cut inside save_timelines) the store is the same as
+    with the default (the real torchrun4_cpu job: 4 ranks, gloo calls)."""
+    from profdb.store import timeline
+
+    whole, small = tmp_path / "whole.db", tmp_path / "small.db"
+    run_cli("ingest", "--db", whole, data / "kineto" / "torchrun4_cpu")
+    monkeypatch.setattr(timeline, "SAVE_CALLS", 5)
+    run_cli("ingest", "--db", small, data / "kineto" / "torchrun4_cpu")
+    queries = ["select * from collective_call order by 1, 2, 3, 4, 5", "select * from rank_timeline order by 1",
+               "select * from step_timeline order by 1, 2"]
+    assert sql(whole, "select count(*) from collective_call")[0][0] > 2 * 5
+    for q in queries:
+        assert sql(small, q) == sql(whole, q), q
+
+
 # ----------------------------------------------------------------- bad input: exit 1, message, store unchanged
 
 
