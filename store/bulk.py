@@ -410,7 +410,8 @@ def intern_launches(
         return {}
     by_key = {launch_key(s): tuple(s) for s in shapes}
     keys = sorted(by_key)
-    values = ", ".join(["?"] * (1 + len(LAUNCH_COLS)))
+    m = placeholder(conn)
+    values = ", ".join([m] * (1 + len(LAUNCH_COLS)))
     if conn.dialect.name == "sqlite":
         raw = conn.connection.driver_connection
         assert raw is not None
@@ -419,7 +420,7 @@ def intern_launches(
         return {by_key[key]: lid for lid, key in _sqlite_ids(raw, "launch", "key", keys)}
     nc = names_conn if names_conn is not None else conn
     nc.exec_driver_sql(
-        f"INSERT INTO launch (key, {', '.join(LAUNCH_COLS)}) VALUES ({values.replace('?', '%s')}) "
+        f"INSERT INTO launch (key, {', '.join(LAUNCH_COLS)}) VALUES ({values}) "
         "ON CONFLICT (key) DO NOTHING",
         [(k, *by_key[k]) for k in keys],
     )
@@ -427,7 +428,7 @@ def intern_launches(
     for i in range(0, len(keys), 500):
         chunk = keys[i : i + 500]
         for lid, key in nc.exec_driver_sql(
-            f"SELECT id, key FROM launch WHERE key IN ({', '.join(['%s'] * len(chunk))})", tuple(chunk)
+            f"SELECT id, key FROM launch WHERE key IN ({', '.join([m] * len(chunk))})", tuple(chunk)
         ):
             out[by_key[key]] = int(lid)
     return out

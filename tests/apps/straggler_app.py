@@ -83,13 +83,8 @@ def train(steps: int, rank: int, plant: tuple[str, int | None], prof: profile) -
             enter.append(time.monotonic_ns())
             dist.all_reduce(grad)
         prof.step()
-    # every rank passes a barrier before this loop's tensors are released (after the trace is written:
-    # the profiler's window ended at the last prof.step()). A gloo worker thread drops its reference to
-    # the last all_reduce's tensors a little after the call returns; when that reference was the last
-    # one and the interpreter had begun to finalize, the thread died taking the GIL and the rank aborted
-    # ("terminate called without an active exception", exit 134, about one run in 30 on 2 cores;
-    # seen in a core dump: ProcessGroupGloo::runLoop -> ~AsyncAllreduceWork -> THPVariable_dealloc ->
-    # take_gil -> pthread_exit during Py_FinalizeEx).
+    # every rank passes a barrier before this loop's tensors are released, after the profiled window:
+    # without it a rank aborted at exit about one run in 30 (why: tests/apps/torch_app.py's train)
     dist.barrier()
     return {"enter_ns": enter, "compute_ns": compute, "cpu_share": cpu / wall if wall > 0 else 1.0}
 
