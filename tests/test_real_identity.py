@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import random
+import re
 import sqlite3
 import tarfile
 from pathlib import Path
@@ -14,6 +16,7 @@ from click.testing import CliRunner
 
 from profdb.cli.main import cli
 from profdb.store.readers import kineto_json
+from profdb.store.readers.base import head, tail
 
 
 def _dlrm(data: Path, tmp_path: Path) -> Path:
@@ -90,3 +93,39 @@ def test_several_devices_leave_device_unset(tmp_path: Path) -> None:
     f.write_text(json.dumps({"schemaVersion": 1, "deviceProperties": [{"id": 3}], "traceEvents": events[:1]}))
     hint = kineto_json.inspect(f).hint
     assert hint.device == 3 and hint.device_origin.startswith("deviceProperties")
+
+
+#: the byte-by-byte form of kineto_json._EVENT_ARGS, before its runs were made possessive
+_PLAIN_STR = rb'"(?:[^"\\]|\\.)*"'
+_PLAIN_EVENT_ARGS = re.compile(rb"\{((?:" + _PLAIN_STR + rb'|[^{}"])*)"args"\s*:\s*\{((?:' + _PLAIN_STR + rb'|[^{}"])*)\}')
+
+
+def test_event_args_pattern_finds_what_the_plain_one_does_on_real_traces(data: Path) -> None:
+    """The events with args that device detection reads, in the head and tail of every real Kineto
+    trace in tests/data, whole and cut at random points (a head or tail blob starts and ends
+    mid-event): the same matches, spans and groups as the pattern taking one byte at a time."""
+    rnd = random.Random(15)
+    blobs: list[bytes] = []
+    for path in sorted((data / "kineto").rglob("*.json*")):
+        blobs += [head(path, 65536), tail(path, 65536)]
+    assert len(blobs) >= 20 and sum(b.count(b'"args"') for b in blobs) > 1000
+    cuts = []
+    for b in blobs:
+        for _ in range(4):
+            i, j = sorted(rnd.sample(range(len(b)), 2))
+            cuts.append(b[i:j])
+    checked = 0
+    for b in blobs + cuts:
+        got = [(m.span(), m.groups()) for m in kineto_json._EVENT_ARGS.finditer(b)]
+        assert got == [(m.span(), m.groups()) for m in _PLAIN_EVENT_ARGS.finditer(b)]
+        checked += len(got)
+    assert checked > 1000
+
+
+def test_event_args_pattern_on_braces_in_names_and_unclosed_strings() -> None:
+    blob = (b'{"ph": "X", "cat": "kernel", "name": "k{lambda()#1}<\\"{\\">", "args": {"device": 3, "s": "}{"}}, '
+            b'{"ph": "X", "cat": "kernel", "name": "unclosed ' + b"x" * 200_000)
+    got = [m.groups() for m in kineto_json._EVENT_ARGS.finditer(blob)]
+    assert got == [m.groups() for m in _PLAIN_EVENT_ARGS.finditer(blob)]
+    assert got == [(b'"ph": "X", "cat": "kernel", "name": "k{lambda()#1}<\\"{\\">", ', b'"device": 3, "s": "}{"')]
+    assert kineto_json._gpu_devices(blob) == [3]
