@@ -21,6 +21,7 @@ Required: profdb_manifest, global_rank. Everything else may be null.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -172,15 +173,21 @@ _FIELD_TYPES: dict[str, type] = {
 MANIFEST_MAX_LEVELS = 3
 
 
-def _shared_folders() -> set[Path]:
+def _shared_folders() -> frozenset[Path]:
     """Folders whose manifest can never speak for what is below them: home, temp, filesystem root."""
     import tempfile
 
-    out = {Path("/"), Path(tempfile.gettempdir()).resolve(), Path("/tmp").resolve()}
-    home = os.environ.get("HOME")
+    return _resolved_shared(os.environ.get("HOME"), tempfile.gettempdir())
+
+
+@functools.lru_cache(maxsize=4)
+def _resolved_shared(home: str | None, temp: str) -> frozenset[Path]:
+    """(Resolved once per home and temporary folder: three resolves per input file were 0.4 s of
+    looking through 1,024 ranks' traces.)"""
+    out = {Path("/"), Path(temp).resolve(), Path("/tmp").resolve()}
     if home:
         out.add(Path(home).resolve())
-    return out
+    return frozenset(out)
 
 
 def find_manifest(path: Path, stop: Path | None = None) -> Path | None:

@@ -15,7 +15,7 @@ from typing import Any
 from click.testing import CliRunner
 
 from profdb.cli.main import cli
-from profdb.store.readers import kineto_json
+from profdb.store.readers import kineto_fast, kineto_json
 from profdb.store.readers.base import head, tail
 
 
@@ -129,3 +129,57 @@ def test_event_args_pattern_on_braces_in_names_and_unclosed_strings() -> None:
     assert got == [m.groups() for m in _PLAIN_EVENT_ARGS.finditer(blob)]
     assert got == [(b'"ph": "X", "cat": "kernel", "name": "k{lambda()#1}<\\"{\\">", ', b'"device": 3, "s": "}{"')]
     assert kineto_json._gpu_devices(blob) == [3]
+
+
+def _plain_devices(blob: bytes) -> set[int]:
+    """What the byte-by-byte pattern finds: the devices of the GPU events with args in ``blob``."""
+    found = set()
+    for m in _PLAIN_EVENT_ARGS.finditer(blob):
+        if kineto_json._GPU_CAT.search(m.group(1)):
+            d = kineto_json._ARG_DEVICE.search(m.group(2))
+            if d:
+                found.add(int(d.group(1)))
+    return found
+
+
+def test_devices_decoded_by_msgspec_are_the_patterns_on_real_traces(data: Path) -> None:
+    """Device detection decodes the whole events of a head or tail blob with msgspec, and falls back
+    to the pattern only when a blob is not as expected. On every real GPU trace in tests/data: the
+    decoded path reads every blob, and finds the devices the pattern finds."""
+    checked = 0
+    for path in sorted((data / "kineto").rglob("*.json*")):
+        h, t = head(path, 65536), tail(path, 65536)
+        if b'"traceEvents"' not in h:
+            continue
+        for at_start, blob in ((True, h.split(b'"traceEvents"', 1)[-1]), (False, t)):
+            if kineto_json._GPU_CAT.search(blob) is None:
+                continue
+            got = kineto_fast.event_devices(blob, at_start)
+            assert got is not None, (path, at_start)
+            assert got == _plain_devices(blob), (path, at_start)
+            checked += 1
+    assert checked >= 10
+
+
+def test_devices_decoded_on_edges_of_blobs() -> None:
+    kernel = '{{"ph": "X", "cat": "kernel", "name": "{name}", "ts": 1, "dur": 1, "args": {{"device": {d}}}}}'
+    events = ", ".join([
+        '{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 5, "args": {"Input Dims": [[2, 2]]}}',
+        kernel.format(name="k}, {lambda()#1}", d=2),  # a boundary-like run inside a name
+        kernel.format(name="k", d=3),
+    ])
+    trailer = ', "deviceProperties": [{"id": 2}, {"id": 3}], "distributedInfo": {"rank": 0}}'
+    whole = ('{"schemaVersion": 1, "traceEvents": [' + events + "]" + trailer).encode()
+    after = whole.split(b'"traceEvents"', 1)[1]
+    # a small file: the head holds every event and the trailer
+    assert kineto_fast.event_devices(after, at_start=True) == {2, 3}
+    # a head cut inside the last event: the events before the cut
+    assert kineto_fast.event_devices(after[: after.index(b'"k", "ts"') + 3], at_start=True) == {2}
+    # a tail starting inside the name that holds "}, {": read from the next real event
+    tail_blob = whole[whole.index(b"lambda") :]
+    assert kineto_fast.event_devices(tail_blob, at_start=True) is None
+    assert kineto_fast.event_devices(tail_blob, at_start=False) == {3}
+    assert kineto_json._gpu_devices(after, tail_blob) == [2, 3]
+    # not an event list: the pattern's turn
+    assert kineto_fast.event_devices(b': [{"ph": "X", "cat": "kernel", "args": [1, 2]}, {"x": 1}]', True) is None
+    assert kineto_fast.event_devices(b'{"cat": "kernel", "args": {"device": 1}}, {"cat": nope}', False) is None

@@ -333,3 +333,82 @@ _EMPTY = _Args()
 def _kept(kv: tuple[Any, ...]) -> str | None:
     kept = {k: v for k, v in zip(KEEP_ARGS, kv) if v is not _UNSET}
     return json.dumps(kept) if kept else None
+
+
+# --------------------------------------------------------------------------- the GPU of a trace (inspect)
+
+
+class _DeviceArgs(msgspec.Struct, gc=False):
+    device: Any = None
+
+
+class _DeviceEvent(msgspec.Struct, gc=False):
+    """An event as device detection reads it: its category and its args' device."""
+
+    cat: Any = ""
+    args: _DeviceArgs | None = None
+
+
+_DEVICE_DECODER = msgspec.json.Decoder(list[_DeviceEvent])
+#: the categories of GPU events whose args.device names the GPU (kineto_json._GPU_CAT)
+_GPU_CATS = frozenset(("kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"))
+_EVENTS_OPEN = re.compile(rb"\s*:\s*\[\s*")
+_NEXT_EVENT = re.compile(rb"\}\s*,\s*\{")
+_EVENT_END = re.compile(rb"\}\s*[,\]]")
+_TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
+#: event starts (tail) and cuts (both) tried in a blob before the caller's pattern takes over
+_DEVICE_TRIES = 6
+
+
+def _whole_events(body: bytes) -> list[_DeviceEvent] | None:
+    """The whole events at the start of ``body`` (which starts at an event's ``{``): cut after the
+    last ``}`` that ends an event (a comma or the closing bracket follows), or where the events array
+    closes (the rest of a small file), and decoded; None when no cut decodes."""
+    end = len(body)
+    for _ in range(_DEVICE_TRIES):
+        brace = body.rfind(b"}", 0, end)
+        while brace >= 0 and not _EVENT_END.match(body, brace):
+            brace = body.rfind(b"}", 0, brace)
+        if brace < 0:
+            return None
+        end = brace
+        piece = b"[" + body[: brace + 1] + b"]"
+        try:
+            return _DEVICE_DECODER.decode(piece)
+        except (msgspec.ValidationError, RecursionError):
+            return None
+        except msgspec.DecodeError as e:
+            closed = _TRAILING.search(str(e))  # the events array closed inside the piece: decode that
+            if closed is None:
+                at = _AT_BYTE.search(str(e))
+                if at is not None and int(at.group(1)) < len(piece) - 1:
+                    return None  # bad before the cut (or the blob's start is not an event's)
+                continue  # a cut inside a string or inside an event: try an earlier one
+            try:  # (the byte msgspec names is the one after the closing bracket, or the comma after it)
+                return _DEVICE_DECODER.decode(piece[: int(closed.group(1))].rstrip(b" \t\r\n,"))
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                return None
+    return None
+
+
+def event_devices(blob: bytes, at_start: bool) -> set[int] | None:
+    """The ``args.device`` of the GPU events (kernels, copies, sets: ``_GPU_CATS``) among the whole
+    events of a head or tail blob, decoded by msgspec; None when the blob is not as expected (the
+    caller's pattern reads it then). ``at_start``: the blob starts right after ``"traceEvents"`` (a
+    head); else it starts inside an event (a tail) and the events are read from the first event
+    start that decodes."""
+    if at_start:
+        m = _EVENTS_OPEN.match(blob)
+        starts = [m.end()] if m is not None and blob[m.end() : m.end() + 1] == b"{" else []
+    else:
+        starts = [m.end() - 1 for _, m in zip(range(_DEVICE_TRIES), _NEXT_EVENT.finditer(blob))]
+    for start in starts:
+        events = _whole_events(blob[start:])
+        if events is not None:  # (cat and device typed Any: a list or a float is no GPU event's)
+            return {
+                d for ev in events
+                if type(ev.cat) is str and ev.cat in _GPU_CATS and ev.args is not None
+                and type(d := ev.args.device) is int and d >= 0
+            }
+    return None
+

@@ -244,8 +244,12 @@ def _gpu_devices(*blobs: bytes) -> list[int]:
     tail of the event list: the GPU this process used. A device is an index on the node, never a local
     rank (CUDA_VISIBLE_DEVICES, one process driving several GPUs)."""
     found: set[int] = set()
-    for blob in blobs:
+    for i, blob in enumerate(blobs):
         if _GPU_CAT.search(blob) is None:  # (a CPU-only trace: no event to look into)
+            continue
+        fast = kineto_fast.event_devices(blob, at_start=i == 0)
+        if fast is not None:
+            found |= fast
             continue
         for m in _EVENT_ARGS.finditer(blob):
             if _GPU_CAT.search(m.group(1)):
