@@ -183,3 +183,16 @@ def test_devices_decoded_on_edges_of_blobs() -> None:
     # not an event list: the pattern's turn
     assert kineto_fast.event_devices(b': [{"ph": "X", "cat": "kernel", "args": [1, 2]}, {"x": 1}]', True) is None
     assert kineto_fast.event_devices(b'{"cat": "kernel", "args": {"device": 1}}, {"cat": nope}', False) is None
+
+
+def test_top_values_longer_than_the_first_window_are_read_whole() -> None:
+    props = b"[" + b", ".join(b'{"id": %d, "name": "%s"}' % (i, b"x" * 300) for i in range(40)) + b"]"
+    blob = b'{"deviceProperties": ' + props + b', "baseTimeNanoseconds": 1700000000123456789}'
+    assert len(props) > kineto_json._VALUE_WINDOW
+    assert kineto_json._top_value(blob, "deviceProperties") == json.loads(props)
+    assert kineto_json._top_value(blob, "baseTimeNanoseconds") == 1700000000123456789
+    # a number running past the window is not cut there
+    digits = b"7" * (kineto_json._VALUE_WINDOW + 100)
+    assert kineto_json._top_value(b'{"n": ' + digits + b', "x": 1}', "n") == int(digits)
+    # a value cut by the blob's end is no value
+    assert kineto_json._top_value(blob[: len(blob) - 3000], "deviceProperties") is None

@@ -104,14 +104,39 @@ def detect(path: Path) -> bool:
     return data.lstrip()[:1] == b"{" and _TOP_MARK.search(data) is not None
 
 
+#: bytes after a key decoded first by ``_top_value`` (the whole rest of the blob only when the value is
+#: longer): decoding the rest of a 64 KiB blob for each of five keys was 0.47 s of 1,024 traces' inspection
+_VALUE_WINDOW = 4096
+
+
+_DECODER = json.JSONDecoder()
+
+
 def _top_value(blob: bytes, key: str) -> Any:
     """The JSON value of a top-level ``"key":`` found in a head/tail blob, or None."""
-    m = re.search(rb'"' + re.escape(key.encode()) + rb'"\s*:\s*', blob)
-    if not m:
+    # (the key's text is found with bytes.find, the pattern tried only where it is: a pattern search
+    # through 64 KiB for each key that is not there cost more than decoding the ones that are)
+    needle = b'"' + key.encode() + b'"'
+    pattern = re.compile(re.escape(needle) + rb"\s*:\s*")
+    m = None
+    at = blob.find(needle)
+    while at >= 0 and m is None:
+        m = pattern.match(blob, at)
+        at = blob.find(needle, at + 1)
+    if m is None:
         return None
+    decoder = _DECODER
+    if len(blob) - m.end() > _VALUE_WINDOW:
+        text = blob[m.end() : m.end() + _VALUE_WINDOW].decode("utf-8", "replace")
+        try:
+            value, end = decoder.raw_decode(text)
+            if end < len(text):  # (a value reaching the window's end may go on after it: a number)
+                return value
+        except ValueError:
+            pass
     text = blob[m.end() :].decode("utf-8", "replace")
     try:
-        value, _ = json.JSONDecoder().raw_decode(text)
+        value, _ = decoder.raw_decode(text)
     except ValueError:
         return None
     return value
