@@ -350,8 +350,9 @@ class _DeviceEvent(msgspec.Struct, gc=False):
 
 
 _DEVICE_DECODER = msgspec.json.Decoder(list[_DeviceEvent])
-#: the categories of GPU events whose args.device names the GPU (kineto_json._GPU_CAT)
-_GPU_CATS = frozenset(("kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"))
+#: the categories of the GPU events whose args.device names the process's GPU (kernels, copies, sets)
+GPU_CATS = ("kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset")
+_GPU_CATS = frozenset(GPU_CATS)
 _EVENTS_OPEN = re.compile(rb"\s*:\s*\[\s*")
 _NEXT_EVENT = re.compile(rb"\}\s*,\s*\{")
 _EVENT_END = re.compile(rb"\}\s*[,\]]")
@@ -392,7 +393,7 @@ def _whole_events(body: bytes) -> list[_DeviceEvent] | None:
 
 
 def event_devices(blob: bytes, at_start: bool) -> set[int] | None:
-    """The ``args.device`` of the GPU events (kernels, copies, sets: ``_GPU_CATS``) among the whole
+    """The ``args.device`` of the GPU events (``GPU_CATS``) among the whole
     events of a head or tail blob, decoded by msgspec; None when the blob is not as expected (the
     caller's pattern reads it then). ``at_start``: the blob starts right after ``"traceEvents"`` (a
     head); else it starts inside an event (a tail) and the events are read from the first event

@@ -85,7 +85,7 @@ _HOST_PID = re.compile(
 #: trace (two 64 KiB blobs), most of inspecting a small one (128 ranks' traces: 1.0 of 1.1 s)
 _STR = rb'"(?:[^"\\]++|\\.)*+"'
 _EVENT_ARGS = re.compile(rb'\{((?:[^{}"]++|' + _STR + rb')*)"args"\s*:\s*\{((?:[^{}"]++|' + _STR + rb')*)\}')
-_GPU_CAT = re.compile(rb'"cat"\s*:\s*"(?:kernel|Kernel|gpu_memcpy|Memcpy|gpu_memset|Memset)"')
+_GPU_CAT = re.compile(rb'"cat"\s*:\s*"(?:' + "|".join(kineto_fast.GPU_CATS).encode() + rb')"')
 _ARG_DEVICE = re.compile(rb'"device"\s*:\s*(\d+)')
 _EVENTS = re.compile(rb'"traceEvents"\s*:\s*(\S)')
 _TOP_MARK = re.compile(rb'"(traceEvents|schemaVersion|deviceProperties|distributedInfo)"\s*:|^\s*\{\s*"profdb"\s*:')
@@ -267,7 +267,8 @@ def _inspect_merged(path: Path, h: bytes) -> SourceInfo:
 def _gpu_devices(*blobs: bytes) -> list[int]:
     """The distinct ``args.device`` of the GPU events (kernels, copies, sets) found in the head and
     tail of the event list: the GPU this process used. A device is an index on the node, never a local
-    rank (CUDA_VISIBLE_DEVICES, one process driving several GPUs)."""
+    rank (CUDA_VISIBLE_DEVICES, one process driving several GPUs). Each blob's whole events are decoded
+    (``kineto_fast.event_devices``); the pattern reads a blob that does not decode as expected."""
     found: set[int] = set()
     for i, blob in enumerate(blobs):
         if _GPU_CAT.search(blob) is None:  # (a CPU-only trace: no event to look into)
