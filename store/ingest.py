@@ -178,12 +178,9 @@ def _load(
                 report.files.append(
                     FileResult(str(i.path), i.info.format, i.info.kind, i.claim.identity.global_rank, 0, skipped=True)
                 )
+        todo_ranks = {t.claim.identity.global_rank for t in todo if t.claim}  # (once: per rank, it was ranks x files)
         todo_plan = RankPlan(
-            ranks={
-                g: ident
-                for g, ident in plan.ranks.items()
-                if any(t.claim and t.claim.identity.global_rank == g for t in todo)
-            },
+            ranks={g: ident for g, ident in plan.ranks.items() if g in todo_ranks},
             world_size=plan.world_size,
         )
         _check_store_duplicates(conn, run_id, run_name, todo, allow_dupes)
