@@ -128,7 +128,7 @@ def test_event_args_pattern_on_braces_in_names_and_unclosed_strings() -> None:
     got = [m.groups() for m in kineto_json._EVENT_ARGS.finditer(blob)]
     assert got == [m.groups() for m in _PLAIN_EVENT_ARGS.finditer(blob)]
     assert got == [(b'"ph": "X", "cat": "kernel", "name": "k{lambda()#1}<\\"{\\">", ', b'"device": 3, "s": "}{"')]
-    assert kineto_json._gpu_devices(blob) == [3]
+    assert kineto_json._gpu_devices(blob, b"") == [3]
 
 
 def _plain_devices(blob: bytes) -> set[int]:

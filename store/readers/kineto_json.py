@@ -264,16 +264,17 @@ def _inspect_merged(path: Path, h: bytes) -> SourceInfo:
     )
 
 
-def _gpu_devices(*blobs: bytes) -> list[int]:
-    """The distinct ``args.device`` of the GPU events (kernels, copies, sets) found in the head and
-    tail of the event list: the GPU this process used. A device is an index on the node, never a local
-    rank (CUDA_VISIBLE_DEVICES, one process driving several GPUs). Each blob's whole events are decoded
-    (``kineto_fast.event_devices``); the pattern reads a blob that does not decode as expected."""
+def _gpu_devices(events_head: bytes, tail: bytes) -> list[int]:
+    """The distinct ``args.device`` of the GPU events (kernels, copies, sets) found in the head (from
+    right after ``"traceEvents"``) and the tail of the event list: the GPU this process used. A device
+    is an index on the node, never a local rank (CUDA_VISIBLE_DEVICES, one process driving several
+    GPUs). Each blob's whole events are decoded (``kineto_fast.event_devices``); the pattern reads a
+    blob that does not decode as expected."""
     found: set[int] = set()
-    for i, blob in enumerate(blobs):
+    for blob, at_start in ((events_head, True), (tail, False)):
         if _GPU_CAT.search(blob) is None:  # (a CPU-only trace: no event to look into)
             continue
-        fast = kineto_fast.event_devices(blob, at_start=i == 0)
+        fast = kineto_fast.event_devices(blob, at_start)
         if fast is not None:
             found |= fast
             continue
