@@ -16,7 +16,7 @@ from . import readers
 from .errors import InputError, RankIdentityError
 from .identity import RANK_DIR, IdentityFlags, RankClaim, RankPlan, check_claims, resolve_file
 from .manifest import MANIFEST_NAME, RankManifest
-from .readers.base import Reader, has_rank_sections
+from .readers.base import Reader, has_rank_sections, remembered_heads
 from .records import SourceInfo
 from .validate import check_readable, inspect_file, regular_file, unreadable_folder
 
@@ -113,15 +113,16 @@ def sha256_of(path: Path) -> str:
 def prepare(
     paths: Sequence[str | Path], flags: IdentityFlags, fmt: str | None = None
 ) -> tuple[list[InputFile], list[Path], RankPlan]:
-    files, unknown = expand(paths, fmt)
-    # hashing reads every byte: two threads (hashlib and file reads release the GIL) keep both cores
-    # busy; each result is taken where it was computed before, so errors surface in the same order
-    pool = ThreadPoolExecutor(max_workers=2)
-    try:
-        hashes = [pool.submit(sha256_of, path) for path, _ in files]
-        return _prepare(files, hashes, unknown, flags)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    with remembered_heads():  # (each file's head is read once, not once per reader asked)
+        files, unknown = expand(paths, fmt)
+        # hashing reads every byte: two threads (hashlib and file reads release the GIL) keep both cores
+        # busy; each result is taken where it was computed before, so errors surface in the same order
+        pool = ThreadPoolExecutor(max_workers=2)
+        try:
+            hashes = [pool.submit(sha256_of, path) for path, _ in files]
+            return _prepare(files, hashes, unknown, flags)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _prepare(

@@ -27,7 +27,9 @@ from __future__ import annotations
 import gzip
 import io
 import zlib
+from collections import OrderedDict
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Protocol
 
@@ -67,19 +69,64 @@ def is_gzip(path: Path) -> bool:
 
 
 def open_binary(path: Path) -> IO[bytes]:
-    """Open a file for streaming, decompressing gzip by content (not by extension)."""
-    if is_gzip(path):
-        return gzip.open(path, "rb")  # type: ignore[return-value]
-    return open(path, "rb")
+    """Open a file for streaming, decompressing gzip by content (not by extension). A plain file is
+    opened once (its first bytes read, then rewound), not once to look and once to read."""
+    f = open(path, "rb")
+    try:
+        gz = f.read(2) == GZIP_MAGIC
+        f.seek(0)
+    except BaseException:
+        f.close()
+        raise
+    if not gz:
+        return f
+    f.close()
+    return gzip.open(path, "rb")  # type: ignore[return-value]
+
+
+#: bytes read for a head while heads are remembered (``remembered_heads``): every reader's ``detect``
+#: asks for at most this much, so one read serves them all
+HEAD_READ = 65536
+#: files whose head is remembered at once: detection looks at one file at a time
+_HEADS_KEPT = 4
+_heads: OrderedDict[str, tuple[bytes, bool]] | None = None
+
+
+@contextmanager
+def remembered_heads() -> Iterator[None]:
+    """While inside, ``head`` reads each file once and answers every later request for it from
+    memory (the last ``_HEADS_KEPT`` files, ``HEAD_READ`` bytes each): detecting a file's format asks
+    every reader in turn, nine heads per file, each an open and a read (0.5 ms per file on 2,048
+    small CSV files). Only for a phase in which the files do not change (ingest's phase 1)."""
+    global _heads
+    outer, _heads = _heads, OrderedDict()
+    try:
+        yield
+    finally:
+        _heads = outer
 
 
 def head(path: Path, size: int = 65536) -> bytes:
     """The first ``size`` bytes of the (decompressed) content; b"" if unreadable."""
+    heads = _heads
+    key = str(path)
+    if heads is not None and key in heads:
+        data, whole = heads[key]
+        if whole or len(data) >= size:
+            heads.move_to_end(key)
+            return data[:size]
+    want = max(size, HEAD_READ) if heads is not None else size
     try:
         with open_binary(path) as f:
-            return f.read(size)
+            data = f.read(want)
     except (OSError, EOFError, zlib.error):
         return b""
+    if heads is not None:
+        heads[key] = (data, len(data) < want)
+        heads.move_to_end(key)
+        while len(heads) > _HEADS_KEPT:
+            heads.popitem(last=False)
+    return data[:size]
 
 
 def tail(path: Path, size: int = 65536) -> bytes:
