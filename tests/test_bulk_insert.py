@@ -120,18 +120,22 @@ def test_interned_names_and_launch_shapes_get_their_own_ids(n: int, tmp_path: An
     first interning and again (some keys new, some stored) later."""
     engine = create_engine(f"sqlite:///{tmp_path / 's.db'}")
     names = [f"kernel_{i}<{'x' * (i % 7)}>" for i in range(n)]
-    shapes = [(0, 1, 100 + i, 200 + i, None, 1, 1, 64, 1, None) for i in range(n)]
+    shapes = [(0, 1, 100 + i, 200 + i, None if i % 2 else -i, 1, 1, 64, 1, None if i % 3 else 1) for i in range(n)]
     with engine.begin() as conn:
         conn.exec_driver_sql("CREATE TABLE name (id INTEGER PRIMARY KEY, value TEXT UNIQUE)")
         conn.exec_driver_sql(f"CREATE TABLE launch (id INTEGER PRIMARY KEY, key TEXT UNIQUE, "
                              f"{', '.join(bulk.LAUNCH_COLS)})")
         first = dict((v, i) for i, v in bulk.intern_names(conn, names[: n // 2 + 1]))
         got = dict((v, i) for i, v in bulk.intern_names(conn, names))
+        first_launches = bulk.intern_launches(conn, shapes[: n // 2 + 1])
         launches = bulk.intern_launches(conn, shapes)
         stored = dict(conn.exec_driver_sql("SELECT value, id FROM name").all())
         keys = dict(conn.exec_driver_sql("SELECT key, id FROM launch").all())
     assert got == stored and len(stored) == n and all(got[v] == i for v, i in first.items())
     assert {bulk.launch_key(s): i for s, i in launches.items()} == keys and len(keys) == n
+    assert all(launches[s] == i for s, i in first_launches.items())
+    # a NULL is an empty field of the key, as migration 0005 writes it in SQL
+    assert bulk.launch_key((0, None, 3, -4, None, 1, 1, 64, 1, None)) == "0||3|-4||1|1|64|1|"
 
 
 def test_summaries_accumulate_over_many_rows_per_statement(tmp_path: Any) -> None:
