@@ -201,7 +201,7 @@ def summarize_rank(rank: int, activities: Iterable[Activity], time_base_ns: int 
 
 
 @functools.lru_cache(maxsize=65536)
-def _classify(kind: str, name: str, category: str | None) -> tuple[int, bool, int | None]:
+def classify_interval(kind: str, name: str, category: str | None) -> tuple[int, bool, int | None]:
     """Where an activity's interval goes (0 nowhere, 1 device work, 2 device communication, 3 CPU work,
     4 host communication), whether it can be a collective call, and its ProfilerStep number. Cached:
     a worker sees the same few thousand names in every file."""
@@ -331,9 +331,13 @@ class TimelineBuilder:
             u.compact()
 
     def _classify(self, kind: str, name: str, category: str | None) -> tuple[_Union | None, bool, int | None]:
-        where, is_call, step = _classify(kind, name, category)
-        buckets = (None, self.device_work, self.device_comm, self.cpu_work, self.host_comm)
-        return buckets[where], is_call, step
+        where, is_call, step = classify_interval(kind, name, category)
+        return self.buckets()[where], is_call, step
+
+    def buckets(self) -> tuple[_Union | None, _Union, _Union, _Union, _Union]:
+        """The unions by ``classify_interval``'s where-code: 0 none, 1 device work, 2 device
+        communication, 3 CPU work, 4 host communication."""
+        return (None, self.device_work, self.device_comm, self.cpu_work, self.host_comm)
 
     def _coverage(self) -> tuple[str, Covered, Covered, int]:
         """(work domain, its work's coverage, work and communication's coverage together, the length of

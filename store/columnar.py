@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .collectives import CollectiveCall, Covered, TimelineBuilder, call_name
+from .collectives import CollectiveCall, Covered, TimelineBuilder, call_name, classify_interval
 from .errors import InputError
 from .records import Activity, Counter
 from .validate import MAX_NAME_CHARS
@@ -253,25 +253,29 @@ class ColumnTimeline(TimelineBuilder):
         self.sizes: dict[int, int] = {}
 
     def add_columns(self, b: ActivityColumns) -> None:
-        how = [self._classify(b.kind, n, b.category) for n in b.names]
+        kind, category, names = b.kind, b.category, b.names
+        how = [classify_interval(kind, n, category) for n in names]  # (where, is_call, step) per entry
         # a collective call without args (all rows of a column batch) is (family, "", collective, None)
         # by its name alone (collectives.collective_of): its calls are taken per name, as columns; only
         # steps (annotations) go through add_many
-        special = [e for e, (_bucket, _is_call, step) in enumerate(how) if step is not None]
-        calls = {e: call_name(b.kind, b.names[e]) for e, (_b, is_call, _s) in enumerate(how) if is_call}
+        special = [e for e, h in enumerate(how) if h[2] is not None]
+        calls = {e: call_name(kind, names[e]) for e, h in enumerate(how) if h[1]}
         idx = b.name_index
-        plain = np.ones(len(b), dtype=bool) if not special else ~np.isin(idx, special)
-        if bool(plain.any()):
+        # (rows are picked through per-entry lookup tables indexed by the rows' entries: np.isin on a
+        # small batch cost ~20 us a call, a third of a 122-row file's timeline)
+        is_special = None
+        plain: Any = slice(None)
+        if special:
+            is_special = np.zeros(len(names), dtype=bool)
+            is_special[special] = True
+            plain = ~is_special[idx]
+        pidx = idx[plain]
+        if len(pidx):
             starts = b.start_ns[plain] + self.base
             ends = starts + b.duration_ns[plain]  # (durations are checked not negative)
             lo, hi = int(starts.min()), int(ends.max())
             self.first = lo if self.first is None else min(self.first, lo)
             self.last = hi if self.last is None else max(self.last, hi)
-            by_bucket: dict[int, list[int]] = {}
-            for e, (bucket, _call, _step) in enumerate(how):
-                if bucket is not None:
-                    by_bucket.setdefault(id(bucket), []).append(e)
-            pidx = idx[plain]
             for e, found in calls.items():
                 if found is not None and e not in special:
                     mask = pidx == e
@@ -280,12 +284,17 @@ class ColumnTimeline(TimelineBuilder):
                         family, coll = found
                         self.raw[family].extend(zip(starts[mask].tolist(), ends[mask].tolist(), repeat("", n),
                                                     repeat(coll, n), repeat(None, n)))
-            for key, entries in by_bucket.items():
-                if len(entries) == len(b.names):
+            where = [h[0] for h in how]
+            distinct = set(where)
+            row_where = np.array(where, dtype=np.int8)[pidx] if len(distinct) > 1 else None
+            buckets = self.buckets()
+            for code in sorted(distinct - {0}):
+                if row_where is None:  # (every entry goes to this one bucket)
                     part = union(starts, ends)
                 else:
-                    mask = np.isin(pidx, entries)
+                    mask = row_where == code
                     part = union(starts[mask], ends[mask])
+                key = id(buckets[code])
                 chunks = self.chunks.setdefault(key, [])
                 chunks.append(part)
                 self.sizes[key] = self.sizes.get(key, 0) + len(part[0])
@@ -293,12 +302,12 @@ class ColumnTimeline(TimelineBuilder):
                     folded = union(np.concatenate([c[0] for c in chunks]), np.concatenate([c[1] for c in chunks]))
                     self.chunks[key] = [folded]
                     self.sizes[key] = len(folded[0])
-        if special:
-            rows = np.nonzero(~plain)[0]
+        if is_special is not None:
+            rows = np.nonzero(is_special[idx])[0]
             sub = ActivityColumns(
-                b.kind, b.names, idx[rows], b.start_ns[rows], b.duration_ns[rows],
+                kind, names, idx[rows], b.start_ns[rows], b.duration_ns[rows],
                 {f: Ints(c.values[rows], None if c.null is None else c.null[rows]) for f, c in b.ints.items()},
-                b.category,
+                category,
             )
             self.add_many(sub.records())
 

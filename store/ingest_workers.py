@@ -25,6 +25,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import repeat
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, cast
@@ -446,19 +447,17 @@ def _launch_shapes(b: columnar.ActivityColumns) -> tuple[list[tuple[int | None, 
     table = np.stack(parts, axis=1)
     first, inverse = _distinct_rows(table, b.name_index)
     uniq = table[first]
-    shapes = []
-    for row in uniq.tolist():
-        got: dict[str, int | None] = dict(const)
-        i = 0
-        for f in varying:
-            v = row[i]
-            i += 1
-            if b.ints[f].null is not None:
-                if row[i]:
-                    v = None
-                i += 1
-            got[f] = v
-        shapes.append(tuple([got[f] for f in _SHAPE]))
+    # (the shapes are built column by column, then zipped: a dict per shape was ~1 us a shape)
+    fields: dict[str, Any] = {f: repeat(v) for f, v in const.items()}
+    j = 0
+    for f in varying:
+        values: list[Any] = uniq[:, j].tolist()
+        j += 1
+        if b.ints[f].null is not None:
+            values = [None if empty else v for v, empty in zip(values, uniq[:, j].tolist())]
+            j += 1
+        fields[f] = values
+    shapes: list[tuple[int | None, ...]] = list(zip(*(fields[f] for f in _SHAPE)))
     return shapes, inverse
 
 
@@ -482,19 +481,30 @@ def _distinct_rows(table: Any, by: Any) -> tuple[Any, Any]:
 
 
 def _distinct_keyed(table: Any) -> tuple[Any, Any]:
-    """``_distinct_rows`` by one exact integer key per row: the columns are numbered and combined
-    (mixed radix, renumbered whenever it would grow past 2**31), so np.unique runs on one column
-    (np.unique(axis=0) sorts a structured view: 190 us against ~70 us for 320 rows of 3 columns)."""
+    """``_distinct_rows`` by one exact integer key per row: each column's offset from its minimum, the
+    columns combined in mixed radix (a column whose range would carry the key past 2**62 is numbered
+    by np.unique first, and the key renumbered), so np.unique runs on one column (np.unique(axis=0)
+    sorts a structured view: 190 us against ~70 us for 320 rows of 3 columns; offsets instead of
+    numbering every column: ~45 -> ~20 us for 122 rows of 3)."""
+    limit = 1 << 62
     key = np.zeros(len(table), dtype=np.int64)
     size = 1
-    for j in range(table.shape[1]):
-        values, code = np.unique(table[:, j], return_inverse=True)
-        key = key * len(values) + code.reshape(-1)
-        size *= len(values)
-        if size >= 1 << 31:
+    for j in range(table.shape[1] if len(table) else 0):
+        col = table[:, j]
+        lo = int(col.min())
+        span = int(col.max()) - lo + 1
+        if size * span >= limit and size > 1:
             values, key = np.unique(key, return_inverse=True)
             key = key.reshape(-1)
             size = len(values)
+        if size * span < limit:
+            code = col - lo  # (span < 2**62: no overflow)
+        else:
+            values, code = np.unique(col, return_inverse=True)
+            code = code.reshape(-1)
+            span = len(values)
+        key = key * span + code
+        size *= span
     _keys, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     return first, inverse.reshape(-1)
 

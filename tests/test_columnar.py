@@ -105,15 +105,20 @@ def test_calls_ordered_windowed_and_numbered_as_the_python_builder_does(seed: in
     assert len({(c.start_ns, c.end_ns) for c in old}) < n  # (ties present: equal starts, equal ends)
 
 
-@pytest.mark.parametrize("per_name", [True, False])
-def test_distinct_launch_shapes_found_exactly(per_name: bool) -> None:
+@pytest.mark.parametrize("per_name", [True, False, "extreme"])
+def test_distinct_launch_shapes_found_exactly(per_name: bool | str) -> None:
     """The launch shapes of a batch (ingest_workers._distinct_rows): rows of equal shape share one
-    number, rows of different shapes never do, whether or not each name has one shape."""
+    number, rows of different shapes never do, whether or not each name has one shape, and when the
+    columns' ranges are too wide to combine as they are (the whole int64 range)."""
     from profdb.store.ingest_workers import _distinct_rows
 
     rng = np.random.default_rng(3)
     names = rng.integers(0, 40, 5_000).astype(np.int32)
-    if per_name:
+    if per_name == "extreme":
+        edge = np.array([-(2**63), 2**63 - 1, 0, -1, 2**62], dtype=np.int64)
+        table = np.stack([edge[rng.integers(0, 5, 5_000)], rng.integers(0, 1 << 40, 5_000) % 7 << 30,
+                          edge[rng.integers(0, 5, 5_000)], rng.integers(-(2**62), 2**62, 5_000) % 3], axis=1)
+    elif per_name:
         table = np.stack([names.astype(np.int64) * 7 % 5, names.astype(np.int64) % 3, np.full(5_000, 1 << 40)], axis=1)
     else:
         table = np.stack([rng.integers(0, 1 << 33, 5_000) % 9 * (1 << 33), rng.integers(0, 4, 5_000),
