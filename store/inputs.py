@@ -15,7 +15,7 @@ from pathlib import Path
 from . import readers
 from .errors import InputError, RankIdentityError
 from .identity import RANK_DIR, IdentityFlags, RankClaim, RankPlan, check_claims, resolve_file
-from .manifest import MANIFEST_NAME, RankManifest
+from .manifest import MANIFEST_NAME, RankManifest, remembered_folders
 from .readers.base import Reader, has_rank_sections, remembered_heads
 from .records import SourceInfo
 from .validate import check_readable, inspect_file, regular_file, unreadable_folder
@@ -113,7 +113,8 @@ def sha256_of(path: Path) -> str:
 def prepare(
     paths: Sequence[str | Path], flags: IdentityFlags, fmt: str | None = None
 ) -> tuple[list[InputFile], list[Path], RankPlan]:
-    with remembered_heads():  # (each file's head is read once, not once per reader asked)
+    # (each file's head is read once, not once per reader asked; each folder looked for a manifest once)
+    with remembered_heads(), remembered_folders():
         files, unknown = expand(paths, fmt)
         # hashing reads every byte: two threads (hashlib and file reads release the GIL) keep both cores
         # busy; each result is taken where it was computed before, so errors surface in the same order

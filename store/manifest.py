@@ -25,6 +25,8 @@ import functools
 import json
 import os
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -190,21 +192,67 @@ def _resolved_shared(home: str | None, temp: str) -> frozenset[Path]:
     return frozenset(out)
 
 
+#: find_manifest's answers (by resolved folder, resolved stop and levels left) and resolved folders,
+#: while ``remembered_folders`` is active; None otherwise (a long-lived process sees files change)
+_memo: tuple[dict[tuple[Path, Path | None, int], Path | None], dict[Path, Path]] | None = None
+
+
+@contextmanager
+def remembered_folders() -> Iterator[None]:
+    """Within: ``find_manifest`` remembers what it found from each folder and each folder's resolved
+    path, so the files of one folder, or of sibling rank folders, do not stat and resolve the same
+    folders again (2,048 rank folders: 4 stats and 2 resolves per file, ~0.3 s of looking through
+    the inputs). For one pass over the inputs (``inputs.prepare``), not across ingests."""
+    global _memo
+    outer = _memo
+    _memo = ({}, {})
+    try:
+        yield
+    finally:
+        _memo = outer
+
+
+def _resolve(d: Path, resolved: dict[Path, Path] | None) -> Path:
+    """``d.resolve()``; with a memo, a folder that is not a link is its resolved parent's child (one
+    lstat instead of one per component)."""
+    if resolved is None:
+        return d.resolve()
+    got = resolved.get(d)
+    if got is None:
+        if d.is_absolute() and d.parent != d and d.name not in ("", ".", "..") and not d.is_symlink():
+            got = _resolve(d.parent, resolved) / d.name
+        else:
+            got = d.resolve()
+        resolved[d] = got
+    return got
+
+
 def find_manifest(path: Path, stop: Path | None = None) -> Path | None:
     """The nearest manifest in ``path``'s folder or its parents: at most ``MANIFEST_MAX_LEVELS``
     folders up, not above ``stop``, and never one in a shared folder (``$HOME``, the temporary
     folder, ``/``): a stray manifest there would relabel every input below it."""
+    answers, resolved = _memo if _memo is not None else (None, None)
     d = path if path.is_dir() else path.parent
-    d = d.resolve()
-    stop_r = stop.resolve() if stop else None
+    d = _resolve(d if d.is_absolute() else Path.cwd() / d, resolved)
+    stop_r = _resolve(stop if stop.is_absolute() else Path.cwd() / stop, resolved) if stop else None
     shared = _shared_folders()
-    for _level in range(MANIFEST_MAX_LEVELS + 1):
+    walked: list[tuple[Path, Path | None, int]] = []  # (every folder walked has the same answer)
+    found: Path | None = None
+    for level in range(MANIFEST_MAX_LEVELS + 1):
+        key = (d, stop_r, MANIFEST_MAX_LEVELS - level)
+        if answers is not None and key in answers:
+            found = answers[key]
+            break
+        walked.append(key)
         if d in shared:
-            return None
+            break
         candidate = d / MANIFEST_NAME
         if candidate.is_file():
-            return candidate
+            found = candidate
+            break
         if d.parent == d or (stop_r is not None and d == stop_r):
-            return None
+            break
         d = d.parent
-    return None
+    if answers is not None:
+        answers.update((k, found) for k in walked)
+    return found

@@ -120,3 +120,31 @@ def test_world_size_and_hostname_disagreements() -> None:
         )
     with pytest.raises(RankIdentityError, match="outside the world size 4"):
         check_claims([_claim("a.json", 5, world=4)], IdentityFlags())
+
+
+def test_remembered_folders_find_the_manifests_a_fresh_search_finds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """find_manifest within remembered_folders (one pass over many files: folders stat'ed and
+    resolved once) answers what it answers without: the level limit, a stop folder, links and
+    relative paths, whichever file of a folder is looked up first."""
+    from profdb.store.manifest import find_manifest, remembered_folders
+
+    job = tmp_path / "job"
+    write_manifest(job / "a", RankManifest(global_rank=0))
+    write_manifest(job / "c" / "r1", RankManifest(global_rank=1))
+    deep = job / "a" / "x" / "y" / "z" / "w"
+    for d in (deep, job / "b", job / "c" / "r1" / "h", job / "c" / "r2" / "h"):
+        d.mkdir(parents=True)
+    (job / "l").symlink_to(job / "a" / "x")
+    (job / "up").symlink_to(job / "a" / "x" / "y" / "z" / "w")
+    files = [job / "a" / "f0", job / "a" / "x" / "f1", job / "a" / "x" / "y" / "f2", deep.parent / "f3", deep / "f4",
+             job / "b" / "f5", job / "l" / "y" / "f2", job / "up" / "f6", job / "c" / "r1" / "h" / "f7",
+             job / "c" / "r2" / "h" / "f8", job / "l" / ".." / "x" / "f9", Path("job/a/x/y/f2")]
+    monkeypatch.chdir(tmp_path)
+    cases = [(f, stop) for f in files for stop in (None, job / "a" / "x", job / "l", job)]
+    want = [find_manifest(f, stop) for f, stop in cases]
+    assert want.count(None) < len(want) - 10 and None in want  # (found and not found, both)
+    assert find_manifest(deep / "f4") is None and find_manifest(deep.parent / "f3") == job / "a" / "profdb-rank.json"
+    for order in (cases, cases[::-1]):
+        with remembered_folders():
+            got = {(f, stop): find_manifest(f, stop) for f, stop in order}
+        assert [got[c] for c in cases] == want
