@@ -256,7 +256,7 @@ class CsvShape:
 
 def csv_shapes(s: Sizes) -> list[CsvShape]:
     """Every shape, each of ``s.csv_dispatches`` dispatches: long and short names, with and without
-    counter files, and many small files (the same dispatches over 16x the ranks)."""
+    counter files, and many small files (the same dispatches over 16x and 64x the ranks)."""
     r, h = s.csv_ranks, s.csv_hosts
     return [
         CsvShape("long-counters", False, 3, r, h, "long names, 3 counters/dispatch"),
@@ -264,6 +264,8 @@ def csv_shapes(s: Sizes) -> list[CsvShape]:
         CsvShape("short-counters", True, 3, r // 2, h // 2, "short names, 3 counters/dispatch"),
         CsvShape("short", True, 0, r // 2, h // 2, "short names, no counters"),
         CsvShape("short-many-files", True, 0, r * 16, h * 4, "short names, no counters, many small files"),
+        # a large job profiled briefly: 2,048 ranks of ~490 dispatches, 8 per node (the per-file costs)
+        CsvShape("short-2048-files", True, 0, r * 64, h * 64, "short names, no counters, 2,048 tiny files"),
     ]
 
 
