@@ -689,8 +689,10 @@ class Writer:
         self.dialect = conn.dialect.name
         self.names: dict[str, int] = {}
         self.launches: dict[tuple[Any, ...], int] = {}
-        # (rank_id, name_id, kind) -> the worker's row, or a running Totals once two files had the key
-        self.summary: dict[tuple[int, int, str], Totals | SummaryRow] = {}
+        # rank_id -> (name_id, kind) -> the worker's row, or a running Totals once two files had the key
+        self.summary: dict[int, dict[tuple[int, str], Totals | SummaryRow]] = {}
+        #: complete ranks' summary rows, written once SUMMARY_ROWS wait (``rank_done``)
+        self.ready: list[tuple[Any, ...]] = []
         self.steps: dict[tuple[int, int], tuple[int, int, int]] = {}
         self.mark = placeholder(conn)
         self._names_conn: Connection | None = None  # PostgreSQL: see names_connection
@@ -713,8 +715,11 @@ class Writer:
 
     def launch_ids(self, shapes: Iterable[tuple[Any, ...]]) -> None:
         """Intern every new launch shape (LAUNCH_COLS tuples) in one round trip per batch."""
-        new = [v for v in set(shapes) if v not in self.launches]
+        wanted = set(shapes)
+        new = [v for v in wanted if v not in self.launches]
         if new:
+            if len(self.launches) + len(new) > LAUNCHES_KEPT:  # (only the batch's own are kept)
+                self.launches = {v: self.launches[v] for v in wanted if v in self.launches}
             self.launches.update(intern_launches(self.conn, new, self._side()))
 
     def answer_names(self, values: list[Any]) -> list[int]:
@@ -782,9 +787,9 @@ class Writer:
         (rank, name, kind) met once keeps the worker's row as it came (most ranks have one file: a
         512-file run built 164k Totals for nothing); a second file's row makes it a running Totals."""
         from .ingest_workers import Totals
-        summary = self.summary
+        summary = self.summary.setdefault(rank_id, {})
         for r in parsed.summary:  # (name_id, kind, category, calls, total, min, max, sum of squares, self)
-            key = (rank_id, r[0], r[1])
+            key = (r[0], r[1])
             s = summary.get(key)
             if s is None:
                 summary[key] = r
@@ -797,18 +802,49 @@ class Writer:
         if parsed.timeline is not None:
             self.timelines.setdefault(rank_id, []).append(parsed.timeline)
 
+    def rank_done(self, rank_id: int) -> None:
+        """Every file of ``rank_id`` is merged: its summary is final. Its rows are written with other
+        complete ranks' once ``SUMMARY_ROWS`` wait, and let go: holding every rank's until the end
+        grew with ranks x names (2,048 ranks of 320 names: 650k rows, ~470 MB at the ingest's peak).
+        (PostgreSQL: a load holds its ranks' locks, ``hold_run``, so no other load updates these keys.)"""
+        ranks = self.summary.pop(rank_id, None)
+        if ranks is not None:
+            self.ready += _summary_rows(rank_id, ranks)
+        if len(self.ready) >= SUMMARY_ROWS:
+            add_summaries(self.conn, self.ready)
+            self.ready = []
+
     def finish(self) -> None:
         """Merge the in-memory summaries and steps into the store (adding to earlier ingests)."""
         self._close_names()
-        rows: list[tuple[Any, ...]] = []
-        for (rank_id, name_id, kind), t in self.summary.items():
-            if isinstance(t, tuple):  # (a worker's row, met once)
-                rows.append((rank_id, *t))
-            else:
-                rows.append((rank_id, name_id, kind, t.category, t.calls, t.total_ns, t.min_ns, t.max_ns, t.sum_sq_ns,
-                             t.self_ns))
-        add_summaries(self.conn, rows)
+        for rank_id, per_name in self.summary.items():
+            self.ready += _summary_rows(rank_id, per_name)
+        self.summary = {}
+        add_summaries(self.conn, self.ready)
+        self.ready = []
         add_steps(self.conn, [(k[0], k[1], *v) for k, v in self.steps.items()])
+
+
+#: launch shapes whose ids the writer (and each parsing worker, ``ingest_workers._Names``) keeps in
+#: memory; past this many the table starts again, and a shape met again is looked up in the store.
+#: Each rank has its own shapes (its pid and thread are part of them): 2,048 ranks had 139k, ~30 MB
+#: in each of the three processes, growing with the job.
+LAUNCHES_KEPT = 50_000
+
+#: complete ranks' summary rows the writer holds before writing them (``Writer.rank_done``)
+SUMMARY_ROWS = 50_000
+
+
+def _summary_rows(rank_id: int, per_name: dict[tuple[int, str], Totals | SummaryRow]) -> list[tuple[Any, ...]]:
+    """A rank's summary rows as ``add_summaries`` takes them."""
+    rows: list[tuple[Any, ...]] = []
+    for (name_id, kind), t in per_name.items():
+        if isinstance(t, tuple):  # (a worker's row, met once)
+            rows.append((rank_id, *t))
+        else:
+            rows.append((rank_id, name_id, kind, t.category, t.calls, t.total_ns, t.min_ns, t.max_ns, t.sum_sq_ns,
+                         t.self_ns))
+    return rows
 
 
 #: SQLite's page cache during a bulk load into SQLite (KiB, as PRAGMA cache_size takes it negated),

@@ -232,6 +232,8 @@ def _load(
             ingest's peak at 4x the benchmark's 1M dispatches)."""
             nonlocal ready_calls
             files_left[rank_id] -= 1
+            if files_left[rank_id] == 0:
+                writer.rank_done(rank_id)  # (its summary rows: written soon and let go too)
             if files_left[rank_id] == 0 and rank_id in writer.timelines:
                 ready[rank_id] = parts = writer.timelines.pop(rank_id)
                 ready_calls += sum(len(calls) for t in parts for calls in t.calls.values()) + 1  # (+ its row)

@@ -34,7 +34,7 @@ from typing import Any, NamedTuple, Protocol, cast
 import numpy as np
 
 from . import classify, columnar, lifetime, readers, validate
-from .bulk import Coded
+from .bulk import LAUNCHES_KEPT, Coded
 from .collectives import RankTimeline, TimelineBuilder
 from .intervals import SelfTotals
 from .records import NESTED_KINDS as NESTED_KINDS  # (defined where the kinds are)
@@ -214,6 +214,8 @@ class _Names:
         worker goes on with work that needs no ids meanwhile. (Waiting at once left workers idle
         for ~1.6 ms per file while the writer finished another's batch: 2.5 s of a worker's 6.6 s on
         2,048 small files.)"""
+        if len(self.ids) > LAUNCHES_KEPT:  # (launch shapes grow with the job's ranks: memory bounded)
+            self.ids.clear()
         new = [n for n in names if n not in self.ids]
         if new:
             self.conn.send(NamesMsg(new))

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from profdb.store import bulk, ingest, ingest_workers
+from profdb.store.readers import rocprof_csv
 from profdb.store.errors import InputError
 
 from conftest import file_bytes, sql
@@ -83,6 +84,34 @@ def test_bulk_path_stores_what_the_plain_path_stores(
         assert bulk[key] == plain[key], key
     # the foreign key checks are back on for whoever uses the store next
     assert sql(tmp_path / "bulkTrue.db", "pragma foreign_key_check") == []
+
+
+@pytest.mark.parametrize("workers", [True, False])
+def test_bounded_writer_and_worker_tables_store_the_same(
+    inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: bool
+) -> None:
+    """The launch shapes the writer and the workers keep (bulk.LAUNCHES_KEPT) and the complete ranks'
+    summary rows the writer holds (bulk.SUMMARY_ROWS) are bounded; with tiny bounds (shapes looked
+    up again in the store, summaries written a few ranks at a time, a second run adding to stored
+    shapes, files read in many batches) the store holds what it holds with the usual ones."""
+    stores = {}
+    for small in (False, True):
+        _bulk(monkeypatch, workers)
+        if small:
+            monkeypatch.setattr(bulk, "LAUNCHES_KEPT", 3)
+            monkeypatch.setattr(ingest_workers, "LAUNCHES_KEPT", 3)
+            monkeypatch.setattr(bulk, "SUMMARY_ROWS", 7)
+            # several batches per file: a worker that let its shapes go asks the writer for known ones
+            monkeypatch.setattr(ingest_workers, "BATCH", 100)
+            monkeypatch.setattr(rocprof_csv, "BLOCK", 16384)
+        db = tmp_path / f"small{small}.db"
+        for run in ("a", "b"):
+            ingest.ingest_paths(sorted((inputs / "csv").glob("rank*")), str(db), run=run)
+        ingest.ingest_paths(sorted((inputs / "kineto").glob("rank-*.json")), str(db), run="kineto")
+        stores[small] = _content(db) | {"launch": sorted(sql(db, "select key from launch"))}
+    assert len(stores[False]["launch"]) > 20 and len(stores[False]["summary"]) > 2 * 7
+    for key in stores[False]:
+        assert stores[True][key] == stores[False][key], key
 
 
 def test_worker_failure_rolls_back_byte_for_byte(inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
