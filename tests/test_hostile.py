@@ -5,7 +5,9 @@ The inputs are the real samples in tests/data, edited in one place each (the edi
 
 from __future__ import annotations
 
+import csv
 import gzip
+import io
 import json
 import os
 import shutil
@@ -226,6 +228,26 @@ def test_csv_cut_inside_its_last_field(tmp_path: Path, db_path: Path, run_cli: I
     raw = (ROCM25 / "memory_copy_trace.csv").read_bytes().rstrip(b"\n")
     f = _rank_file(tmp_path, "memory_copy_trace.csv", raw[:-10])
     _fails(run_cli, db_path, seeded, "--run", "x", f, match=f"{f}: memcpy 'MEMORY_COPY_DEVICE_TO_HOST'")
+
+
+@pytest.mark.parametrize("cell", ["inf", "-nan", "12x", "1e999"])
+@pytest.mark.parametrize("name, column", [("kernel_trace.csv", "Start_Timestamp"), ("memory_copy_trace.csv", "Stream_Id")])
+def test_csv_number_cell_that_is_no_integer(
+    tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes, cell: str, name: str, column: str
+) -> None:
+    """A number cell of the real 2025 sample that is no integer (infinite, NaN, text) names the file,
+    its line and the value, on the columnar path (kernels) and the row path (copies): 'inf' was an
+    OverflowError without a line."""
+    lines = (ROCM25 / name).read_text().splitlines()
+    header = next(csv.reader([lines[0]]))
+    row = next(csv.reader([lines[3]]))
+    row[header.index(column)] = cell
+    buf = io.StringIO()
+    csv.writer(buf, quoting=csv.QUOTE_MINIMAL, lineterminator="").writerow(row)
+    lines[3] = buf.getvalue()
+    f = _rank_file(tmp_path, name, ("\n".join(lines) + "\n").encode())
+    err = _fails(run_cli, db_path, seeded, "--run", "x", f, match=f"'{cell}' is not an integer")
+    assert f"{f}: line 4: " in err
 
 
 def test_csv_cut_inside_its_header(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:

@@ -198,12 +198,18 @@ def _agent(value: str) -> int | None:
 
 
 def _int(value: str) -> int | None:
+    """A cell as an integer (``64.0`` -> 64), None when empty; a ValueError naming the cell when it is
+    no number, or infinite (which ``int(float(...))`` raised as an OverflowError without a line)."""
     if value == "":
         return None
     try:
         return int(value)
     except ValueError:
+        pass
+    try:
         return int(float(value))
+    except (ValueError, OverflowError):
+        raise ValueError(f"{value!r} is not an integer") from None
 
 
 def _rows(path: Path) -> Iterator[tuple[int, list[str], dict[str, int]]]:
@@ -389,9 +395,9 @@ def _as_ints(path: Path, col: pa.Array, first_row: int, field: str) -> Ints:
                 try:
                     v = _int(cell)
                     if v is not None and not INT64_MIN <= v <= INT64_MAX:
-                        raise ValueError(f"{field} {v} does not fit in 64 bits")
+                        raise ValueError(f"{v} does not fit in 64 bits")
                 except ValueError as e:
-                    raise _bad_line(path, _line_of(path, first_row + i), e) from None
+                    raise _bad_line(path, _line_of(path, first_row + i), ValueError(f"{field}: {e}")) from None
                 values.append(v)
             col = pa.array(values, pa.int64())
     ints = numpy_of(col)
@@ -489,7 +495,7 @@ def _counter_batches(path: Path) -> Iterator[CounterColumns]:
         v = batch.column("Counter_Value")
         if v.null_count:
             i = int(np.argmax(null_mask(v)))
-            raise _bad_line(path, _line_of(path, row0 + i), ValueError("could not convert string to float: ''"))
+            raise _bad_line(path, _line_of(path, row0 + i), ValueError("Counter_Value is empty"))
         yield CounterColumns(
             _decode(k.dictionary, kcache), numpy_of(k.indices), _decode(c.dictionary, ccache), numpy_of(c.indices),
             numpy_of(v), _as_ints(path, batch.column("Dispatch_Id"), row0, "dispatch id"),
