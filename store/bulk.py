@@ -836,14 +836,10 @@ SUMMARY_ROWS = 50_000
 
 
 def _summary_rows(rank_id: int, per_name: dict[tuple[int, str], Totals | SummaryRow]) -> list[tuple[Any, ...]]:
-    """A rank's summary rows as ``add_summaries`` takes them."""
+    """A rank's summary rows as ``add_summaries`` takes them (a worker's row met once is kept as it came)."""
     rows: list[tuple[Any, ...]] = []
     for (name_id, kind), t in per_name.items():
-        if isinstance(t, tuple):  # (a worker's row, met once)
-            rows.append((rank_id, *t))
-        else:
-            rows.append((rank_id, name_id, kind, t.category, t.calls, t.total_ns, t.min_ns, t.max_ns, t.sum_sq_ns,
-                         t.self_ns))
+        rows.append((rank_id, *(t if isinstance(t, tuple) else t.row(name_id, kind, t.self_ns))))
     return rows
 
 

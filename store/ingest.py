@@ -232,9 +232,10 @@ def _load(
             ingest's peak at 4x the benchmark's 1M dispatches)."""
             nonlocal ready_calls
             files_left[rank_id] -= 1
-            if files_left[rank_id] == 0:
-                writer.rank_done(rank_id)  # (its summary rows: written soon and let go too)
-            if files_left[rank_id] == 0 and rank_id in writer.timelines:
+            if files_left[rank_id]:
+                return
+            writer.rank_done(rank_id)  # (its summary rows: written soon and let go too)
+            if rank_id in writer.timelines:
                 ready[rank_id] = parts = writer.timelines.pop(rank_id)
                 ready_calls += sum(len(calls) for t in parts for calls in t.calls.values()) + 1  # (+ its row)
                 if ready_calls >= timeline.SAVE_CALLS:

@@ -76,6 +76,11 @@ class Totals:
         self.sum_sq_ns = sum_sq_ns
         self.self_ns = self_ns
 
+    def row(self, name_id: int, kind: str, self_ns: int) -> SummaryRow:
+        """This (name, kind)'s summary row, with ``self_ns`` as its self time."""
+        return (name_id, kind, self.category, self.calls, self.total_ns, self.min_ns, self.max_ns, self.sum_sq_ns,
+                self_ns)
+
     def add(self, calls: int, total_ns: int, min_ns: int, max_ns: int, sum_sq_ns: float, self_ns: int = 0) -> None:
         self.calls += calls
         self.total_ns += total_ns
@@ -85,6 +90,18 @@ class Totals:
             self.max_ns = max_ns
         self.sum_sq_ns += sum_sq_ns
         self.self_ns += self_ns
+
+
+def _fold(
+    summary: dict[tuple[int, str], Totals], key: tuple[int, str], category: str,
+    calls: int, total_ns: int, min_ns: int, max_ns: int, sum_sq_ns: float,
+) -> None:
+    """Add one group of calls (a batch's, or an aggregate row's) to ``key``'s running summary."""
+    s = summary.get(key)
+    if s is None:
+        summary[key] = Totals(category, calls, total_ns, min_ns, max_ns, sum_sq_ns)
+    else:
+        s.add(calls, total_ns, min_ns, max_ns, sum_sq_ns)
 
 
 #: A file's summary of one (name, kind), as a worker sends it: (name_id, kind, category, calls,
@@ -279,13 +296,8 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
                     steps.append(StepTime(int(m.group(1)), a[2], d))
         for key, ds in durations.items():
             f = list(map(float, ds))
-            calls, total, lo, hi, sq = len(ds), sum(ds), min(ds), max(ds), sum(map(mul, f, f))
-            s = summary.get(key)
-            if s is None:
-                summary[key] = Totals(first_cat[key], calls, total, lo, hi, sq)
-            else:
-                s.add(calls, total, lo, hi, sq)
-            counts[key[1]] = counts.get(key[1], 0) + calls
+            _fold(summary, key, first_cat[key], len(ds), sum(ds), min(ds), max(ds), sum(map(mul, f, f)))
+            counts[key[1]] = counts.get(key[1], 0) + len(ds)
         conn.send(RowsMsg(task.index, "activity", rows))
 
     def flush_ctrs() -> None:
@@ -304,56 +316,44 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
         conn.send(RowsMsg(task.index, table, rows))
 
     if task.section is None and task.info.kind in getattr(reader, "COLUMNAR_KINDS", ()):
+        # (no nesting, steps or aggregates among these kinds: their summary is finished below as any)
         timeline = columnar.ColumnTimeline(task.info.time_base_ns)
         _parse_columns(task, reader, conn, names, cats, counts, summary, timeline)
-        done: list[SummaryRow] = [
-            (nid, kind, t.category, t.calls, t.total_ns, t.min_ns, t.max_ns, t.sum_sq_ns, t.total_ns)
-            for (nid, kind), t in summary.items()
-        ]
-        tl = timeline.finish(-1) if timeline.first is not None else None
-        conn.send(DoneMsg(task.index, Parsed(counts, done, steps, tl)))
-        return
-    if task.section is not None:
-        records = reader.read_rank(task.path, task.info, task.section)  # type: ignore[attr-defined]
     else:
-        records = reader.read(task.path, task.info)
-    rec: Any
-    for rec in records:
-        t = type(rec)
-        if t is Activity:
-            acts.append(rec)
-            if len(acts) >= BATCH:
-                flush_acts()
-                acts = []
-        elif t is Counter:
-            ctrs.append(rec)
-            if len(ctrs) >= BATCH:
-                flush_ctrs()
-                ctrs = []
-        elif t is Aggregate:
-            g = rec
-            validate.aggregate(g, task.path)
-            names.resolve({g.name})
-            nid = ids[g.name]
-            cat = g.category or cats.get((g.kind, g.name)) or classify.category(g.kind, g.name)
-            mean = g.total_ns / g.calls if g.calls else 0.0
-            sumsq = g.sum_sq_ns if g.sum_sq_ns is not None else g.calls * mean * mean
-            s = summary.get((nid, g.kind))
-            if s is None:
-                summary[(nid, g.kind)] = Totals(cat, g.calls, g.total_ns, g.min_ns, g.max_ns, sumsq)
-            else:
-                s.add(g.calls, g.total_ns, g.min_ns, g.max_ns, sumsq)
-            counts["aggregate"] = counts.get("aggregate", 0) + 1
-    if acts:
-        flush_acts()
-    if ctrs:
-        flush_ctrs()
+        if task.section is not None:
+            records = reader.read_rank(task.path, task.info, task.section)  # type: ignore[attr-defined]
+        else:
+            records = reader.read(task.path, task.info)
+        rec: Any
+        for rec in records:
+            t = type(rec)
+            if t is Activity:
+                acts.append(rec)
+                if len(acts) >= BATCH:
+                    flush_acts()
+                    acts = []
+            elif t is Counter:
+                ctrs.append(rec)
+                if len(ctrs) >= BATCH:
+                    flush_ctrs()
+                    ctrs = []
+            elif t is Aggregate:
+                g = rec
+                validate.aggregate(g, task.path)
+                names.resolve({g.name})
+                nid = ids[g.name]
+                cat = g.category or cats.get((g.kind, g.name)) or classify.category(g.kind, g.name)
+                mean = g.total_ns / g.calls if g.calls else 0.0
+                sumsq = g.sum_sq_ns if g.sum_sq_ns is not None else g.calls * mean * mean
+                _fold(summary, (nid, g.kind), cat, g.calls, g.total_ns, g.min_ns, g.max_ns, sumsq)
+                counts["aggregate"] = counts.get("aggregate", 0) + 1
+        if acts:
+            flush_acts()
+        if ctrs:
+            flush_ctrs()
     own = nested.totals()
-    rows: list[SummaryRow] = [
-        (nid, kind, t.category, t.calls, t.total_ns, t.min_ns, t.max_ns, t.sum_sq_ns,
-         own.get((nid, kind), t.total_ns) if kind in NESTED_KINDS else t.total_ns)
-        for (nid, kind), t in summary.items()
-    ]
+    rows = [t.row(nid, kind, own.get((nid, kind), t.total_ns) if kind in NESTED_KINDS else t.total_ns)
+            for (nid, kind), t in summary.items()]
     tl = timeline.finish(-1) if timeline.first is not None else None
     conn.send(DoneMsg(task.index, Parsed(counts, rows, steps, tl)))
 
@@ -400,12 +400,7 @@ def _parse_columns(
         names.wait()
         nids = [ids[n] for n in b.names]
         for e, calls, total, lo, hi, sq in grouped:
-            key = (nids[e], kind)
-            s = summary.get(key)
-            if s is None:
-                summary[key] = Totals(entry_cats[e], calls, total, lo, hi, sq)
-            else:
-                s.add(calls, total, lo, hi, sq)
+            _fold(summary, (nids[e], kind), entry_cats[e], calls, total, lo, hi, sq)
         counts[kind] = counts.get(kind, 0) + len(b)
         cols = {"rank_id": task.rank_id, "source_id": task.source_id, "kind": kind,
                 "name_id": np.array(nids, dtype=np.int64)[b.name_index], "start_ns": b.start_ns,

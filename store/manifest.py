@@ -217,9 +217,11 @@ def _resolve(d: Path, resolved: dict[Path, Path] | None) -> Path:
     lstat instead of one per component)."""
     if resolved is None:
         return d.resolve()
+    if not d.is_absolute():
+        d = Path.cwd() / d
     got = resolved.get(d)
     if got is None:
-        if d.is_absolute() and d.parent != d and d.name not in ("", ".", "..") and not d.is_symlink():
+        if d.parent != d and d.name not in ("", ".", "..") and not d.is_symlink():
             got = _resolve(d.parent, resolved) / d.name
         else:
             got = d.resolve()
@@ -233,8 +235,8 @@ def find_manifest(path: Path, stop: Path | None = None) -> Path | None:
     folder, ``/``): a stray manifest there would relabel every input below it."""
     answers, resolved = _memo if _memo is not None else (None, None)
     d = path if path.is_dir() else path.parent
-    d = _resolve(d if d.is_absolute() else Path.cwd() / d, resolved)
-    stop_r = _resolve(stop if stop.is_absolute() else Path.cwd() / stop, resolved) if stop else None
+    d = _resolve(d, resolved)
+    stop_r = _resolve(stop, resolved) if stop else None
     shared = _shared_folders()
     walked: list[tuple[Path, Path | None, int]] = []  # (every folder walked has the same answer)
     found: Path | None = None
