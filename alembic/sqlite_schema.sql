@@ -1,4 +1,4 @@
--- profdb SQLite store at revision 0008 (generated: python -m profdb.store.db --write-schema)
+-- profdb SQLite store at revision 0009 (generated: python -m profdb.store.db --write-schema)
 BEGIN TRANSACTION;
 CREATE TABLE "activity" (
 	id INTEGER NOT NULL, 
@@ -21,7 +21,7 @@ CREATE TABLE alembic_version (
 	version_num VARCHAR(32) NOT NULL, 
 	CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)
 );
-INSERT INTO "alembic_version" VALUES('0008');
+INSERT INTO "alembic_version" VALUES('0009');
 CREATE TABLE classification_rules (
 	id INTEGER NOT NULL, 
 	digest VARCHAR(64) NOT NULL, 

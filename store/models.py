@@ -164,19 +164,21 @@ class Launch(Base):
     block_z: ColumnClause[int | None] = Column(BigInteger)
 
 
-# The fact tables' secondary indexes (activity, counter): B-trees on SQLite (built once after a bulk
-# load: bulk.defer_indexes); BRIN on PostgreSQL (migration 0008_pg_brin_fact_indexes), where a team
-# store keeps them through every load. A load writes each source file's rows together, so each
-# 128-page block range holds one rank's and one file's rows: a BRIN entry per range finds them, at
-# a fraction of a B-tree's cost per inserted row (binary COPY of 1M activity rows on this machine,
-# server CPU: ~5-6 us per row with the two B-trees, ~2.5 us with BRIN). ``autosummarize``: ranges
-# filled by a writer other than ingest (which summarizes its own: bulk.summarize_fact_ranges) are
-# summarized by autovacuum.
-# The indexes are declared below without their PostgreSQL options (postgresql_using="brin",
-# postgresql_with={"autosummarize": "on"}): a dialect option on any Index makes SQLAlchemy import its
-# whole PostgreSQL dialect when this module loads, in every process, ~50 ms of a SQLite query's
-# start-up. Migration 0008 creates them as BRIN and tests/test_migrations.py checks the access method;
-# Alembic's comparison of models and migrations does not look at it.
+# The fact tables' secondary indexes (activity, counter). SQLite: the B-trees declared below, dropped
+# around a bulk load and rebuilt once (bulk.defer_indexes). PostgreSQL, where a team store holds other
+# runs' rows and keeps its indexes through every load: one BRIN index per fact table on (rank_id,
+# source_id), ``ix_activity_rank_source`` / ``ix_counter_rank_source``, and no primary-key index
+# (migrations 0008_pg_brin_fact_indexes and 0009_pg_lean_fact_indexes; ``id`` is still filled by its
+# sequence). A load writes each source file's rows together, so each 128-page block range holds one
+# rank's and one file's rows: a BRIN entry per range finds them by rank or by file, at a fraction of
+# a B-tree's cost per inserted row (binary COPY, server CPU per row on this machine: 3.3-5.4 us with
+# 0008's primary keys and four BRIN indexes, 1.95-2.3 us with 0009's two; ~5-6 us with B-trees).
+# ``autosummarize``: ranges filled by a writer other than ingest (which summarizes its own:
+# bulk.summarize_fact_ranges) are summarized by autovacuum. The PostgreSQL layout is not declared
+# here: a dialect option on any Index makes SQLAlchemy import its whole PostgreSQL dialect when this
+# module loads, in every process (~50 ms of a SQLite query's start-up), and Alembic's comparison of
+# models and migrations sees neither the access method nor the primary key; tests/test_backends.py
+# and tests/test_migrations.py check the PostgreSQL layout.
 
 
 class Activity(Base):

@@ -206,7 +206,19 @@ def test_pg_migrations_match_models_and_go_down_and_up(pg_url: str) -> None:
             assert {(fk.parent.name, fk.column_keys[0], fk.referred_table.name) for _, fk in replaced} == {
                 (t, c, ref) for t, refs in bulk.FACT_REFS.items() for c, ref in refs.items()
             }
-            assert [d for d in diff if d not in replaced] == []
+            # and their indexes: SQLite's two B-trees per table are one BRIN index on PostgreSQL
+            # (0009_pg_lean_fact_indexes; its dropped primary keys are not compared by Alembic, see
+            # test_migrations)
+            indexes = [d for d in diff if d[0] in ("add_index", "remove_index") and d[1].table.name in bulk.FACT_REFS]
+            assert {(op, ix.name, tuple(c.name for c in ix.columns)) for op, ix in indexes} == {
+                ("remove_index", "ix_activity_rank_source", ("rank_id", "source_id")),
+                ("remove_index", "ix_counter_rank_source", ("rank_id", "source_id")),
+                ("add_index", "ix_activity_rank_name", ("rank_id", "name_id")),
+                ("add_index", "ix_activity_source_id", ("source_id",)),
+                ("add_index", "ix_counter_rank_id", ("rank_id",)),
+                ("add_index", "ix_counter_source_id", ("source_id",)),
+            }
+            assert [d for d in diff if d not in replaced and d not in indexes] == []
             views = set(inspect(conn).get_view_names())
         assert {"rank_v", "activity_v", "summary_v", "counter_v", "step_v", "source_v"} <= views
         with engine.begin() as conn:

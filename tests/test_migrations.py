@@ -283,33 +283,91 @@ def _fact_index_methods(url: str) -> dict[str, tuple[str, str]]:
         where i.indrelid in ('activity'::regclass, 'counter'::regclass) and not i.indisprimary""")}
 
 
-def test_pg_brin_fact_indexes_migration_up_and_down_with_data(
+def _fact_primary_keys(url: str) -> set[str]:
+    """Names of the primary-key constraints on activity and counter (PostgreSQL)."""
+    from pg_fixtures import query_url
+
+    return {str(n) for (n,) in query_url(url, """
+        select conname from pg_constraint
+        where contype = 'p' and conrelid in ('activity'::regclass, 'counter'::regclass)""")}
+
+
+def _fact_ids(url: str) -> dict[str, tuple[int, int, int, int]]:
+    """Per fact table: rows, distinct ids, ids out of load order within a source file, NULL ids."""
+    from pg_fixtures import query_url
+
+    out = {}
+    for t in ("activity", "counter"):
+        rows, distinct, nulls = (int(v) for v in query_url(
+            url, f"select count(*), count(distinct id), count(*) - count(id) from {t}")[0])
+        # ids follow each file's rows as COPY wrote them: a row's id is above the previous row's (by ctid)
+        unordered = int(query_url(url, f"""
+            select count(*) from (select id, lag(id) over (partition by source_id order by ctid) as prev from {t}) x
+            where prev is not null and id <= prev""")[0][0])
+        out[t] = (rows, distinct, unordered, nulls)
+    return out
+
+
+def _plan(url: str, query: str) -> str:
+    """PostgreSQL's plan for ``query`` with sequential scans discouraged (the test tables are small)."""
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("set enable_seqscan = off")
+            return "\n".join(str(r[0]) for r in conn.exec_driver_sql(f"explain {query}"))
+    finally:
+        engine.dispose()
+
+
+def test_pg_fact_layout_migrations_up_and_down_with_data(
     pg_url: str, data: Path, run_cli: Invoke, tmp_path: Path
 ) -> None:
-    """0008_pg_brin_fact_indexes on a store holding a real run and a larger generated one (120,000 rows: many
-    128-page block ranges): up, the fact tables' four secondary indexes are BRIN (autosummarize), with every
-    block range the ingests filled summarized (so a search by rank reads that rank's ranges, not the table);
-    down, B-trees again; no row changes either way."""
+    """0008_pg_brin_fact_indexes and 0009_pg_lean_fact_indexes on a store holding real runs (Kineto, and a
+    rocprofv3 CSV with counters) and a larger generated one (120,000 rows: many 128-page block ranges).
+    At head: one BRIN index (autosummarize) per fact table on (rank_id, source_id), every block range the
+    ingests filled summarized, searches by rank and by file use it, no primary keys, and every row still has
+    a unique id in load order. Down to 0008: the four BRIN indexes and the primary keys; to 0007: B-trees.
+    No row changes on the way."""
     from gen_rocprof_run import generate
     from pg_fixtures import query_url
 
-    names = {"ix_activity_rank_name", "ix_activity_source_id", "ix_counter_rank_id", "ix_counter_source_id"}
+    old = {"ix_activity_rank_name", "ix_activity_source_id", "ix_counter_rank_id", "ix_counter_source_id"}
+    new = {"ix_activity_rank_source", "ix_counter_rank_source"}
+    keys = {"pk_activity", "pk_counter"}
+    brin = ("brin", "autosummarize=on")
     _migrate(pg_url, "upgrade", "0007")
-    assert {n: m for n, (m, _o) in _fact_index_methods(pg_url).items()} == dict.fromkeys(names, "btree")
+    assert {n: m for n, (m, _o) in _fact_index_methods(pg_url).items()} == dict.fromkeys(old, "btree")
     r = run_cli("ingest", "--db", pg_url, data / "kineto" / "torchrun4_cpu")  # (opening upgrades it to head)
+    assert r.exit_code == 0, r.output
+    csv = data / "rocprofv3_csv" / "rocm-systems_2025-08"
+    r = run_cli("ingest", "--db", pg_url, "--run", "csv", "--rank", "0", csv / "kernel_trace.csv",
+                csv / "counter_collection.csv", csv / "memory_copy_trace.csv")
     assert r.exit_code == 0, r.output
     generate(tmp_path / "gen", calls=3000, counters=False)
     r = run_cli("ingest", "--db", pg_url, "--run", "big", tmp_path / "gen")
     assert r.exit_code == 0, r.output
     assert int(query_url(pg_url, "select pg_relation_size('activity') / 8192")[0][0]) > 3 * 128
-    assert _fact_index_methods(pg_url) == dict.fromkeys(names, ("brin", "autosummarize=on"))
-    counts = _pg_fact_state(pg_url)[2]
+
+    def at_head() -> None:
+        assert _fact_index_methods(pg_url) == dict.fromkeys(new, brin)
+        assert _fact_primary_keys(pg_url) == set()
+
+    at_head()
     # ranges are summarized: a second summarization finds nothing new
-    for name in sorted(names):
+    for name in sorted(new):
         assert query_url(pg_url, f"select brin_summarize_new_values('{name}'::regclass)") == [(0,)], name
+    for table in ("activity", "counter"):
+        for where in ("rank_id = 2", "source_id = 3"):
+            assert f"Bitmap Index Scan on ix_{table}_rank_source" in _plan(pg_url, f"select * from {table} where {where}")
+    counts, ids = _pg_fact_state(pg_url)[2], _fact_ids(pg_url)
+    assert ids["activity"][0] > 100_000 and ids["counter"][0] > 0
+    assert all(rows == distinct and unordered == 0 and nulls == 0 for rows, distinct, unordered, nulls in ids.values())
+    _migrate(pg_url, "downgrade", "0008")
+    assert _fact_index_methods(pg_url) == dict.fromkeys(old, brin) and _fact_primary_keys(pg_url) == keys
+    assert _pg_fact_state(pg_url)[2] == counts and _fact_ids(pg_url) == ids
     _migrate(pg_url, "downgrade", "0007")
-    assert {n: m for n, (m, _o) in _fact_index_methods(pg_url).items()} == dict.fromkeys(names, "btree")
-    assert _pg_fact_state(pg_url)[2] == counts
+    assert {n: m for n, (m, _o) in _fact_index_methods(pg_url).items()} == dict.fromkeys(old, "btree")
+    assert _fact_primary_keys(pg_url) == keys and _pg_fact_state(pg_url)[2] == counts
     _migrate(pg_url, "upgrade", "head")
-    assert _fact_index_methods(pg_url) == dict.fromkeys(names, ("brin", "autosummarize=on"))
-    assert _pg_fact_state(pg_url)[2] == counts
+    at_head()
+    assert _pg_fact_state(pg_url)[2] == counts and _fact_ids(pg_url) == ids
