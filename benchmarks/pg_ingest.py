@@ -12,7 +12,8 @@ Load stage (``load_*``): what one ingesting node's writer and the server do once
 checks, name interning on the side connection), timed from the node's transaction start to its commit
 and the summarization of the BRIN block ranges it filled (bulk.summarize_fact_ranges, as an ingest does);
 the rows are generated in memory beforehand (no parsing). Each case uses a fresh database:
-- ``load_binary``: today (binary COPY into 0006_pg_fact_keys' tables);
+- ``load_binary``: today (binary COPY into the head schema's tables: no foreign keys, 0006; one BRIN index
+  per fact table and no primary key, 0009);
 - ``load_text``: text COPY, same tables;
 - ``load_text_fks`` / ``load_binary_fks``: the fact tables' seven foreign keys added back (the schema
   before 0005), text COPY being what ingest used before;
