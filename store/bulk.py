@@ -894,7 +894,7 @@ def load_transaction(engine: Engine, bulk_load: bool, new_store: bool = False) -
 
 
 #: the fact tables' BRIN indexes (PostgreSQL; migration 0009, see models.Activity)
-BRIN_INDEXES = ("ix_activity_rank_source", "ix_counter_rank_source")
+_BRIN_INDEXES = ("ix_activity_rank_source", "ix_counter_rank_source")
 
 
 def summarize_fact_ranges(conn: Connection) -> None:
@@ -908,7 +908,7 @@ def summarize_fact_ranges(conn: Connection) -> None:
     with suppress(DBAPIError), conn.begin():
         conn.exec_driver_sql(
             "SELECT brin_summarize_new_values(c.oid) FROM pg_class c JOIN pg_am am ON am.oid = c.relam "
-            "WHERE am.amname = 'brin' AND c.relname IN (" + ", ".join(f"'{n}'" for n in BRIN_INDEXES) + ")"
+            "WHERE am.amname = 'brin' AND c.relname IN (" + ", ".join(f"'{n}'" for n in _BRIN_INDEXES) + ")"
         ).all()
 
 
