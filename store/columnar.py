@@ -263,12 +263,13 @@ class ColumnTimeline(TimelineBuilder):
         idx = b.name_index
         # (rows are picked through per-entry lookup tables indexed by the rows' entries: np.isin on a
         # small batch cost ~20 us a call, a third of a 122-row file's timeline)
-        is_special = None
+        special_rows: Any = None  # (per row: is its entry special)
         plain: Any = slice(None)
         if special:
             is_special = np.zeros(len(names), dtype=bool)
             is_special[special] = True
-            plain = ~is_special[idx]
+            special_rows = is_special[idx]
+            plain = ~special_rows
         pidx = idx[plain]
         if len(pidx):
             starts = b.start_ns[plain] + self.base
@@ -302,8 +303,8 @@ class ColumnTimeline(TimelineBuilder):
                     folded = union(np.concatenate([c[0] for c in chunks]), np.concatenate([c[1] for c in chunks]))
                     self.chunks[key] = [folded]
                     self.sizes[key] = len(folded[0])
-        if is_special is not None:
-            rows = np.nonzero(is_special[idx])[0]
+        if special_rows is not None:
+            rows = np.nonzero(special_rows)[0]
             sub = ActivityColumns(
                 kind, names, idx[rows], b.start_ns[rows], b.duration_ns[rows],
                 {f: Ints(c.values[rows], None if c.null is None else c.null[rows]) for f, c in b.ints.items()},
