@@ -107,10 +107,10 @@ def test_calls_ordered_windowed_and_numbered_as_the_python_builder_does(seed: in
 
 @pytest.mark.parametrize("per_name", [True, False, "extreme"])
 def test_distinct_launch_shapes_found_exactly(per_name: bool | str) -> None:
-    """The launch shapes of a batch (ingest_workers._distinct_rows): rows of equal shape share one
+    """The launch shapes of a batch (ingest_columns._distinct_rows): rows of equal shape share one
     number, rows of different shapes never do, whether or not each name has one shape, and when the
     columns' ranges are too wide to combine as they are (the whole int64 range)."""
-    from profdb.store.ingest_workers import _distinct_rows
+    from profdb.store.ingest_columns import _distinct_rows
 
     rng = np.random.default_rng(3)
     names = rng.integers(0, 40, 5_000).astype(np.int32)

@@ -130,3 +130,19 @@ def test_sql_reads_a_sqlite_store_without_sqlalchemy(dlrm_store: Path) -> None:
     got = probe("sql", "delete from run", "--db", str(dlrm_store))
     assert got["exit"] == 1 and "opened read-only by this command" in got["err"] and "--write" in got["err"]
     assert "sqlalchemy" not in got["modules"]
+
+
+def test_ingest_loads_numpy_and_pyarrow_only_for_what_it_reads_as_columns(tmp_path: Path) -> None:
+    """numpy and pyarrow (with its compute functions, ~0.1-0.2 s of start-up before any worker starts)
+    are loaded by an ingest that reads rocprofv3 kernel or counter CSV as columns, not by the ingest of
+    any other format."""
+    examples = Path(__file__).parent.parent / "examples"
+    kineto = sorted(str(p) for p in (examples / "torchrun4_cpu").glob("rank*.json.gz"))
+    got = probe("ingest", "--db", str(tmp_path / "k.db"), "--run", "k", *kineto)
+    assert got["exit"] == 0, got["err"]
+    assert "profdb.store.readers.kineto_json" in got["modules"]  # the probe is real: it read them
+    assert not {m for m in got["modules"] if m.split(".")[0] in ("numpy", "pyarrow")}
+    csv = examples / "rocprof-8ranks" / "rank0000" / "node00" / "1000_kernel_trace.csv"
+    got = probe("ingest", "--db", str(tmp_path / "c.db"), "--run", "c", "--rank", "0", str(csv))
+    assert got["exit"] == 0, got["err"]
+    assert {"numpy", "pyarrow.csv", "profdb.store.ingest_columns"} <= set(got["modules"])

@@ -23,28 +23,23 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-# pyarrow's allocator (mimalloc), as this wheel loads it, held the CSV reader's freed block buffers
-# instead of giving them back to the system: tens of MB per process at any moment. With a purge delay
-# set it returns them 10 ms after they are freed. Read by mimalloc when pyarrow loads (this module is
-# the only one that imports pyarrow; a program that loaded it before keeps its own setting, as does a
-# user who sets the variable). Measured, profdb ingest of the benchmark's long-counters run, tree peak
-# PSS (CPU seconds): 1x unset 287-308 MB (21.2-22.5 s), 10 ms 229-234 MB (21.8-23.6 s), 0 ms 214-219
-# MB (23.9-26.4 s); 4x unset 348 MB (80.5 s), 10 ms 261 MB (80.3 s). 0 ms cost CPU; 10 ms does not.
-os.environ.setdefault("MIMALLOC_PURGE_DELAY", "10")
-
-import numpy as np  # noqa: E402
-import numpy.typing as npt  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import pyarrow.compute as pc  # noqa: E402
-import pyarrow.csv as pacsv  # noqa: E402
-
-from ..columnar import ActivityColumns, Batch, CounterColumns, Ints
 from ..errors import InputError
 from ..records import Activity, RankHint, Record, SourceInfo
-from ..validate import INT64_MAX, INT64_MIN
-from .base import display_name, head, is_gzip, open_binary
+from .base import display_name, head, open_binary
+
+# pyarrow's allocator (mimalloc), as this wheel loads it, held the CSV reader's freed block buffers instead of
+# giving them back to the system: tens of MB per process at any moment. With a purge delay set it returns them
+# 10 ms after they are freed. Read by mimalloc when pyarrow loads (set here, with the readers:
+# rocprof_columns, which imports pyarrow, is loaded later; a program that loaded pyarrow before keeps its own
+# setting, as does a user who sets the variable). Measured, profdb ingest of the benchmark's long-counters
+# run, tree peak PSS (CPU seconds): 1x unset 287-308 MB (21.2-22.5 s), 10 ms 229-234 MB (21.8-23.6 s), 0 ms
+# 214-219 MB (23.9-26.4 s); 4x unset 348 MB (80.5 s), 10 ms 261 MB (80.3 s). 0 ms cost CPU; 10 ms does not.
+os.environ.setdefault("MIMALLOC_PURGE_DELAY", "10")
+
+if TYPE_CHECKING:
+    from ..columnar import Batch
 
 NAME = "rocprof-csv"
 DESCRIPTION = (
@@ -283,231 +278,29 @@ BLOCK = 1 << 20
 THREADS = True
 COLUMNAR_KINDS = frozenset({"kernel_trace", "counter_collection"})
 
-_KERNEL_INTS = (
-    ("stream", ("Stream_Id", "Queue_Id")),
-    ("correlation", ("Correlation_Id",)),
-    ("tid", ("Thread_Id",)),
-    ("grid_x", ("Grid_Size_X",)),
-    ("grid_y", ("Grid_Size_Y",)),
-    ("grid_z", ("Grid_Size_Z",)),
-    ("block_x", ("Workgroup_Size_X",)),
-    ("block_y", ("Workgroup_Size_Y",)),
-    ("block_z", ("Workgroup_Size_Z",)),
-)
-_TEXT = pa.dictionary(pa.int32(), pa.binary())
+def warm_up() -> None:
+    """Import what the column batches need (numpy, pyarrow: ``rocprof_columns``) now: ingest_workers
+    calls this before forking its workers, so that they share one import instead of each paying for it."""
+    from . import rocprof_columns  # noqa: F401
 
 
 def read_columns(path: Path, info: SourceInfo) -> Iterator[Batch]:
     """The rows of a kernel_trace or counter_collection file as column batches (``COLUMNAR_KINDS``)."""
-    if info.kind == "kernel_trace":
-        yield from _kernel_batches(path)
-    elif info.kind == "counter_collection":
-        yield from _counter_batches(path)
-    else:
-        raise InputError(f"{path}: rocprofv3 {info.kind} is not read as columns; pass --format")
+    from .rocprof_columns import read_columns
 
-
-def _columns_of(path: Path) -> list[str]:
-    cols = _header(path) or []
-    if cols:
-        cols[0] = cols[0].lstrip("\ufeff")
-    return cols
-
-
-def _decode(values: pa.Array, cache: dict[bytes, str]) -> list[str]:
-    out = []
-    for raw in values.to_pylist():
-        s = cache.get(raw)
-        if s is None:
-            s = cache[raw] = raw.decode("utf-8", "replace")
-        out.append(s)
-    return out
-
-
-def _batches(path: Path, text: list[str], ints: list[str], floats: list[str]) -> Iterator[tuple[pa.RecordBatch, int]]:
-    """Record batches of the named columns (text: dictionary-encoded bytes; ints: int64, or text once a
-    cell pyarrow cannot read as int64 came up; floats: float64), each with the file's row index of its
-    first row."""
-    done = 0
-    careful = False
-    threads = THREADS and path.stat().st_size > BLOCK
-    while True:
-        types: dict[str, pa.DataType] = {c: _TEXT for c in text}
-        types.update({c: (pa.string() if careful else pa.int64()) for c in ints})
-        types.update({c: pa.float64() for c in floats})
-        try:
-            source: Any = pa.input_stream(str(path), compression="gzip") if is_gzip(path) else str(path)
-            reader = pacsv.open_csv(
-                source,
-                read_options=pacsv.ReadOptions(block_size=BLOCK, skip_rows_after_names=done, use_threads=threads),
-                parse_options=pacsv.ParseOptions(newlines_in_values=True),
-                convert_options=pacsv.ConvertOptions(include_columns=list(types), column_types=types, null_values=[""]),
-            )
-            for batch in reader:
-                yield batch, done
-                done += batch.num_rows
-            return
-        except pa.ArrowInvalid as e:
-            if "conversion error to int64" in str(e) and not careful:
-                careful = True  # read on from the row reached, integers as text (``_as_ints``)
-                continue
-            raise _diagnose(path, e) from None
-        except (OSError, EOFError) as e:  # a damaged gzip stream, an I/O error
-            raise _diagnose(path, e) from None
-
-
-def _diagnose(path: Path, e: Exception) -> InputError:
-    """The precise error for a file pyarrow could not read: the first line the csv module finds of the
-    wrong field count or malformed, else pyarrow's own words."""
-    try:
-        for _ in _rows(path):
-            pass
-    except InputError as err:
-        return err
-    except (OSError, EOFError) as err:
-        return InputError(f"{path}: cannot read it ({err}); re-copy the file from the profiler output")
-    return InputError(f"{path}: cannot read it as rocprofv3 CSV ({e}); the file is damaged: re-copy it")
-
-
-def _line_of(path: Path, row: int) -> int:
-    """The line number (1 = the header) where data row ``row`` (0-based, blank lines not counted) ends."""
-    with open_binary(path) as f:
-        reader = csv.reader(io.TextIOWrapper(f, encoding="utf-8", errors="replace", newline=""))
-        next(reader, None)
-        i = -1
-        for r in reader:
-            if r:
-                i += 1
-                if i == row:
-                    return reader.line_num
-    return 0
-
-
-def _as_ints(path: Path, col: pa.Array, first_row: int, field: str) -> Ints:
-    """An int64 column (parsed by pyarrow) or one read as text after an odd cell came up: the text is
-    converted by pyarrow where it can be, else cell by cell as ``_int`` reads it (``64.0`` -> 64)."""
-    if col.type != pa.int64():
-        try:
-            col = pc.cast(pc.if_else(pc.equal(col, ""), pa.scalar(None, pa.string()), col), pa.int64())
-        except pa.ArrowInvalid:
-            values: list[int | None] = []
-            for i, cell in enumerate(col.to_pylist()):
-                try:
-                    v = _int(cell)
-                    if v is not None and not INT64_MIN <= v <= INT64_MAX:
-                        raise ValueError(f"{v} does not fit in 64 bits")
-                except ValueError as e:
-                    raise _bad_line(path, _line_of(path, first_row + i), ValueError(f"{field}: {e}")) from None
-                values.append(v)
-            col = pa.array(values, pa.int64())
-    ints = numpy_of(col)
-    if not col.null_count:
-        return Ints(ints)
-    null = null_mask(col)
-    return Ints(np.where(null, 0, ints), null)
-
-
-#: numpy types of the pyarrow columns read here
-_NUMPY: dict[pa.DataType, np.dtype[Any]] = {
-    pa.int64(): np.dtype(np.int64), pa.int32(): np.dtype(np.int32), pa.int16(): np.dtype(np.int16),
-    pa.int8(): np.dtype(np.int8), pa.float64(): np.dtype(np.float64),
-}
-
-
-def numpy_of(col: pa.Array) -> Any:
-    """A fixed-width pyarrow column's values as a numpy array over the same memory (read-only; cells
-    that are null hold anything). Not ``Array.to_numpy``: in pyarrow 26 it imports pandas when pandas is
-    installed (~0.4 s CPU and ~50 MB in every process that parses; ``pa.array`` and compute functions
-    given Python scalars do too)."""
-    dtype = _NUMPY[col.type]
-    return np.frombuffer(col.buffers()[1], dtype=dtype, count=len(col), offset=col.offset * dtype.itemsize)
-
-
-def null_mask(col: pa.Array) -> Any:
-    """True where a pyarrow column's cell is null (its validity bitmap, unpacked)."""
-    bitmap = col.buffers()[0]
-    if bitmap is None:
-        return np.zeros(len(col), dtype=bool)
-    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), bitorder="little")
-    return bits[col.offset : col.offset + len(col)] == 0
-
-
-def _required(path: Path, ints: Ints, first_row: int, what: str) -> npt.NDArray[np.int64]:
-    if ints.null is not None:
-        i = int(np.argmax(ints.null))
-        raise _bad_line(path, _line_of(path, first_row + i), ValueError(f"{what} is empty"))
-    return ints.values
-
-
-def _kernel_batches(path: Path) -> Iterator[ActivityColumns]:
-    cols = set(_columns_of(path))
-    if not cols:
-        return
-    ints = {f: next((c for c in names if c in cols), None) for f, names in _KERNEL_INTS}
-    present = [c for c in ints.values() if c is not None]
-    agent = "Agent_Id" if "Agent_Id" in cols else None
-    text = ["Kernel_Name"] + ([agent] if agent else [])
-    cache: dict[bytes, str] = {}
-    agents: dict[bytes, int | None] = {}
-    for batch, row0 in _batches(path, text, ["Start_Timestamp", "End_Timestamp", *present], []):
-        if not batch.num_rows:
-            continue
-        name = batch.column("Kernel_Name")
-        start = _required(path, _as_ints(path, batch.column("Start_Timestamp"), row0, "start time (ns)"), row0,
-                          "Start_Timestamp")
-        end = _required(path, _as_ints(path, batch.column("End_Timestamp"), row0, "end time (ns)"), row0,
-                        "End_Timestamp")
-        duration = end - start
-        # int64 overflow of end - start (only with ends and starts of opposite signs far apart)
-        over = (end < 0) != (start < 0)
-        if bool(over.any()) and bool((((end ^ duration) & (start ^ end)) < 0).any()):
-            i = int(np.argmax(((end ^ duration) & (start ^ end)) < 0))
-            raise _bad_line(path, _line_of(path, row0 + i), ValueError("duration (ns) does not fit in 64 bits"))
-        out = ActivityColumns("kernel", _decode(name.dictionary, cache), numpy_of(name.indices), start, duration)
-        for f, c in ints.items():
-            if c is not None:
-                out.ints[f] = _as_ints(path, batch.column(c), row0, f)
-        if agent:
-            a = batch.column(agent)
-            devs = []
-            for raw in a.dictionary.to_pylist():
-                if raw not in agents:
-                    agents[raw] = _agent(raw.decode("utf-8", "replace"))
-                devs.append(agents[raw])
-            known = np.array([-1 if d is None else d for d in devs], dtype=np.int64)
-            idx = numpy_of(a.indices)
-            vals = known[idx] if len(known) else np.zeros(len(idx), dtype=np.int64)
-            null = np.array([d is None for d in devs], dtype=bool)[idx] if None in devs else None
-            out.ints["device"] = Ints(np.where(null, 0, vals) if null is not None else vals, null)
-        yield out
-
-
-def _counter_batches(path: Path) -> Iterator[CounterColumns]:
-    if not _columns_of(path):
-        return
-    kcache: dict[bytes, str] = {}
-    ccache: dict[bytes, str] = {}
-    for batch, row0 in _batches(path, ["Kernel_Name", "Counter_Name"], ["Dispatch_Id"], ["Counter_Value"]):
-        if not batch.num_rows:
-            continue
-        k = batch.column("Kernel_Name")
-        c = batch.column("Counter_Name")
-        v = batch.column("Counter_Value")
-        if v.null_count:
-            i = int(np.argmax(null_mask(v)))
-            raise _bad_line(path, _line_of(path, row0 + i), ValueError("Counter_Value is empty"))
-        yield CounterColumns(
-            _decode(k.dictionary, kcache), numpy_of(k.indices), _decode(c.dictionary, ccache), numpy_of(c.indices),
-            numpy_of(v), _as_ints(path, batch.column("Dispatch_Id"), row0, "dispatch id"),
-        )
+    return read_columns(path, info)
 
 
 def _kernels(path: Path) -> Iterator[Record]:
+    from .rocprof_columns import _kernel_batches
+
     for b in _kernel_batches(path):
         yield from b.records()
 
 
 def _counters(path: Path) -> Iterator[Record]:
+    from .rocprof_columns import _counter_batches
+
     for b in _counter_batches(path):
         yield from b.records()
 
