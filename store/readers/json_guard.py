@@ -39,13 +39,20 @@ def nesting(text: bytes, limit: int = MAX_JSON_DEPTH) -> int:
     Without backslashes, every byte but brackets and quotes is deleted first; a pair of adjacent
     quotes is then deleted (an empty string, or the end of one string and the start of the next:
     either way every other byte keeps the parity of the quotes before it, i.e. whether it lies in a
-    string), which leaves few quotes, so splitting at them is cheap. With backslashes, strings are
-    removed by the regular expression, as DepthGuard does."""
+    string), which leaves few quotes, so splitting at them is cheap. When every run of quotes left has
+    an even length (counted: each run of n quotes holds n // 2 pairs), every bracket has an even number
+    of quotes before it, so none lies in a string: the quotes are deleted at once (bytes.replace's
+    pass over ~100,000 pairs of a 2 MB slice of Kineto events was ~1 of nesting's ~2.7 ms). With
+    backslashes, strings are removed by the regular expression, as DepthGuard does."""
     if b"\\" in text:
         end = _OUTSIDE.match(text).end()  # type: ignore[union-attr]  # (matches at least "")
         outside = _STRING.sub(b"", text[:end])
     else:
-        outside = b"".join(text.translate(None, _NOT_BRACKETS_OR_QUOTES).replace(b'""', b"").split(b'"')[::2])
+        kept = text.translate(None, _NOT_BRACKETS_OR_QUOTES)
+        if kept.count(b'""') * 2 == kept.count(b'"'):
+            outside = kept.translate(None, b'"')  # (every run of quotes even: no bracket in a string)
+        else:
+            outside = b"".join(kept.replace(b'""', b"").split(b'"')[::2])
     seq = outside.translate(_BRACKETS, _NOT_BRACKETS)
     passes = 0
     while passes <= limit:
