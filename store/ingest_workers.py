@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from operator import mul
+from operator import itemgetter, mul
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, cast
 
@@ -204,6 +204,10 @@ def quiet_gc() -> Iterator[None]:
 
 # --------------------------------------------------------------------------- worker side
 
+#: an Activity's launch shape, in bulk.LAUNCH_COLS order (device, stream, pid, tid, grid, block): the
+#: tuple built in C (``a[5:7] + a[8:16]`` made three tuples per row)
+_LAUNCH_SHAPE = itemgetter(5, 6, *range(8, 16))
+
 
 class _Channel(Protocol):
     def send(self, obj: Any) -> None: ...
@@ -253,11 +257,11 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
     ids = names.ids
     timeline = TimelineBuilder(task.info.time_base_ns)
     nested = SelfTotals()
-    add_nested = nested.add
+    nested_span, nested_key = nested.spans.append, nested.keys.append  # (SelfTotals.add, inlined)
 
     def flush_acts() -> None:
         validate.activities(acts, task.path)
-        shapes = [a[5:7] + a[8:16] for a in acts]  # the launch shape (bulk.LAUNCH_COLS): device, stream, pid...
+        shapes = list(map(_LAUNCH_SHAPE, acts))  # the launch shape (bulk.LAUNCH_COLS): device, stream, pid...
         names.ask({a[1] for a in acts} | set(shapes))
         timeline.add_many(acts)  # (needs no ids: done while the writer answers)
         names.wait()
@@ -286,7 +290,8 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
                 first_cat[key] = cat
             ds.append(d)
             if kind in NESTED_KINDS:
-                add_nested((kind, a[8], a[9], a[5]), a[2], d, (nid, kind))
+                nested_span(((kind, a[8], a[9], a[5]), a[2], d))
+                nested_key((nid, kind))
             if kind == "annotation" and name.startswith("ProfilerStep#"):
                 m = _STEP.match(name)
                 if m:

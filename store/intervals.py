@@ -22,29 +22,42 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Hashable, Iterable, Sequence
+from operator import itemgetter, neg
+
+_LANE, _START, _DURATION = itemgetter(0), itemgetter(1), itemgetter(2)
 
 
 def self_times(spans: Sequence[tuple[Hashable, int, int]]) -> list[int]:
     """Self time of each ``(lane, start_ns, duration_ns)``, in input order (see the module doc)."""
+    n = len(spans)
+    starts = list(map(_START, spans))
+    ends = [s + d if d > 0 else s for s, d in zip(starts, map(_DURATION, spans))]
+    # each span's place in its lane, as a tuple made in C: start, then longest first (the later end),
+    # then input order; the lanes' sorts call its __getitem__ (a lambda per span cost ~15% more)
+    order = list(zip(starts, map(neg, ends), range(n)))
     lanes: dict[Hashable, list[int]] = {}
-    for i, span in enumerate(spans):
-        lanes.setdefault(span[0], []).append(i)
-    result = [0] * len(spans)
+    for i, lane in enumerate(map(_LANE, spans)):
+        members = lanes.get(lane)
+        if members is None:
+            lanes[lane] = members = []
+        members.append(i)
+    result = [0] * n
     for members in lanes.values():
-        members.sort(key=lambda i: (spans[i][1], -spans[i][2], i))
+        members.sort(key=order.__getitem__)
         stack: list[tuple[int, int]] = []  # (clipped end_ns, index) of the open ranges, innermost last
         for i in members:
-            _, start, dur = spans[i]
-            end = start + max(dur, 0)
+            start = starts[i]
+            end = ends[i]
             while stack and stack[-1][0] <= start:
                 stack.pop()
             if stack:
-                end = min(end, stack[-1][0])
-            own = max(end - start, 0)
-            result[i] = own
-            if own:
-                if stack:
-                    result[stack[-1][1]] -= own
+                top_end, top = stack[-1]
+                if end > top_end:
+                    end = top_end
+                if end > start:
+                    result[top] -= end - start
+            if end > start:
+                result[i] += end - start
                 stack.append((end, i))
     return result
 
