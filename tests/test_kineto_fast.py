@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import random
 import tarfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -241,6 +242,33 @@ def test_nesting_counts_levels_outside_strings(value: Any) -> None:
     assert nesting(text) == _depth(text)
     compact = json.dumps(value, separators=(",", ":")).encode()
     assert nesting(compact) == _depth(compact)
+
+
+def _random_json(rng: random.Random, depth: int) -> Any:
+    """A value of up to ``depth`` levels whose strings hold brackets, quotes, backslashes or nothing."""
+    pick = rng.random()
+    if depth <= 0 or pick < 0.35:
+        return "".join(rng.choice(['"', "[", "]", "{", "}", "\\", "a", ""]) for _ in range(rng.randrange(4)))
+    if pick < 0.45:
+        return rng.randrange(-5, 5)
+    if pick < 0.75:
+        return [_random_json(rng, depth - 1) for _ in range(rng.randrange(4))]
+    return {f"k{i}": _random_json(rng, depth - 1) for i in range(rng.randrange(4))}
+
+
+def test_nesting_matches_a_walk_on_random_json() -> None:
+    """Both ways nesting() reads strings (every run of quotes even: quotes dropped at once; else the
+    pairs removed and the rest split) count what the character walk counts."""
+    rng = random.Random(15)
+    paths = set()
+    for _ in range(3000):
+        value = _random_json(rng, rng.randrange(1, 8))
+        for text in (json.dumps(value).encode(), json.dumps(value, separators=(",", ":")).encode()):
+            assert nesting(text) == _depth(text), text
+            if b"\\" not in text:  # (with backslashes, strings are removed by a regular expression)
+                kept = text.translate(None, bytes(b for b in range(256) if b not in b'[]{}"'))
+                paths.add(kept.count(b'""') * 2 == kept.count(b'"'))
+    assert paths == {True, False}  # (both ways were taken)
 
 
 def test_nesting_agrees_with_the_depth_guard_on_the_real_samples(samples: list[Path]) -> None:
