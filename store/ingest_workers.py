@@ -209,6 +209,11 @@ def quiet_gc() -> Iterator[None]:
 _LAUNCH_SHAPE = itemgetter(5, 6, *range(8, 16))
 
 
+def _as_columns(task: Task, reader: Any) -> bool:
+    """Whether ``task``'s file is read as column batches (``reader.read_columns``), not as records."""
+    return task.section is None and task.info.kind in getattr(reader, "COLUMNAR_KINDS", ())
+
+
 class _Channel(Protocol):
     def send(self, obj: Any) -> None: ...
 
@@ -317,7 +322,7 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
         counts["counter"] = counts.get("counter", 0) + len(rows)
         conn.send(RowsMsg(task.index, table, rows))
 
-    if task.section is None and task.info.kind in getattr(reader, "COLUMNAR_KINDS", ()):
+    if _as_columns(task, reader):
         # (no nesting, steps or aggregates among these kinds: their summary is finished below as any)
         from . import columnar, ingest_columns  # (numpy: loaded by the ingests that read columns only)
 
@@ -463,7 +468,9 @@ class Parsers:
         self.conns: list[Connection] = []
         #: the task each worker is parsing (-1: none yet), by worker slot
         self.current = ctx.Array("i", [-1] * max(1, workers), lock=False)
-        for name in sorted({t.reader for t in tasks}):  # (what a reader loads lazily, loaded once before the fork)
+        # what a reader loads for its column batches, loaded once before the fork (only when some file
+        # is read as columns: the other ingests do not load numpy and pyarrow)
+        for name in sorted({t.reader for t in tasks if _as_columns(t, readers.by_name(t.reader))}):
             warm_up = getattr(readers.by_name(name), "warm_up", None)
             if warm_up is not None:
                 warm_up()

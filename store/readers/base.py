@@ -18,6 +18,13 @@ input: it resolves the identity of ``info.ranks[index]`` (a RankHint like ``info
 ``read_rank(path, info, index)`` under that rank; it never calls ``read`` for such a file (``read``
 still yields every section's records one after the other, for tools that do not care about ranks).
 
+Optional, for kinds read as columns (rocprofv3 kernel and counter CSV; ``store/columnar.py``):
+
+``COLUMNAR_KINDS``                    the ``SourceInfo.kind`` values ``read_columns`` takes
+``read_columns(path, info) -> Iterator[columnar.Batch]``   the rows as numpy/pyarrow column batches
+``warm_up()``                         imports what ``read_columns`` needs (numpy, pyarrow); the ingest
+                                      calls it before forking its workers, when a file is read as columns
+
 Readers know nothing of the database. They raise ``InputError`` naming the file on bad input.
 Helpers here are shared by readers: opening .gz transparently, peeking at a file's head.
 """
