@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -158,11 +158,21 @@ def check_counters(b: CounterColumns, path: Path) -> None:
     check_names(path, b.counters)
 
 
-def group_durations(
-    index: npt.NDArray[np.int32], durations: I64, n: int
-) -> list[tuple[int, int, int, int, int, float]]:
-    """Per dictionary entry present in the batch: (entry, calls, total, min, max, sum of squares).
-    Exact integer sums (np.add.at on int64), squares summed as floats like the row path did."""
+class Grouped(NamedTuple):
+    """A batch's durations grouped by dictionary entry, as columns (lists, one item per entry present
+    in the batch): the entry, calls, total, min, max and sum of squares."""
+
+    entries: list[int]
+    calls: list[int]
+    total: list[int]
+    lo: list[int]
+    hi: list[int]
+    sq: list[float]
+
+
+def group_durations(index: npt.NDArray[np.int32], durations: I64, n: int) -> Grouped:
+    """Per dictionary entry present in the batch: (entry, calls, total, min, max, sum of squares), as
+    columns. Exact integer sums (np.add.at on int64), squares summed as floats like the row path did."""
     calls = np.bincount(index, minlength=n)
     total = np.zeros(n, dtype=np.int64)
     np.add.at(total, index, durations)
@@ -173,8 +183,8 @@ def group_durations(
     f = durations.astype(np.float64)
     sq = np.bincount(index, weights=f * f, minlength=n)
     present = np.nonzero(calls)[0]
-    return list(zip(present.tolist(), calls[present].tolist(), total[present].tolist(), lo[present].tolist(),
-                    hi[present].tolist(), sq[present].tolist()))
+    return Grouped(present.tolist(), calls[present].tolist(), total[present].tolist(), lo[present].tolist(),
+                   hi[present].tolist(), sq[present].tolist())
 
 
 def union(starts: I64, ends: I64) -> tuple[I64, I64]:

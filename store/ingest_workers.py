@@ -73,10 +73,10 @@ class Totals:
         self.sum_sq_ns = sum_sq_ns
         self.self_ns = self_ns
 
-    def row(self, name_id: int, kind: str, self_ns: int) -> SummaryRow:
-        """This (name, kind)'s summary row, with ``self_ns`` as its self time."""
-        return (name_id, kind, self.category, self.calls, self.total_ns, self.min_ns, self.max_ns, self.sum_sq_ns,
-                self_ns)
+    def row(self, rank_id: int, name_id: int, kind: str, self_ns: int) -> SummaryRow:
+        """This (rank, name, kind)'s summary row, with ``self_ns`` as its self time."""
+        return (rank_id, name_id, kind, self.category, self.calls, self.total_ns, self.min_ns, self.max_ns,
+                self.sum_sq_ns, self_ns)
 
     def add(self, calls: int, total_ns: int, min_ns: int, max_ns: int, sum_sq_ns: float, self_ns: int = 0) -> None:
         self.calls += calls
@@ -101,10 +101,11 @@ def _fold(
         s.add(calls, total_ns, min_ns, max_ns, sum_sq_ns)
 
 
-#: A file's summary of one (name, kind), as a worker sends it: (name_id, kind, category, calls,
-#: total_ns, min_ns, max_ns, sum_sq_ns, self_ns). A plain tuple, not a NamedTuple: a 512-file run
-#: sends 164k of them, and pickling a NamedTuple calls back into Python for each (0.3 ms per file).
-SummaryRow = tuple[int, str, str, int, int, int, int, float, int]
+#: A file's summary of one (name, kind), as a worker sends it and as ``bulk.add_summaries`` takes it:
+#: (rank_id, name_id, kind, category, calls, total_ns, min_ns, max_ns, sum_sq_ns, self_ns). A plain
+#: tuple, not a NamedTuple: a 512-file run sends 164k of them, and pickling a NamedTuple calls back
+#: into Python for each (0.3 ms per file).
+SummaryRow = tuple[int, int, str, str, int, int, int, int, float, int]
 
 
 class StepTime(NamedTuple):
@@ -256,6 +257,9 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
     rank_id, source_id = task.rank_id, task.source_id
     counts: dict[str, int] = {}
     summary: dict[tuple[int, str], Totals] = {}
+    #: (name_id, kind) -> its final row, for keys a column batch met and no other batch of the file did
+    #: (``ingest_columns.parse_columns``: their rows are made in C, no Totals)
+    done: dict[tuple[int, str], SummaryRow] = {}
     steps: list[StepTime] = []
     acts: list[Activity] = []
     ctrs: list[Counter] = []
@@ -327,7 +331,7 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
         from . import columnar, ingest_columns  # (numpy: loaded by the ingests that read columns only)
 
         timeline = columnar.ColumnTimeline(task.info.time_base_ns)
-        ingest_columns.parse_columns(task, reader, conn, names, cats, counts, summary, timeline)
+        ingest_columns.parse_columns(task, reader, conn, names, cats, counts, summary, done, timeline)
     else:
         if task.section is not None:
             records = reader.read_rank(task.path, task.info, task.section)  # type: ignore[attr-defined]
@@ -361,8 +365,9 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
         if ctrs:
             flush_ctrs()
     own = nested.totals()
-    rows = [t.row(nid, kind, own.get((nid, kind), t.total_ns) if kind in NESTED_KINDS else t.total_ns)
-            for (nid, kind), t in summary.items()]
+    rows = list(done.values())
+    rows += [t.row(rank_id, nid, kind, own.get((nid, kind), t.total_ns) if kind in NESTED_KINDS else t.total_ns)
+             for (nid, kind), t in summary.items()]
     tl = timeline.finish(-1) if timeline.first is not None else None
     conn.send(DoneMsg(task.index, Parsed(counts, rows, steps, tl)))
 

@@ -48,7 +48,7 @@ def test_real_kernel_traces_same_timeline_and_sums(path: Path) -> None:
     got: dict[str, list[int]] = {}
     for b in rocprof_csv.read_columns(path, info):
         assert isinstance(b, columnar.ActivityColumns)
-        for e, calls, total, lo, hi, sq in columnar.group_durations(b.name_index, b.duration_ns, len(b.names)):
+        for e, calls, total, lo, hi, sq in zip(*columnar.group_durations(b.name_index, b.duration_ns, len(b.names))):
             d = want[b.names[e]]
             got[b.names[e]] = [calls, total, lo, hi]
             assert sq == pytest.approx(sum(float(x) * x for x in d))

@@ -4,6 +4,7 @@ path stores, and a failure in a worker still leaves the store byte for byte as i
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import shutil
 import sys
@@ -15,6 +16,7 @@ import pytest
 from profdb.store import bulk, ingest, ingest_workers
 from profdb.store.readers import rocprof_csv
 from profdb.store.errors import InputError
+from profdb.store.identity import IdentityFlags
 
 from conftest import file_bytes, sql
 
@@ -241,3 +243,48 @@ def test_worker_failing_while_its_names_are_answered(
     with pytest.raises(InputError, match=r"_kernel_trace\.csv: .*ValueError: planted failure after asking"):
         ingest.ingest_paths(sorted((inputs / "csv").glob("rank*")), str(db), run="csv")
     assert file_bytes(db) == before
+
+
+@pytest.mark.parametrize("workers", [True, False])
+def test_a_ranks_summary_over_two_files_is_the_sum_of_their_rows(
+    inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: bool
+) -> None:
+    """One rank, two kernel traces of the same kernels (another window of the same process), each
+    read in several column batches: the rank's summary (calls, total, min, max, sum of squares) is
+    what the two files' rows add up to, computed here from the CSV text. (A worker keeps a batch's
+    summary as final rows while no other batch of the file met its kernels, and the writer keeps a
+    rank's first file's rows as they came: both must give way to running sums.)"""
+    src = next((inputs / "csv" / "rank0001").glob("*/*_kernel_trace.csv"))
+    host = tmp_path / "run" / "rank0001" / src.parent.name
+    host.mkdir(parents=True)
+    lines = src.read_text().splitlines()
+    head = lines[0].split(",")
+    start, end = head.index('"Start_Timestamp"'), head.index('"End_Timestamp"')
+    shifted = [lines[0]]
+    for line in lines[1:]:  # (the second window: later, and each kernel 7 ns longer)
+        cells = next(csv.reader([line]))
+        cells[start] = str(int(cells[start]) + 10**9)
+        cells[end] = str(int(cells[end]) + 10**9 + 7)
+        shifted.append(",".join(f'"{c}"' if not c.lstrip("-").isdigit() else c for c in cells))
+    (host / src.name).write_text("\n".join(lines) + "\n")
+    (host / ("9" + src.name)).write_text("\n".join(shifted) + "\n")
+    want: dict[str, list[Any]] = {}
+    for path in host.iterdir():
+        with path.open(newline="") as f:
+            for r in csv.DictReader(f):
+                d = int(r["End_Timestamp"]) - int(r["Start_Timestamp"])
+                w = want.setdefault(r["Kernel_Name"], [0, 0, d, d, 0.0])
+                w[0] += 1
+                w[1] += d
+                w[2], w[3] = min(w[2], d), max(w[3], d)
+                w[4] += float(d) * d
+    _bulk(monkeypatch, workers)
+    monkeypatch.setattr(rocprof_csv, "BLOCK", 16384)  # (several batches per file)
+    db = tmp_path / "s.db"
+    ingest.ingest_paths([tmp_path / "run" / "rank0001"], str(db), run="two",
+                        flags=IdentityFlags(allow_duplicate_ranks=True))
+    got = {r[0]: [r[1], r[2], r[3], r[4], r[5], r[6]] for r in sql(
+        db, "select n.value, calls, total_ns, min_ns, max_ns, sum_sq_ns, self_ns from summary s "
+            "join name n on n.id = s.name_id where kind = 'kernel'")}
+    assert len(want) > 5 and max(w[0] for w in want.values()) > 50
+    assert got == {n: [*w[:4], pytest.approx(w[4], rel=1e-12), w[1]] for n, w in want.items()}
