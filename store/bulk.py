@@ -18,6 +18,7 @@ Here too: ``Writer`` (ingest's rows, names, summaries and steps within one trans
 from __future__ import annotations
 
 import io
+import os
 import re
 import sqlite3
 import struct
@@ -957,18 +958,36 @@ def defer_indexes(conn: Connection, incoming_bytes: int) -> list[str]:
 INDEX_BUILD_CACHE_KIB = 2000
 
 
+#: most helper threads SQLite's sorter may start for an index build (``PRAGMA threads``; at most the
+#: machine's cores). The builds run after every file is parsed, with the other cores idle; a sort
+#: beyond the page cache's worth of keys is cut in runs that helper threads sort while the main
+#: thread reads on. Measured on 1M rows, 2 cores (median of 7): ``(rank_id, name_id)`` 0.54 ->
+#: 0.41-0.42 s with 2 or 3 threads, ``source_id`` 0.21 -> 0.23-0.25 s; both 0.75 -> 0.65 s wall,
+#: +0.4 s CPU.
+INDEX_BUILD_THREADS = 4
+
+
 def rebuild_indexes(conn: Connection, statements: Sequence[str]) -> None:
     """Run the CREATE INDEX statements ``defer_indexes`` returned, with the page cache (hence the
-    sort's memory) held to INDEX_BUILD_CACHE_KIB, and the connection's cache size restored after."""
+    sort's memory) held to INDEX_BUILD_CACHE_KIB and the sorter's helper threads allowed
+    (INDEX_BUILD_THREADS), the connection's settings restored after."""
     if not statements:
         return
     before = conn.exec_driver_sql("PRAGMA cache_size").scalar()
+    threads = conn.exec_driver_sql("PRAGMA threads").scalar()
     conn.exec_driver_sql(f"PRAGMA cache_size=-{INDEX_BUILD_CACHE_KIB}")
+    conn.exec_driver_sql(f"PRAGMA threads={min(INDEX_BUILD_THREADS, cores())}")
     try:
         for sql in statements:
             conn.exec_driver_sql(sql)
     finally:
         conn.exec_driver_sql(f"PRAGMA cache_size={int(before or 0)}")
+        conn.exec_driver_sql(f"PRAGMA threads={int(threads or 0)}")
+
+
+def cores() -> int:
+    """CPU cores this process may run on (its affinity mask: a job's launcher often pins it)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 # --------------------------------------------------------------------------- database errors during a load

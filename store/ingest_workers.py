@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol, cast
 
 from . import classify, lifetime, readers, validate
-from .bulk import LAUNCHES_KEPT
+from .bulk import LAUNCHES_KEPT, cores
 from .collectives import RankTimeline, TimelineBuilder
 from .intervals import SelfTotals
 from .records import NESTED_KINDS as NESTED_KINDS  # (defined where the kinds are)
@@ -171,7 +171,7 @@ def worker_count(total_bytes: int, files: int) -> int:
         except ValueError:
             n = 0
         return max(0, min(n, files))
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cpus = cores()
     if cpus < 2 or files < 2 or total_bytes < PARALLEL_MIN_BYTES:
         return 0
     return min(cpus, files)

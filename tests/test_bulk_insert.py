@@ -191,5 +191,34 @@ def test_deferred_indexes_come_back_and_the_cache_size_is_restored(tmp_path: Any
             bulk.rebuild_indexes(conn, recreate)
             assert sorted(conn.exec_driver_sql(indexes).scalars()) == before
             assert conn.exec_driver_sql("PRAGMA cache_size").scalar() == cache != -bulk.INDEX_BUILD_CACHE_KIB
+            assert conn.exec_driver_sql("PRAGMA threads").scalar() == 0
+    finally:
+        engine.dispose()
+
+
+def test_indexes_rebuilt_by_the_sorters_threads_are_whole(tmp_path: Any) -> None:
+    """rebuild_indexes lets SQLite's sorter use helper threads (PRAGMA threads): on more keys than the
+    build's page cache holds, the sort is cut in runs the threads sort; the index must still hold
+    every row, in order, and the connection's setting comes back."""
+    engine = create_engine(f"sqlite:///{tmp_path / 's.db'}")
+    rng = np.random.default_rng(5)
+    n = 300_000  # (~6 MB of keys: three times the build's 2 MB cache)
+    rows = list(zip(range(1, n + 1), rng.integers(1, 64, n).tolist(), rng.integers(1, 5000, n).tolist()))
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql("CREATE TABLE activity (id INTEGER PRIMARY KEY, rank_id INTEGER, name_id INTEGER)")
+            conn.exec_driver_sql("CREATE INDEX ix_activity_rank_name ON activity (rank_id, name_id)")
+            conn.exec_driver_sql("CREATE TABLE counter (id INTEGER PRIMARY KEY)")
+            recreate = bulk.defer_indexes(conn, bulk.DEFER_INDEXES_MIN_BYTES)
+            assert recreate
+            conn.exec_driver_sql("INSERT INTO activity VALUES (?, ?, ?)", rows)
+            conn.exec_driver_sql("PRAGMA threads=1")
+            bulk.rebuild_indexes(conn, recreate)
+            assert conn.exec_driver_sql("PRAGMA threads").scalar() == 1
+            assert conn.exec_driver_sql("PRAGMA integrity_check").scalar() == "ok"
+            by_index = conn.exec_driver_sql(
+                "SELECT rank_id, name_id, id FROM activity INDEXED BY ix_activity_rank_name ORDER BY rank_id, name_id"
+            ).all()
+        assert [tuple(r) for r in by_index] == sorted((r, nm, i) for i, r, nm in rows)
     finally:
         engine.dispose()
