@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from itertools import chain, repeat
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
@@ -572,6 +572,16 @@ def hold_run(
     return run_id
 
 
+class Interned(NamedTuple):
+    """A column of interned values (names, or launch shapes as tuples in LAUNCH_COLS order) as a
+    worker sends it, before their ids are known: row i holds the id of ``values[index[i]]`` (``index``
+    a numpy integer array; None: every row holds ``values[0]``'s). The writer interns the values and
+    maps the rows (``Writer.insert_columns``), so the worker never waits for ids."""
+
+    values: list[Any]
+    index: Any
+
+
 class Coded(NamedTuple):
     """A column of a few distinct strings (a batch's categories): row i holds ``values[codes[i]]``,
     ``codes`` a numpy integer array. SQLite binds the code and the statement maps it back (a CASE), so
@@ -763,6 +773,8 @@ class Writer:
         literals: list[tuple[str, Any]] = []
         for c in cols:
             v = columns[c]
+            if isinstance(v, Interned):
+                v = self._ids_of(v)
             if v is None or isinstance(v, (int, str)):
                 literals.append((c, v))
             else:
@@ -785,19 +797,46 @@ class Writer:
         assert raw is not None
         insert_block(raw, table, bound, arrays, literals)
 
+    def _ids_of(self, column: Interned) -> Any:
+        """An ``Interned`` column's ids: one int when every row has one value, else an int64 array."""
+        import numpy as np
+
+        if column.values and type(column.values[0]) is tuple:
+            self.launch_ids(column.values)
+            table: Mapping[Any, int] = self.launches
+        else:
+            self.name_ids(column.values)
+            table = self.names
+        if column.index is None:
+            return table[column.values[0]]
+        return np.array([table[v] for v in column.values], dtype=np.int64)[column.index]
+
+    def _with_name_ids(self, rows: Sequence[tuple[Any, ...]]) -> list[SummaryRow]:
+        """Summary rows that carry the name where its id goes (``Parsed.named``), with the ids:
+        interned here, the rows rebuilt column-wise in C."""
+        if not rows:
+            return []
+        cols = list(zip(*rows))
+        self.name_ids(cols[1])
+        cols[1] = tuple(map(self.names.__getitem__, cols[1]))
+        return list(zip(*cols))
+
     def merge(self, rank_id: int, source_id: int, parsed: Parsed) -> None:
         """A file's summary rows and steps, as a worker (``ingest_workers``) sends them when done. A
         rank's first file's rows are kept as they came (most ranks have one file: a 2,048-file run
         spent ~0.8 s of the writer's time keying 655k rows for nothing); a second file's rows key them
         by (name, kind), and a key met twice becomes a running Totals."""
         from .ingest_workers import Totals
+        rows = (
+            self._with_name_ids(parsed.summary) if parsed.named else cast("list[SummaryRow]", parsed.summary)
+        )
         have = self.summary.get(rank_id)
         if have is None:
-            self.summary[rank_id] = parsed.summary
+            self.summary[rank_id] = rows
         else:
             if isinstance(have, list):
                 have = self.summary[rank_id] = {(r[1], r[2]): r for r in have}
-            for r in parsed.summary:  # (rank_id, name_id, kind, category, calls, total, min, max, sum sq, self)
+            for r in rows:  # (rank_id, name_id, kind, category, calls, total, min, max, sum sq, self)
                 key = (r[1], r[2])
                 s = have.get(key)
                 if s is None:

@@ -12,44 +12,44 @@ from typing import Any
 import numpy as np
 
 from . import classify, columnar
-from .bulk import Coded
-from .ingest_workers import Columns, RowsMsg, SummaryRow, Task, Totals, _Channel, _fold, _Names
+from .bulk import Coded, Interned
+from .ingest_workers import Columns, NamedSummaryRow, RowsMsg, Task, Totals, _Channel, _fold
 
 
 def parse_columns(
     task: Task,
     reader: Any,
     conn: _Channel,
-    names: _Names,
     cats: dict[tuple[str, str], str],
     counts: dict[str, int],
-    summary: dict[tuple[int, str], Totals],
-    done: dict[tuple[int, str], SummaryRow],
+    summary: dict[tuple[str, str], Totals],
+    done: dict[tuple[str, str], NamedSummaryRow],
     timeline: columnar.ColumnTimeline,
 ) -> None:
     """``_parse`` for a reader that yields column batches (``columnar``): the same rows, summary and
     timeline, computed with numpy over each batch; no Python step per row. (Only kinds without nesting
-    or steps are read as columns: self time is the total.) A batch's summary goes to ``done`` as final
-    rows when none of its (name, kind) keys was met before in the file (a small file is one batch),
-    built in C; otherwise it is folded into ``summary``'s running Totals, as the row path does."""
-    path, ids = task.path, names.ids
+    or steps are read as columns: self time is the total.) Names and launch shapes go to the writer
+    as they are (``bulk.Interned``), which interns them and maps the rows to their ids: the worker
+    never waits for ids (2,048 small files: a worker waited for them 3.0 s of its 7.1 s, while the
+    writer inserted the other worker's rows). So the file's summary is keyed by name, not id
+    (``Parsed.named``): a batch's summary goes to ``done`` as final rows when none of its (name,
+    kind) keys was met before in the file (a small file is one batch), built in C; otherwise it is
+    folded into ``summary``'s running Totals, as the row path does."""
     for b in reader.read_columns(task.path, task.info):
         if isinstance(b, columnar.CounterColumns):
-            columnar.check_counters(b, path)
-            names.resolve(set(b.kernels) | set(b.counters))
+            columnar.check_counters(b, task.path)
             cols: Columns = {
                 "rank_id": task.rank_id, "source_id": task.source_id,
-                "kernel_name_id": np.array([ids[n] for n in b.kernels], dtype=np.int64)[b.kernel_index],
-                "counter_name_id": np.array([ids[n] for n in b.counters], dtype=np.int64)[b.counter_index],
+                "kernel_name_id": Interned(b.kernels, b.kernel_index),
+                "counter_name_id": Interned(b.counters, b.counter_index),
                 "dispatch_id": b.dispatch_id, "value": b.value, "samples": 1, "min_value": None, "max_value": None,
             }
             counts["counter"] = counts.get("counter", 0) + len(b)
             conn.send(RowsMsg(task.index, "counter_columns", cols))
             continue
-        columnar.check_activities(b, path)
+        columnar.check_activities(b, task.path)
         kind = b.kind
         shapes, shape_of_row = _launch_shapes(b)
-        names.ask({*b.names, *shapes})  # (one round trip to the writer per batch; what needs no ids first)
         entry_cats = []
         for n in b.names:
             cat = b.category or cats.get((kind, n))
@@ -58,12 +58,10 @@ def parse_columns(
             entry_cats.append(cat)
         grouped = columnar.group_durations(b.name_index, b.duration_ns, len(b.names))
         timeline.add_columns(b)
-        names.wait()
-        nids = [ids[n] for n in b.names]
-        _summarize(task.rank_id, kind, grouped, nids, entry_cats, summary, done)
+        _summarize(task.rank_id, kind, grouped, b.names, entry_cats, summary, done)
         counts[kind] = counts.get(kind, 0) + len(b)
         cols = {"rank_id": task.rank_id, "source_id": task.source_id, "kind": kind,
-                "name_id": np.array(nids, dtype=np.int64)[b.name_index], "start_ns": b.start_ns,
+                "name_id": Interned(b.names, b.name_index), "start_ns": b.start_ns,
                 "duration_ns": b.duration_ns, "args": None}
         distinct = tuple(dict.fromkeys(entry_cats))
         if len(distinct) == 1:
@@ -73,13 +71,13 @@ def parse_columns(
             cols["category"] = Coded(np.array([code[c] for c in entry_cats], dtype=np.int64)[b.name_index], distinct)
         corr = b.ints.get("correlation")
         cols["correlation"] = None if corr is None else _constant_or(corr)
-        cols["launch_id"] = _launch_ids(shapes, shape_of_row, ids)
+        cols["launch_id"] = Interned(shapes, shape_of_row)
         conn.send(RowsMsg(task.index, "activity_columns", cols))
 
 
 def _summarize(
-    rank_id: int, kind: str, g: columnar.Grouped, nids: list[int], entry_cats: list[str],
-    summary: dict[tuple[int, str], Totals], done: dict[tuple[int, str], SummaryRow],
+    rank_id: int, kind: str, g: columnar.Grouped, names: list[str], entry_cats: list[str],
+    summary: dict[tuple[str, str], Totals], done: dict[tuple[str, str], NamedSummaryRow],
 ) -> None:
     """One batch's grouped durations into the file's summary (``parse_columns``). Rows and keys are
     made by zip and map, in C: 2,048 small files meet 655k (rank, name) keys, at ~2 us each through
@@ -87,15 +85,15 @@ def _summarize(
     if not g.entries:
         return
     if len(g.entries) == 1:
-        knids: tuple[int, ...] = (nids[g.entries[0]],)
+        knames: tuple[str, ...] = (names[g.entries[0]],)
         kcats: tuple[str, ...] = (entry_cats[g.entries[0]],)
     else:
         pick = itemgetter(*g.entries)
-        knids, kcats = pick(nids), pick(entry_cats)
-    keys = list(zip(knids, repeat(kind)))
+        knames, kcats = pick(names), pick(entry_cats)
+    keys = list(zip(knames, repeat(kind)))
     if done.keys().isdisjoint(keys) and summary.keys().isdisjoint(keys):
         # (non-nested kinds: self time is the total)
-        done.update(zip(keys, zip(repeat(rank_id), knids, repeat(kind), kcats, g.calls, g.total,
+        done.update(zip(keys, zip(repeat(rank_id), knames, repeat(kind), kcats, g.calls, g.total,
                                   g.lo, g.hi, g.sq, g.total)))
         return
     for key, e, calls, total, lo, hi, sq in zip(keys, g.entries, g.calls, g.total, g.lo, g.hi, g.sq):
@@ -116,8 +114,8 @@ _SHAPE = ("device", "stream", "pid", "tid", "grid_x", "grid_y", "grid_z", "block
 
 def _launch_shapes(b: columnar.ActivityColumns) -> tuple[list[tuple[int | None, ...]], Any]:
     """The batch's distinct launch shapes, and each row's number among them (None when every row has
-    the one shape). Found with numpy (np.unique over the varying columns' rows), so that their ids are
-    asked together with the batch's names, in one round trip to the writer."""
+    the one shape). Found with numpy (np.unique over the varying columns' rows); the writer interns
+    them (``bulk.Interned``)."""
     const: dict[str, int | None] = {}
     varying: list[str] = []
     for f in _SHAPE:
@@ -153,14 +151,6 @@ def _launch_shapes(b: columnar.ActivityColumns) -> tuple[list[tuple[int | None, 
         fields[f] = values
     shapes: list[tuple[int | None, ...]] = list(zip(*(fields[f] for f in _SHAPE)))
     return shapes, inverse
-
-
-def _launch_ids(shapes: list[tuple[int | None, ...]], inverse: Any, ids: dict[Any, int]) -> Any:
-    """The batch's launch ids (``_launch_shapes``' answer, once the shapes' ids are known): one int
-    when every row has one shape, else an array."""
-    if inverse is None:
-        return ids[shapes[0]]
-    return np.array([ids[s] for s in shapes], dtype=np.int64)[inverse]
 
 
 def _distinct_rows(table: Any, by: Any) -> tuple[Any, Any]:

@@ -6,7 +6,9 @@ the file's reader and turns them into the writer's row tuples in batches: ids of
 from the writer (one request per batch that meets new names, answered from its in-memory table;
 the worker sends it, does the batch's work that needs no ids, then reads the answer: ``_Names``),
 categories are classified once per name, and the per-(rank, name, kind) summary and the steps of the
-file are kept in the worker and sent when the file is done. The writer only inserts rows with
+file are kept in the worker and sent when the file is done. A file read as column batches
+(``ingest_columns``) asks for nothing: its batches carry their names and launch shapes
+(``bulk.Interned``) and the writer puts the ids in. The writer only inserts rows with
 executemany and merges summaries. Workers never open the store: a failed or interrupted ingest
 still rolls back in one place. Messages go over one duplex pipe per worker, so a slow writer makes
 the workers wait (memory stays bounded by a few batches per worker).
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from operator import itemgetter, mul
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, cast
+from typing import Any, NamedTuple, Protocol, TypeVar, cast
 
 from . import classify, lifetime, readers, validate
 from .bulk import LAUNCHES_KEPT, cores
@@ -38,6 +40,7 @@ from .records import NESTED_KINDS as NESTED_KINDS  # (defined where the kinds ar
 from .records import Activity, Aggregate, Counter, SourceInfo
 
 BATCH = 20000
+_N = TypeVar("_N", int, str)  # a summary key's name: its id, or the name itself (NamedSummaryRow)
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 #: below this much input the files are parsed in the writer process (no start-up cost)
 PARALLEL_MIN_BYTES = 16 << 20
@@ -73,8 +76,11 @@ class Totals:
         self.sum_sq_ns = sum_sq_ns
         self.self_ns = self_ns
 
-    def row(self, rank_id: int, name_id: int, kind: str, self_ns: int) -> SummaryRow:
-        """This (rank, name, kind)'s summary row, with ``self_ns`` as its self time."""
+    def row(
+        self, rank_id: int, name_id: _N, kind: str, self_ns: int
+    ) -> tuple[int, _N, str, str, int, int, int, int, float, int]:
+        """This (rank, name, kind)'s summary row, with ``self_ns`` as its self time (``name_id``: the
+        name's id, or the name itself in a ``NamedSummaryRow``)."""
         return (rank_id, name_id, kind, self.category, self.calls, self.total_ns, self.min_ns, self.max_ns,
                 self.sum_sq_ns, self_ns)
 
@@ -90,7 +96,7 @@ class Totals:
 
 
 def _fold(
-    summary: dict[tuple[int, str], Totals], key: tuple[int, str], category: str,
+    summary: dict[tuple[_N, str], Totals], key: tuple[_N, str], category: str,
     calls: int, total_ns: int, min_ns: int, max_ns: int, sum_sq_ns: float,
 ) -> None:
     """Add one group of calls (a batch's, or an aggregate row's) to ``key``'s running summary."""
@@ -106,6 +112,9 @@ def _fold(
 #: tuple, not a NamedTuple: a 512-file run sends 164k of them, and pickling a NamedTuple calls back
 #: into Python for each (0.3 ms per file).
 SummaryRow = tuple[int, int, str, str, int, int, int, int, float, int]
+#: The same with the name where its id goes (``Parsed.named``: a file read as columns, whose worker
+#: never learns the ids; the writer puts them in)
+NamedSummaryRow = tuple[int, str, str, str, int, int, int, int, float, int]
 
 
 class StepTime(NamedTuple):
@@ -119,9 +128,11 @@ class Parsed(NamedTuple):
     file's collective timeline (calls, busy time; None when it has no activity)."""
 
     counts: dict[str, int]
-    summary: list[SummaryRow]
+    summary: list[SummaryRow] | list[NamedSummaryRow]
     steps: list[StepTime]
     timeline: RankTimeline | None = None
+    #: the summary rows carry names where their ids go (NamedSummaryRow)
+    named: bool = False
 
 
 class NamesMsg(NamedTuple):
@@ -236,8 +247,7 @@ class _Names:
     def ask(self, names: set[Any]) -> None:
         """Send the writer the new ones of ``names`` without waiting for their ids (``wait``): the
         worker goes on with work that needs no ids meanwhile. (Waiting at once left workers idle
-        for ~1.6 ms per file while the writer finished another's batch: 2.5 s of a worker's 6.6 s on
-        2,048 small files.)"""
+        for ~1.6 ms per file while the writer finished another's batch.)"""
         if len(self.ids) > LAUNCHES_KEPT:  # (launch shapes grow with the job's ranks: memory bounded)
             self.ids.clear()
         new = [n for n in names if n not in self.ids]
@@ -257,9 +267,6 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
     rank_id, source_id = task.rank_id, task.source_id
     counts: dict[str, int] = {}
     summary: dict[tuple[int, str], Totals] = {}
-    #: (name_id, kind) -> its final row, for keys a column batch met and no other batch of the file did
-    #: (``ingest_columns.parse_columns``: their rows are made in C, no Totals)
-    done: dict[tuple[int, str], SummaryRow] = {}
     steps: list[StepTime] = []
     acts: list[Activity] = []
     ctrs: list[Counter] = []
@@ -327,47 +334,53 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
         conn.send(RowsMsg(task.index, table, rows))
 
     if _as_columns(task, reader):
-        # (no nesting, steps or aggregates among these kinds: their summary is finished below as any)
+        # (no nesting, steps or aggregates among these kinds: self time is the total)
         from . import columnar, ingest_columns  # (numpy: loaded by the ingests that read columns only)
 
-        timeline = columnar.ColumnTimeline(task.info.time_base_ns)
-        ingest_columns.parse_columns(task, reader, conn, names, cats, counts, summary, done, timeline)
+        by_name: dict[tuple[str, str], Totals] = {}
+        #: (name, kind) -> its final row, for keys a column batch met and no other batch of the file did
+        done: dict[tuple[str, str], NamedSummaryRow] = {}
+        columns = columnar.ColumnTimeline(task.info.time_base_ns)
+        ingest_columns.parse_columns(task, reader, conn, cats, counts, by_name, done, columns)
+        named = list(done.values())
+        named += [t.row(rank_id, name, kind, t.total_ns) for (name, kind), t in by_name.items()]
+        tl = columns.finish(-1) if columns.first is not None else None
+        conn.send(DoneMsg(task.index, Parsed(counts, named, steps, tl, named=True)))
+        return
+    if task.section is not None:
+        records = reader.read_rank(task.path, task.info, task.section)  # type: ignore[attr-defined]
     else:
-        if task.section is not None:
-            records = reader.read_rank(task.path, task.info, task.section)  # type: ignore[attr-defined]
-        else:
-            records = reader.read(task.path, task.info)
-        rec: Any
-        for rec in records:
-            t = type(rec)
-            if t is Activity:
-                acts.append(rec)
-                if len(acts) >= BATCH:
-                    flush_acts()
-                    acts = []
-            elif t is Counter:
-                ctrs.append(rec)
-                if len(ctrs) >= BATCH:
-                    flush_ctrs()
-                    ctrs = []
-            elif t is Aggregate:
-                g = rec
-                validate.aggregate(g, task.path)
-                names.resolve({g.name})
-                nid = ids[g.name]
-                cat = g.category or cats.get((g.kind, g.name)) or classify.category(g.kind, g.name)
-                mean = g.total_ns / g.calls if g.calls else 0.0
-                sumsq = g.sum_sq_ns if g.sum_sq_ns is not None else g.calls * mean * mean
-                _fold(summary, (nid, g.kind), cat, g.calls, g.total_ns, g.min_ns, g.max_ns, sumsq)
-                counts["aggregate"] = counts.get("aggregate", 0) + 1
-        if acts:
-            flush_acts()
-        if ctrs:
-            flush_ctrs()
+        records = reader.read(task.path, task.info)
+    rec: Any
+    for rec in records:
+        t = type(rec)
+        if t is Activity:
+            acts.append(rec)
+            if len(acts) >= BATCH:
+                flush_acts()
+                acts = []
+        elif t is Counter:
+            ctrs.append(rec)
+            if len(ctrs) >= BATCH:
+                flush_ctrs()
+                ctrs = []
+        elif t is Aggregate:
+            g = rec
+            validate.aggregate(g, task.path)
+            names.resolve({g.name})
+            nid = ids[g.name]
+            cat = g.category or cats.get((g.kind, g.name)) or classify.category(g.kind, g.name)
+            mean = g.total_ns / g.calls if g.calls else 0.0
+            sumsq = g.sum_sq_ns if g.sum_sq_ns is not None else g.calls * mean * mean
+            _fold(summary, (nid, g.kind), cat, g.calls, g.total_ns, g.min_ns, g.max_ns, sumsq)
+            counts["aggregate"] = counts.get("aggregate", 0) + 1
+    if acts:
+        flush_acts()
+    if ctrs:
+        flush_ctrs()
     own = nested.totals()
-    rows = list(done.values())
-    rows += [t.row(rank_id, nid, kind, own.get((nid, kind), t.total_ns) if kind in NESTED_KINDS else t.total_ns)
-             for (nid, kind), t in summary.items()]
+    rows = [t.row(rank_id, nid, kind, own.get((nid, kind), t.total_ns) if kind in NESTED_KINDS else t.total_ns)
+            for (nid, kind), t in summary.items()]
     tl = timeline.finish(-1) if timeline.first is not None else None
     conn.send(DoneMsg(task.index, Parsed(counts, rows, steps, tl)))
 

@@ -216,32 +216,37 @@ def test_parsed_files_merge_in_order_within_each_rank_not_across_ranks() -> None
 def test_worker_failing_while_its_names_are_answered(
     inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A worker asks for a batch's ids and goes on without waiting (``_Names.ask``); when it fails
-    before reading the answer and closes its end, the writer's answer finds the pipe closed. The
-    ingest reports the worker's own error, naming the file, and leaves the store as it was."""
+    """A worker reading records asks for a batch's ids and goes on without waiting (``_Names.ask``);
+    when it fails before reading the answer and closes its end, the writer's answer finds the pipe
+    closed. The ingest reports the worker's own error, naming the file, and leaves the store as it
+    was. (Files read as columns never ask: their writer interns what they send.)"""
     import time
 
-    from profdb.store import columnar
+    from profdb.store import collectives
 
     db = tmp_path / "store.db"
     _bulk(monkeypatch, False)
-    ingest.ingest_paths(sorted((inputs / "kineto").glob("rank-*.json")), str(db), run="kineto")
+    ingest.ingest_paths(sorted((inputs / "csv").glob("rank*")), str(db), run="csv")
     before = file_bytes(db)
 
     def planted(*_a: Any, **_k: Any) -> Any:
         raise ValueError("planted failure after asking for ids")
 
     answer = bulk.Writer.answer_names
+    asked: list[int] = []
 
     def slow_answer(self: bulk.Writer, values: list[Any]) -> list[int]:
+        asked.append(len(values))
         time.sleep(0.3)  # (the worker has failed and closed its end by the time this answers)
         return answer(self, values)
 
-    monkeypatch.setattr(columnar, "group_durations", planted)  # (the workers are forked: they see it)
+    # (called between asking and waiting; the workers are forked: they see it)
+    monkeypatch.setattr(collectives.TimelineBuilder, "add_many", planted)
     monkeypatch.setattr(bulk.Writer, "answer_names", slow_answer)
     _bulk(monkeypatch, True)
-    with pytest.raises(InputError, match=r"_kernel_trace\.csv: .*ValueError: planted failure after asking"):
-        ingest.ingest_paths(sorted((inputs / "csv").glob("rank*")), str(db), run="csv")
+    with pytest.raises(InputError, match=r"rank-\d\.json: .*ValueError: planted failure after asking"):
+        ingest.ingest_paths(sorted((inputs / "kineto").glob("rank-*.json")), str(db), run="kineto")
+    assert asked
     assert file_bytes(db) == before
 
 
