@@ -997,31 +997,33 @@ def defer_indexes(conn: Connection, incoming_bytes: int) -> list[str]:
 INDEX_BUILD_CACHE_KIB = 2000
 
 
-#: most helper threads SQLite's sorter may start for an index build (``PRAGMA threads``; at most the
-#: machine's cores). The builds run after every file is parsed, with the other cores idle; a sort
-#: beyond the page cache's worth of keys is cut in runs that helper threads sort while the main
-#: thread reads on. Measured on 1M rows, 2 cores (median of 7): ``(rank_id, name_id)`` 0.54 ->
-#: 0.41-0.42 s with 2 or 3 threads, ``source_id`` 0.21 -> 0.23-0.25 s; both 0.75 -> 0.65 s wall,
-#: +0.4 s CPU.
+#: most helper threads SQLite's sorter may start for a multi-column index build (``PRAGMA threads``;
+#: at most the machine's cores). The builds run after every file is parsed, with the other cores
+#: idle; a sort beyond the page cache's worth of keys is cut in runs that helper threads sort while
+#: the main thread reads on. Measured, 2 cores, median of 7 builds each: ``(rank_id, name_id)`` on
+#: 1M CSV rows 0.52-0.54 -> 0.41-0.44 s, on 650k Kineto rows 0.37 -> 0.31-0.34 s; but one integer
+#: column (``source_id``) sorts faster alone (0.14 -> 0.16 s, 0.21-0.24 -> 0.23-0.31 s), so those are
+#: built without.
 INDEX_BUILD_THREADS = 4
 
 
 def rebuild_indexes(conn: Connection, statements: Sequence[str]) -> None:
     """Run the CREATE INDEX statements ``defer_indexes`` returned, with the page cache (hence the
-    sort's memory) held to INDEX_BUILD_CACHE_KIB and the sorter's helper threads allowed
-    (INDEX_BUILD_THREADS), the connection's settings restored after."""
+    sort's memory) held to INDEX_BUILD_CACHE_KIB and, for indexes of several columns, the sorter's
+    helper threads allowed (INDEX_BUILD_THREADS); the connection's settings restored after."""
     if not statements:
         return
     before = conn.exec_driver_sql("PRAGMA cache_size").scalar()
-    threads = conn.exec_driver_sql("PRAGMA threads").scalar()
+    threads = int(conn.exec_driver_sql("PRAGMA threads").scalar() or 0)
     conn.exec_driver_sql(f"PRAGMA cache_size=-{INDEX_BUILD_CACHE_KIB}")
-    conn.exec_driver_sql(f"PRAGMA threads={min(INDEX_BUILD_THREADS, cores())}")
     try:
         for sql in statements:
+            several = "," in sql[sql.rindex("(") :]  # (the indexed columns: CREATE INDEX n ON t (a, b))
+            conn.exec_driver_sql(f"PRAGMA threads={min(INDEX_BUILD_THREADS, cores()) if several else threads}")
             conn.exec_driver_sql(sql)
     finally:
         conn.exec_driver_sql(f"PRAGMA cache_size={int(before or 0)}")
-        conn.exec_driver_sql(f"PRAGMA threads={int(threads or 0)}")
+        conn.exec_driver_sql(f"PRAGMA threads={threads}")
 
 
 def cores() -> int:

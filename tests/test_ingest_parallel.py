@@ -293,3 +293,26 @@ def test_a_ranks_summary_over_two_files_is_the_sum_of_their_rows(
             "join name n on n.id = s.name_id where kind = 'kernel'")}
     assert len(want) > 5 and max(w[0] for w in want.values()) > 50
     assert got == {n: [*w[:4], pytest.approx(w[4], rel=1e-12), w[1]] for n, w in want.items()}
+
+
+def test_workers_yield_the_cpu_to_the_writer(inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parsing workers run at a lower priority than the writer (``ingest_workers.WORKER_NICE``):
+    when the writer is the slower side, it keeps its core. Seen from inside a worker's parse."""
+    import os
+
+    from profdb.store import columnar
+
+    seen = tmp_path / "nice.txt"
+    group = columnar.group_durations
+
+    def noting(*a: Any, **k: Any) -> Any:
+        with seen.open("a") as f:
+            f.write(f"{os.getpid()} {os.nice(0)}\n")
+        return group(*a, **k)
+
+    monkeypatch.setattr(columnar, "group_durations", noting)  # (the workers are forked: they see it)
+    _bulk(monkeypatch, True)
+    ingest.ingest_paths(sorted((inputs / "csv").glob("rank*")), str(tmp_path / "s.db"), run="csv")
+    lines = {tuple(map(int, line.split())) for line in seen.read_text().splitlines()}
+    assert {pid for pid, _ in lines} - {os.getpid()}
+    assert {n for _, n in lines} == {min(19, os.nice(0) + ingest_workers.WORKER_NICE)}
