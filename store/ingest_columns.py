@@ -91,10 +91,11 @@ def _summarize(
         pick = itemgetter(*g.entries)
         knames, kcats = pick(names), pick(entry_cats)
     keys = list(zip(knames, repeat(kind)))
-    if done.keys().isdisjoint(keys) and summary.keys().isdisjoint(keys):
-        # (non-nested kinds: self time is the total)
-        done.update(zip(keys, zip(repeat(rank_id), knames, repeat(kind), kcats, g.calls, g.total,
-                                  g.lo, g.hi, g.sq, g.total)))
+    rows = dict(zip(keys, zip(repeat(rank_id), knames, repeat(kind), kcats, g.calls, g.total, g.lo, g.hi, g.sq,
+                              g.total)))  # (non-nested kinds: self time is the total)
+    # (two entries can decode to one name: distinct invalid UTF-8 bytes both read as U+FFFD)
+    if len(rows) == len(keys) and done.keys().isdisjoint(keys) and summary.keys().isdisjoint(keys):
+        done.update(rows)
         return
     for key, e, calls, total, lo, hi, sq in zip(keys, g.entries, g.calls, g.total, g.lo, g.hi, g.sq):
         row = done.pop(key, None)

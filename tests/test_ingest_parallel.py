@@ -316,3 +316,38 @@ def test_workers_yield_the_cpu_to_the_writer(inputs: Path, tmp_path: Path, monke
     lines = {tuple(map(int, line.split())) for line in seen.read_text().splitlines()}
     assert {pid for pid, _ in lines} - {os.getpid()}
     assert {n for _, n in lines} == {min(19, os.nice(0) + ingest_workers.WORKER_NICE)}
+
+
+@pytest.mark.parametrize("workers", [True, False])
+def test_kernel_names_that_decode_alike_are_summed_as_one(
+    inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: bool
+) -> None:
+    """Two kernel names that differ only in bytes that are not UTF-8 (both read as U+FFFD, as the csv
+    module reads them) are one name in the store: its summary counts the calls of both."""
+    src = next((inputs / "csv" / "rank0000").glob("*/*_kernel_trace.csv"))
+    host = tmp_path / "run" / "rank0000" / src.parent.name
+    host.mkdir(parents=True)
+    with src.open(newline="") as f:  # (the most called kernel)
+        names = [r["Kernel_Name"] for r in csv.DictReader(f)]
+    name = max(set(names), key=names.count).encode()
+    needle = b'"' + name + b'"'
+    raw = src.read_bytes().split(b"\n")
+    assert sum(needle in line for line in raw) > 20
+    odd = [raw[0]] + [line.replace(needle, b'"' + name[:-1] + (b"\xff" if i % 2 else b"\xfe") + b'"')
+                      for i, line in enumerate(raw[1:]) if line]
+    path = host / src.name
+    path.write_bytes(b"\n".join(odd) + b"\n")
+    want: dict[str, list[int]] = {}
+    with path.open(newline="", errors="replace") as f:
+        for r in csv.DictReader(f):
+            w = want.setdefault(r["Kernel_Name"], [0, 0])
+            w[0] += 1
+            w[1] += int(r["End_Timestamp"]) - int(r["Start_Timestamp"])
+    assert any("\ufffd" in n and c > 10 for n, (c, _t) in want.items())
+    _bulk(monkeypatch, workers)
+    db = tmp_path / "s.db"
+    ingest.ingest_paths([tmp_path / "run" / "rank0000"], str(db), run="odd")
+    got = {r[0]: [r[1], r[2]] for r in sql(
+        db, "select n.value, calls, total_ns from summary s join name n on n.id = s.name_id where kind = 'kernel'")}
+    assert got == want
+    assert sql(db, "select count(*) from activity")[0][0] == sum(c for c, _t in want.values())
