@@ -640,12 +640,8 @@ def estimate_offsets(instances: Sequence[Instance], hosts: Mapping[int, str]) ->
                     est.append(ends[i][h] - int(_sorted_median(ref)))
             if not est:
                 continue
-            med = int(statistics.median(est))
-            mad = statistics.median(abs(e - med) for e in est)
-            keep = [e for e in est if abs(e - med) <= max(5 * mad, 10_000)]
-            offset = int(statistics.median(keep))
-            known[h] = ClockOffset(h, offset, max(abs(e - offset) for e in keep), len(keep))
-            align(h, offset)
+            known[h] = offset_of(h, est)
+            align(h, known[h].offset_ns)
             progress = True
     for h in all_hosts:
         if h not in known:
@@ -654,6 +650,17 @@ def estimate_offsets(instances: Sequence[Instance], hosts: Mapping[int, str]) ->
                 "estimated; its ranks are left out of cross-rank time comparisons"
             )
     return Clocks(reference, known, tuple(notes))
+
+
+def offset_of(host: str, estimates: Sequence[int]) -> ClockOffset:
+    """A host's clock offset from its estimates (``estimate_offsets``): their median, once the ones
+    further than 5 median absolute deviations (and 10 us) from it are rejected; the error bound is the
+    largest remaining deviation."""
+    med = int(statistics.median(estimates))
+    mad = statistics.median(abs(e - med) for e in estimates)
+    keep = [e for e in estimates if abs(e - med) <= max(5 * mad, 10_000)]
+    offset = int(statistics.median(keep))
+    return ClockOffset(host, offset, max(abs(e - offset) for e in keep), len(keep))
 
 
 def _sorted_median(values: Sequence[int]) -> float:

@@ -390,7 +390,7 @@ def _offsets_directly(instances: list[Instance], hosts: dict[int, str]) -> Any:
     hosts of its instance): the reference the incremental version must agree with."""
     import statistics
 
-    from profdb.store.collectives import BLOCKING_TOLERANCE_NS, ClockOffset
+    from profdb.store.collectives import BLOCKING_TOLERANCE_NS, ClockOffset, offset_of
 
     all_hosts = sorted({hosts[r] for i in instances for r in i.ranks if r in hosts})
     reference = sorted(hosts.items())[0][1]
@@ -404,27 +404,15 @@ def _offsets_directly(instances: list[Instance], hosts: dict[int, str]) -> Any:
         row = {h: int(statistics.median(v)) for h, v in per_host.items() if max(v) - min(v) <= BLOCKING_TOLERANCE_NS}
         if len(row) >= 2:
             ends.append(row)
-    progress = True
-    while progress:
-        progress = False
-        for h in all_hosts:
-            if h in known:
-                continue
-            est = []
-            for row in ends:
-                if h in row:
-                    ref = [row[k] - known[k].offset_ns for k in row if k in known]
-                    if ref:
-                        est.append(row[h] - int(statistics.median(ref)))
-            if not est:
-                continue
-            med = int(statistics.median(est))
-            mad = statistics.median(abs(e - med) for e in est)
-            keep = [e for e in est if abs(e - med) <= max(5 * mad, 10_000)]
-            offset = int(statistics.median(keep))
-            known[h] = ClockOffset(h, offset, max(abs(e - offset) for e in keep), len(keep))
-            progress = True
-    return known
+    while True:  # (passes over the hosts not aligned yet, until one aligns none)
+        before = len(known)
+        for h in (h for h in all_hosts if h not in known):
+            est = [row[h] - int(statistics.median([row[k] - known[k].offset_ns for k in row if k in known]))
+                   for row in ends if h in row and any(k in known for k in row)]
+            if est:
+                known[h] = offset_of(h, est)  # (the robust step is shared: only the estimates changed)
+        if len(known) == before:
+            return known
 
 
 def test_clock_offsets_are_the_direct_computations_on_random_runs() -> None:
