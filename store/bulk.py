@@ -717,6 +717,16 @@ class Writer:
         if new:
             self.names.update((v, i) for i, v in intern_names(self.conn, new, self._side()))
 
+    def _name_ids_of(self, values: Sequence[str]) -> list[int]:
+        """The ids of ``values``, in order: looked up in C, and interned first (``name_ids``) only when
+        one is new (a column batch's names are known once the run's first files are in; its file's
+        summary names always are)."""
+        ids = list(map(self.names.get, values))
+        if None in ids:
+            self.name_ids(values)
+            ids = list(map(self.names.get, values))
+        return cast("list[int]", ids)
+
     def _side(self) -> Connection | None:
         """PostgreSQL: the autocommit connection names and launch shapes are interned on (opened once,
         closed with the writer; ``names_connection``); None on SQLite."""
@@ -803,13 +813,12 @@ class Writer:
 
         if column.values and type(column.values[0]) is tuple:
             self.launch_ids(column.values)
-            table: Mapping[Any, int] = self.launches
+            ids = [self.launches[v] for v in column.values]
         else:
-            self.name_ids(column.values)
-            table = self.names
+            ids = self._name_ids_of(column.values)
         if column.index is None:
-            return table[column.values[0]]
-        return np.array([table[v] for v in column.values], dtype=np.int64)[column.index]
+            return ids[0]
+        return np.array(ids, dtype=np.int64)[column.index]
 
     def _with_name_ids(self, rows: Sequence[tuple[Any, ...]]) -> list[SummaryRow]:
         """Summary rows that carry the name where its id goes (``Parsed.named``), with the ids:
@@ -817,8 +826,7 @@ class Writer:
         if not rows:
             return []
         cols = list(zip(*rows))
-        self.name_ids(cols[1])
-        cols[1] = tuple(map(self.names.__getitem__, cols[1]))
+        cols[1] = tuple(self._name_ids_of(cols[1]))
         return list(zip(*cols))
 
     def merge(self, rank_id: int, source_id: int, parsed: Parsed) -> None:
