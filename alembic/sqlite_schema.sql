@@ -1,4 +1,4 @@
--- profdb SQLite store at revision 0009 (generated: python -m profdb.store.db --write-schema)
+-- profdb SQLite store at revision 0010 (generated: python -m profdb.store.db --write-schema)
 BEGIN TRANSACTION;
 CREATE TABLE "activity" (
 	id INTEGER NOT NULL, 
@@ -13,15 +13,13 @@ CREATE TABLE "activity" (
 	launch_id INTEGER NOT NULL, 
 	args TEXT, 
 	CONSTRAINT pk_activity PRIMARY KEY (id), 
-	CONSTRAINT fk_activity_name_id_name FOREIGN KEY(name_id) REFERENCES name (id), 
-	CONSTRAINT fk_activity_rank_id_rank FOREIGN KEY(rank_id) REFERENCES rank (id) ON DELETE CASCADE, 
-	CONSTRAINT fk_activity_source_id_source_file FOREIGN KEY(source_id) REFERENCES source_file (id) ON DELETE CASCADE
+	CONSTRAINT fk_activity_name_id_name FOREIGN KEY(name_id) REFERENCES name (id)
 );
 CREATE TABLE alembic_version (
 	version_num VARCHAR(32) NOT NULL, 
 	CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)
 );
-INSERT INTO "alembic_version" VALUES('0009');
+INSERT INTO "alembic_version" VALUES('0010');
 CREATE TABLE classification_rules (
 	id INTEGER NOT NULL, 
 	digest VARCHAR(64) NOT NULL, 
@@ -47,7 +45,7 @@ CREATE TABLE collective_call (
 	CONSTRAINT fk_collective_call_rank_id_rank FOREIGN KEY(rank_id) REFERENCES rank (id) ON DELETE CASCADE, 
 	CONSTRAINT fk_collective_call_run_id_run FOREIGN KEY(run_id) REFERENCES run (id) ON DELETE CASCADE
 );
-CREATE TABLE counter (
+CREATE TABLE "counter" (
 	id INTEGER NOT NULL, 
 	rank_id INTEGER NOT NULL, 
 	source_id INTEGER NOT NULL, 
@@ -60,9 +58,17 @@ CREATE TABLE counter (
 	max_value FLOAT, 
 	CONSTRAINT pk_counter PRIMARY KEY (id), 
 	CONSTRAINT fk_counter_counter_name_id_name FOREIGN KEY(counter_name_id) REFERENCES name (id), 
-	CONSTRAINT fk_counter_kernel_name_id_name FOREIGN KEY(kernel_name_id) REFERENCES name (id), 
-	CONSTRAINT fk_counter_rank_id_rank FOREIGN KEY(rank_id) REFERENCES rank (id) ON DELETE CASCADE, 
-	CONSTRAINT fk_counter_source_id_source_file FOREIGN KEY(source_id) REFERENCES source_file (id) ON DELETE CASCADE
+	CONSTRAINT fk_counter_kernel_name_id_name FOREIGN KEY(kernel_name_id) REFERENCES name (id)
+);
+CREATE TABLE fact_span (
+	id INTEGER NOT NULL, 
+	fact VARCHAR(20) NOT NULL, 
+	rank_id INTEGER NOT NULL, 
+	source_id INTEGER NOT NULL, 
+	first_id BIGINT NOT NULL, 
+	last_id BIGINT NOT NULL, 
+	CONSTRAINT pk_fact_span PRIMARY KEY (id), 
+	CONSTRAINT fk_fact_span_source_id_source_file FOREIGN KEY(source_id) REFERENCES source_file (id) ON DELETE CASCADE
 );
 CREATE TABLE host_clock (
 	run_id INTEGER NOT NULL, 
@@ -245,8 +251,6 @@ CREATE TABLE summary (
 CREATE INDEX ix_rank_run_id ON rank (run_id);
 CREATE INDEX ix_source_file_rank_id ON source_file (rank_id);
 CREATE INDEX ix_source_file_run_id ON source_file (run_id);
-CREATE INDEX ix_counter_rank_id ON counter (rank_id);
-CREATE INDEX ix_counter_source_id ON counter (source_id);
 CREATE INDEX ix_step_source_id ON step (source_id);
 CREATE VIEW rank_v AS 
         SELECT r.name AS run, k.hostname, k.global_rank, k.local_rank, k.node_rank, k.pid, k.device,
@@ -254,11 +258,6 @@ CREATE VIEW rank_v AS
                (SELECT COALESCE(SUM(s.rows), 0) FROM source_file s WHERE s.rank_id = k.id) AS rows,
                k.exit_code, k.signal, k.started_at, k.ended_at, k.end_status
         FROM rank k JOIN run r ON r.id = k.run_id;
-CREATE VIEW counter_v AS 
-        SELECT r.name AS run, k.hostname, k.global_rank, k.local_rank, kn.value AS kernel, cn.value AS counter, c.value, c.dispatch_id,
-               c.samples, c.min_value, c.max_value
-        FROM counter c JOIN rank k ON k.id = c.rank_id JOIN run r ON r.id = k.run_id
-        JOIN name kn ON kn.id = c.kernel_name_id JOIN name cn ON cn.id = c.counter_name_id;
 CREATE VIEW step_v AS 
         SELECT r.name AS run, k.hostname, k.global_rank, k.local_rank, s.step, s.start_ns, s.duration_ns
         FROM step s JOIN rank k ON k.id = s.rank_id JOIN run r ON r.id = k.run_id;
@@ -426,8 +425,15 @@ CREATE VIEW summary_v AS
                COALESCE(m.self_ns, m.total_ns) AS self_ns,
                m.rank_id, m.name_id
         FROM summary m JOIN rank k ON k.id = m.rank_id JOIN run r ON r.id = k.run_id JOIN name n ON n.id = m.name_id;
-CREATE INDEX ix_activity_rank_name ON activity (rank_id, name_id);
-CREATE INDEX ix_activity_source_id ON activity (source_id);
+CREATE INDEX ix_rank_analysis_run_id ON rank_analysis (run_id);
+CREATE INDEX ix_step_analysis_run_id ON step_analysis (run_id);
+CREATE VIEW rank_analysis_v AS 
+        SELECT r.name AS run, k.hostname, k.global_rank, k.local_rank, a.clock_offset_ns, a.instances,
+               a.entered_last, a.tied_last, a.wait_caused_ns, a.wait_suffered_ns, a.busy_ns, a.idle_ns,
+               a.span_ns, a.comm_ns, a.exposed_comm_ns, a.work_domain, a.run_id, a.rank_id
+        FROM rank_analysis a JOIN rank k ON k.id = a.rank_id JOIN run r ON r.id = a.run_id;
+CREATE INDEX ix_fact_span_rank_id ON fact_span (rank_id);
+CREATE INDEX ix_fact_span_source_id ON fact_span (source_id);
 CREATE VIEW activity_v AS 
         SELECT r.name AS run, k.hostname, k.global_rank, k.local_rank, a.kind, a.category, n.value AS name,
                a.start_ns, a.start_ns + a.duration_ns AS end_ns, a.duration_ns,
@@ -436,11 +442,16 @@ CREATE VIEW activity_v AS
                a.rank_id, a.source_id
         FROM activity a JOIN rank k ON k.id = a.rank_id JOIN run r ON r.id = k.run_id JOIN name n ON n.id = a.name_id
         JOIN launch l ON l.id = a.launch_id;
-CREATE INDEX ix_rank_analysis_run_id ON rank_analysis (run_id);
-CREATE INDEX ix_step_analysis_run_id ON step_analysis (run_id);
-CREATE VIEW rank_analysis_v AS 
-        SELECT r.name AS run, k.hostname, k.global_rank, k.local_rank, a.clock_offset_ns, a.instances,
-               a.entered_last, a.tied_last, a.wait_caused_ns, a.wait_suffered_ns, a.busy_ns, a.idle_ns,
-               a.span_ns, a.comm_ns, a.exposed_comm_ns, a.work_domain, a.run_id, a.rank_id
-        FROM rank_analysis a JOIN rank k ON k.id = a.rank_id JOIN run r ON r.id = a.run_id;
+CREATE VIEW counter_v AS 
+        SELECT r.name AS run, k.hostname, k.global_rank, k.local_rank, kn.value AS kernel, cn.value AS counter, c.value, c.dispatch_id,
+               c.samples, c.min_value, c.max_value
+        FROM counter c JOIN rank k ON k.id = c.rank_id JOIN run r ON r.id = k.run_id
+        JOIN name kn ON kn.id = c.kernel_name_id JOIN name cn ON cn.id = c.counter_name_id;
+CREATE TRIGGER source_file_fact_rows BEFORE DELETE ON source_file
+BEGIN
+    DELETE FROM activity WHERE id IN (SELECT a.id FROM fact_span s JOIN activity a
+        ON a.id BETWEEN s.first_id AND s.last_id WHERE s.source_id = OLD.id AND s.fact = 'activity');
+    DELETE FROM counter WHERE id IN (SELECT c.id FROM fact_span s JOIN counter c
+        ON c.id BETWEEN s.first_id AND s.last_id WHERE s.source_id = OLD.id AND s.fact = 'counter');
+END;
 COMMIT;

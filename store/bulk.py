@@ -34,6 +34,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from .errors import ProfdbError, StoreError
+from .fact_spans import Spans
 
 if TYPE_CHECKING:  # (imported where used: runs, and so every query, imports this module, not the readers)
     from .collectives import RankTimeline
@@ -708,6 +709,8 @@ class Writer:
         self.ready: list[tuple[Any, ...]] = []
         self.steps: dict[tuple[int, int], tuple[int, int, int]] = {}
         self.mark = placeholder(conn)
+        #: the id ranges of each file's fact rows (SQLite: fact_span, written by ``finish``)
+        self.spans = Spans(conn)
         self._names_conn: Connection | None = None  # PostgreSQL: see names_connection
         self._close_names: Callable[[], Any] = lambda: None
 
@@ -768,9 +771,11 @@ class Writer:
             if rows:
                 fixed = (("samples", "1"), ("min_value", "NULL"), ("max_value", "NULL"))
                 execute_rows(self.conn, *constants_inlined("counter", self.COUNTER_COLS[:6], rows, self.mark, fixed))
+                self.spans.added_rows("counter", rows)
             return
         cols = self.ACTIVITY_COLS if table == "activity" else self.COUNTER_COLS
         insert_rows(self.conn, table, cols, rows)
+        self.spans.added_rows(table, rows)
 
     def insert_columns(self, table: str, columns: dict[str, Any]) -> None:
         """A batch a worker read as columns (``ingest_workers.Columns``): every column that holds one
@@ -806,6 +811,13 @@ class Writer:
         raw = self.conn.connection.driver_connection  # (the same connection, in the same transaction)
         assert raw is not None
         insert_block(raw, table, bound, arrays, literals)
+        n = _length(arrays[0])
+        rank_id, source_id = columns["rank_id"], columns["source_id"]
+        if isinstance(rank_id, int) and isinstance(source_id, int):  # (a batch is one file's: always, today)
+            self.spans.added(table, rank_id, source_id, n)
+        else:
+            per_row = [[v] * n if isinstance(v, int) else list(v.tolist()) for v in (rank_id, source_id)]
+            self.spans.added_rows(table, list(zip(*per_row)))
 
     def _ids_of(self, column: Interned) -> Any:
         """An ``Interned`` column's ids: one int when every row has one value, else an int64 array."""
@@ -879,6 +891,7 @@ class Writer:
         add_summaries(self.conn, self.ready)
         self.ready = []
         add_steps(self.conn, [(k[0], k[1], *v) for k, v in self.steps.items()])
+        self.spans.write()
 
 
 #: launch shapes whose ids the writer (and each parsing worker, ``ingest_workers._Names``) keeps in

@@ -164,13 +164,20 @@ class Launch(Base):
     block_z: ColumnClause[int | None] = Column(BigInteger)
 
 
-# The fact tables' secondary indexes (activity, counter). SQLite: the B-trees declared below, dropped
-# around a bulk load and rebuilt once (bulk.defer_indexes). PostgreSQL, where a team store holds other
-# runs' rows and keeps its indexes through every load: one BRIN index per fact table on (rank_id,
-# source_id), ``ix_activity_rank_source`` / ``ix_counter_rank_source``, and no primary-key index
-# (migrations 0008_pg_brin_fact_indexes and 0009_pg_lean_fact_indexes; ``id`` is still filled by its
-# sequence). A load writes each source file's rows together, so each 128-page block range holds one
-# rank's and one file's rows: a BRIN entry per range finds them by rank or by file, at a fraction of
+# The fact tables' access paths (activity, counter). SQLite (migration 0010_sqlite_fact_spans): no
+# secondary index at all. A single writer appends each batch of a source file's rows with consecutive
+# ids, and ``fact_span`` keeps each file's id ranges (a handful of rows per file), so a rank's or a
+# file's rows are rowid range scans of the table itself; building the two B-trees per table after a
+# bulk load was 20-25% of an ingest (1M CSV rows: 2.69 -> 2.15-2.28 s without them; 650k Kineto rows
+# 5.45 -> 4.74-4.90 s). Nor foreign keys on rank_id and source_id: SQLite looks up a deleted parent's
+# child rows by their key column, a full scan without its index; a trigger on source_file deletes a
+# file's rows through its spans instead (and so the rows of a deleted rank or run, whose files cascade).
+# PostgreSQL, where a team store holds other runs' rows and several nodes load at once (their ids
+# interleave, so spans would not be exact): one BRIN index per fact table on (rank_id, source_id),
+# ``ix_activity_rank_source`` / ``ix_counter_rank_source``, no primary-key index, and ``fact_span``
+# left empty (migrations 0008_pg_brin_fact_indexes, 0009_pg_lean_fact_indexes; ``id`` is still filled
+# by its sequence). A load writes each source file's rows together, so each 128-page block range holds
+# one rank's and one file's rows: a BRIN entry per range finds them by rank or by file, at a fraction of
 # a B-tree's cost per inserted row (binary COPY, server CPU per row on this machine: 3.3-5.4 us with
 # 0008's primary keys and four BRIN indexes, 1.95-2.3 us with 0009's two; ~5-6 us with B-trees).
 # ``autosummarize``: ranges filled by a writer other than ingest (which summarizes its own:
@@ -178,7 +185,8 @@ class Launch(Base):
 # here: a dialect option on any Index makes SQLAlchemy import its whole PostgreSQL dialect when this
 # module loads, in every process (~50 ms of a SQLite query's start-up), and Alembic's comparison of
 # models and migrations sees neither the access method nor the primary key; tests/test_backends.py
-# and tests/test_migrations.py check the PostgreSQL layout.
+# and tests/test_migrations.py check the PostgreSQL layout. ``store/fact_spans.py`` is the one home of
+# reading and writing the spans.
 
 
 class Activity(Base):
@@ -188,13 +196,10 @@ class Activity(Base):
     on every row.)"""
 
     __tablename__ = "activity"
-    __table_args__ = (
-        Index("ix_activity_rank_name", "rank_id", "name_id"),
-        Index("ix_activity_source_id", "source_id"),
-    )
     id: ColumnClause[int] = Column(BigId, primary_key=True)
-    rank_id: ColumnClause[int] = Column(Integer, ForeignKey("rank.id", ondelete="CASCADE"), nullable=False)
-    source_id: ColumnClause[int] = Column(Integer, ForeignKey("source_file.id", ondelete="CASCADE"), nullable=False)
+    #: (no foreign keys on rank_id and source_id: see above, and fact_span)
+    rank_id: ColumnClause[int] = Column(Integer, nullable=False)
+    source_id: ColumnClause[int] = Column(Integer, nullable=False)
     kind: ColumnClause[str] = Column(String(20), nullable=False)
     category: ColumnClause[str] = Column(String(20), nullable=False)
     name_id: ColumnClause[int] = Column(Integer, ForeignKey("name.id"), nullable=False)
@@ -209,13 +214,9 @@ class Counter(Base):
     """Counter values: per dispatch (samples = 1) or per (rank, kernel) aggregate (Metrix)."""
 
     __tablename__ = "counter"
-    __table_args__ = (
-        Index("ix_counter_rank_id", "rank_id"),
-        Index("ix_counter_source_id", "source_id"),
-    )
     id: ColumnClause[int] = Column(BigId, primary_key=True)
-    rank_id: ColumnClause[int] = Column(Integer, ForeignKey("rank.id", ondelete="CASCADE"), nullable=False)
-    source_id: ColumnClause[int] = Column(Integer, ForeignKey("source_file.id", ondelete="CASCADE"), nullable=False)
+    rank_id: ColumnClause[int] = Column(Integer, nullable=False)
+    source_id: ColumnClause[int] = Column(Integer, nullable=False)
     kernel_name_id: ColumnClause[int] = Column(Integer, ForeignKey("name.id"), nullable=False)
     counter_name_id: ColumnClause[int] = Column(Integer, ForeignKey("name.id"), nullable=False)
     dispatch_id: ColumnClause[int | None] = Column(BigInteger)
@@ -223,6 +224,26 @@ class Counter(Base):
     samples: ColumnClause[int] = Column(BigInteger, default=1, nullable=False)
     min_value: ColumnClause[float | None] = Column(Float)
     max_value: ColumnClause[float | None] = Column(Float)
+
+
+class FactSpan(Base):
+    """SQLite: the id ranges of each source file's rows in a fact table (``fact``: "activity" or
+    "counter"), written by every load (``fact_spans.Spans``); every row of a file lies in exactly one
+    of its spans, and a span holds that file's rows only. Reads by rank or by file join it
+    (``fact_spans.scoped``); deleting a source_file row deletes its fact rows through it (trigger
+    ``source_file_fact_rows``, migration 0010). PostgreSQL: empty (its BRIN index finds the rows)."""
+
+    __tablename__ = "fact_span"
+    id: ColumnClause[int] = Column(Integer, primary_key=True)
+    fact: ColumnClause[str] = Column(String(20), nullable=False)
+    #: (the file's rank; no foreign key of its own: a deleted rank's spans must outlive its files'
+    #: trigger, and go with the files: ON DELETE CASCADE from source_file)
+    rank_id: ColumnClause[int] = Column(Integer, index=True, nullable=False)
+    source_id: ColumnClause[int] = Column(
+        Integer, ForeignKey("source_file.id", ondelete="CASCADE"), index=True, nullable=False
+    )
+    first_id: ColumnClause[int] = Column(BigInteger, nullable=False)
+    last_id: ColumnClause[int] = Column(BigInteger, nullable=False)
 
 
 class Summary(Base):

@@ -15,7 +15,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection, case, func, select, tuple_, update
 
-from . import bulk, classify, timeline
+from . import bulk, classify, fact_spans, timeline
 from .models import Activity, ClassificationRules, Name, SourceFile, Summary
 from .runs import now
 from .scope import RunScope
@@ -127,10 +127,11 @@ def reclassify(conn: Connection, scope: RunScope, rules: classify.Rules) -> Recl
     out.activity_rows += _set_categories(conn, Activity, rank_ids, moves)
     # activity rows of (kind, name) pairs a summary does not hold (none today: summaries cover every
     # activity), classified the same way, so the two tables never disagree
+    frm, cond = fact_spans.scoped(conn, Activity.__table__, ranks=rank_ids)
     stray = conn.execute(
         select(Activity.kind, Activity.name_id, Name.value, Activity.category)
-        .join(Name, Name.id == Activity.name_id)
-        .where(Activity.rank_id.in_(rank_ids))
+        .select_from(frm.join(Name.__table__, Name.id == Activity.name_id))
+        .where(*cond)
         .where(
             ~select(Summary.rank_id)
             .where(
@@ -162,7 +163,8 @@ def _set_categories(
     """Set the category of ``table``'s rows of ``rank_ids`` for each moved (kind, name_id); returns the
     rows changed. One statement for many pairs, not one per pair: on PostgreSQL the fact tables' rank
     index is BRIN (migration 0008), so each statement reads the run's rows once, however many names moved;
-    on SQLite the (rank_id, name_id) B-tree finds them for both IN lists."""
+    on SQLite activity's rows are those in the ranks' id ranges (``fact_spans.scoped``), read once per
+    statement too."""
     changed = 0
     items = sorted(moves.items())
     for at in range(0, len(items), _MOVES_PER_STATEMENT):
@@ -171,15 +173,15 @@ def _set_categories(
             *[((table.kind == kind) & (table.name_id == name_id), after) for (kind, name_id), after in part],
             else_=table.category,
         )
-        changed += conn.execute(
-            update(table)
-            .where(
-                table.rank_id.in_(rank_ids),
-                table.name_id.in_(sorted({n for (_k, n), _a in part})),
-                tuple_(table.kind, table.name_id).in_([key for key, _a in part]),
-            )
-            .values(category=category)
-        ).rowcount
+        which = [
+            table.rank_id.in_(rank_ids),
+            table.name_id.in_(sorted({n for (_k, n), _a in part})),
+            tuple_(table.kind, table.name_id).in_([key for key, _a in part]),
+        ]
+        if table is Activity and conn.dialect.name == "sqlite":  # (no index of its own: through the spans)
+            frm, cond = fact_spans.scoped(conn, Activity.__table__, ranks=rank_ids)
+            which = [Activity.id.in_(select(Activity.id).select_from(frm).where(*cond, *which[1:]))]
+        changed += conn.execute(update(table).where(*which).values(category=category)).rowcount
     return changed
 
 def copy_rules(src: Connection, dst: Connection, src_id: int | None, done: dict[int, int]) -> int | None:

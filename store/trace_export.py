@@ -39,8 +39,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from sqlalchemy import ColumnElement, Connection, func, select
+from sqlalchemy.sql.selectable import FromClause
 
-from . import collectives, queries
+from . import collectives, fact_spans, queries
 from .errors import QueryError
 from .identity import rank_ranges
 from .models import Activity, Launch, Name, Rank, SourceFile, Step, Summary
@@ -266,9 +267,9 @@ def _first_starts(conn: Connection, ranks: Sequence[RankRef]) -> dict[int, int]:
     base = {int(sid): (int(rid), int(tb)) for sid, rid, tb in conn.execute(
         select(_src.c.id, _src.c.rank_id, _src.c.time_base_ns).where(_src.c.rank_id.in_(ids)))}
     out: dict[int, int] = {}
+    frm, cond = fact_spans.scoped(conn, _act, sources=list(base))
     for sid, first in conn.execute(
-        select(_act.c.source_id, func.min(_act.c.start_ns)).where(_act.c.source_id.in_(list(base)))
-        .group_by(_act.c.source_id)
+        select(_act.c.source_id, func.min(_act.c.start_ns)).select_from(frm).where(*cond).group_by(_act.c.source_id)
     ):
         if first is None:
             continue
@@ -296,24 +297,25 @@ def _known_steps(conn: Connection, rank_ids: Sequence[int]) -> list[int]:
         select(_step.c.step).where(_step.c.rank_id.in_(rank_ids)).distinct().order_by(_step.c.step)).scalars()]
 
 
-def _in_window(w: RankWindow) -> list[ColumnElement[bool]]:
+def _in_window(conn: Connection, w: RankWindow) -> tuple[FromClause, list[ColumnElement[bool]]]:
+    """The rank's activity rows (``fact_spans.scoped``) joined to their source files, and the
+    conditions that keep those in its window."""
+    frm, cond = fact_spans.scoped(conn, _act, ranks=[w.rank.id])
     t = _act.c.start_ns + _src.c.time_base_ns
-    cond: list[ColumnElement[bool]] = [_act.c.rank_id == w.rank.id]
     if w.lo_ns is not None:
         cond.append(t >= w.lo_ns)
     if w.hi_ns is not None:
         cond.append(t < w.hi_ns)
-    return cond
+    return frm.join(_src, _src.c.id == _act.c.source_id), cond
 
 
 def _count(conn: Connection, windows: Sequence[RankWindow]) -> dict[int, int]:
     """Rank id -> its events in its window."""
-    return {
-        w.rank.id: int(conn.execute(
-            select(func.count()).select_from(_act.join(_src, _src.c.id == _act.c.source_id)).where(*_in_window(w))
-        ).scalar_one())
-        for w in windows
-    }
+    out: dict[int, int] = {}
+    for w in windows:
+        frm, cond = _in_window(conn, w)
+        out[w.rank.id] = int(conn.execute(select(func.count()).select_from(frm).where(*cond)).scalar_one())
+    return out
 
 
 def _flows(
@@ -568,16 +570,13 @@ def _rows(conn: Connection, w: RankWindow) -> Iterator[Any]:
     """The rank's activity rows in its window, streamed (``yield_per``: a server-side cursor on
     PostgreSQL, batches of BATCH rows; SQLite's cursor steps through the table as it is read)."""
     a, lc = _act.c, _launch.c  # (the launch shape: migration 0005)
+    frm, cond = _in_window(conn, w)
     stmt = (
         select(a.kind, _name.c.value.label("name"), (a.start_ns + _src.c.time_base_ns).label("own_ns"), a.duration_ns,
                lc.device, lc.stream, a.correlation, lc.pid, lc.tid, lc.grid_x, lc.grid_y, lc.grid_z, lc.block_x,
                lc.block_y, lc.block_z, a.args)
-        .select_from(
-            _act.join(_name, _name.c.id == a.name_id)
-            .join(_src, _src.c.id == a.source_id)
-            .join(_launch, _launch.c.id == a.launch_id)
-        )
-        .where(*_in_window(w))
+        .select_from(frm.join(_name, _name.c.id == a.name_id).join(_launch, _launch.c.id == a.launch_id))
+        .where(*cond)
     )
     result = conn.execution_options(yield_per=BATCH).execute(stmt)
     try:

@@ -20,10 +20,11 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Float, cast, func, insert, select
 from sqlalchemy.exc import DBAPIError
 
-from . import bulk, reclassify, runs, timeline
+from . import bulk, fact_spans, reclassify, runs, timeline
 from .collectives import RankTimeline, TimelineBuilder
 from .db import display_url, load_target, open_db, resolve_url, sqlite_path
 from .errors import ProfdbError, QueryError, StoreError
+from .fact_spans import Spans
 from .ingest_workers import NESTED_KINDS
 from .intervals import SelfTotals
 from .models import Activity, Counter, Launch, Name, Rank, Run, SourceFile, Step, Summary
@@ -361,6 +362,7 @@ def _copy_files(
     source_map: dict[int, int] = {}
     rules_map: dict[int, int] = {}
     rows = result.rows
+    spans = Spans(d)
     for n, f in enumerate(todo, 1):
         res = d.execute(
             insert(SourceFile)
@@ -372,13 +374,15 @@ def _copy_files(
         )
         source_map[f.id] = int(res.scalar_one())
         rows["activity"] = rows.get("activity", 0) + _stream(
-            s, d, _ACT, ACTIVITY_COLS, f.id, ("name_id",), rank_map, source_map, names
+            s, d, _ACT, ACTIVITY_COLS, f.id, ("name_id",), rank_map, source_map, names, spans
         )
         rows["counter"] = rows.get("counter", 0) + _stream(
-            s, d, _CTR, COUNTER_COLS, f.id, ("kernel_name_id", "counter_name_id"), rank_map, source_map, names
+            s, d, _CTR, COUNTER_COLS, f.id, ("kernel_name_id", "counter_name_id"), rank_map, source_map, names,
+            spans,
         )
         if progress:
             progress(run.name, n, len(todo))
+    spans.write()
     # steps of the copied files
     ids = list(source_map)
     steps: list[tuple[int, ...]] = []
@@ -431,12 +435,14 @@ def _from_activity(s: Connection, f: Any) -> tuple[RankTimeline | None, dict[tup
     b = TimelineBuilder(int(f.time_base_ns or 0))
     nested = SelfTotals()
     _l = Launch.__table__
+    frm, cond = fact_spans.scoped(s, _ACT, sources=[f.id])
     q = (
         select(_ACT.c.kind, Name.value, _ACT.c.start_ns, _ACT.c.duration_ns, _ACT.c.category, _l.c.device,
                _l.c.stream, _ACT.c.correlation, _l.c.pid, _l.c.tid, _ACT.c.args, _ACT.c.name_id)
-        .select_from(_ACT.join(Name.__table__, Name.__table__.c.id == _ACT.c.name_id)
+        .select_from(frm.join(Name.__table__, Name.__table__.c.id == _ACT.c.name_id)
                      .join(_l, _l.c.id == _ACT.c.launch_id))
-        .where(_ACT.c.source_id == f.id)
+        .where(*cond)
+        .order_by(_ACT.c.id)
     )
     for r in s.execute(q.execution_options(yield_per=BATCH)):
         a = ActivityRecord(r[0], r[1], int(r[2]), int(r[3]), r[4], r[5], r[6], r[7], r[8], r[9], args=r[10])
@@ -457,12 +463,14 @@ def _stream(
     rank_map: dict[int, int],
     source_map: dict[int, int],
     names: _NameMap,
+    spans: Spans,
 ) -> int:
     """Copy one source file's rows of ``table`` in batches, ids remapped; returns the row count."""
     ri, si = cols.index("rank_id"), cols.index("source_id")
     ni = [cols.index(c) for c in name_cols]
     li = cols.index("launch_id") if "launch_id" in cols else -1
-    q = select(*[table.c[c] for c in cols]).where(table.c.source_id == src_source_id).order_by(table.c.id)
+    frm, cond = fact_spans.scoped(s, table, sources=[src_source_id])
+    q = select(*[table.c[c] for c in cols]).select_from(frm).where(*cond).order_by(table.c.id)
     total = 0
     result = s.execute(q.execution_options(yield_per=BATCH))
     for part in result.partitions():
@@ -482,6 +490,7 @@ def _stream(
                 row[li] = lm[row[li]]
             out.append(tuple(row))
         bulk.insert_rows(d, table.name, cols, out)
+        spans.added_rows(table.name, out)  # (cols start with rank_id, source_id)
         total += len(out)
     return total
 
@@ -515,11 +524,13 @@ def _copy_summaries(
             part: list[tuple[Any, ...]] = [tuple(r) for r in s.execute(q).all()]
         else:
             ids = [f.id for f in fs]
+            frm, cond = fact_spans.scoped(s, _ACT, sources=ids)
             counted: dict[int, int] = dict(s.execute(
-                select(_ACT.c.source_id, func.count()).where(_ACT.c.source_id.in_(ids)).group_by(_ACT.c.source_id)
+                select(_ACT.c.source_id, func.count()).select_from(frm).where(*cond).group_by(_ACT.c.source_id)
             ).all())
+            cfrm, ccond = fact_spans.scoped(s, _CTR, sources=ids)
             counters: dict[int, int] = dict(s.execute(
-                select(_CTR.c.source_id, func.count()).where(_CTR.c.source_id.in_(ids)).group_by(_CTR.c.source_id)
+                select(_CTR.c.source_id, func.count()).select_from(cfrm).where(*ccond).group_by(_CTR.c.source_id)
             ).all())
             for f in fs:
                 if f.rows > counted.get(f.id, 0) + counters.get(f.id, 0):
@@ -532,7 +543,8 @@ def _copy_summaries(
             q = (
                 select(_ACT.c.name_id, _ACT.c.kind, func.max(_ACT.c.category), func.count(), func.sum(dur),
                        func.min(dur), func.max(dur), func.sum(cast(dur, Float) * dur))
-                .where(_ACT.c.source_id.in_(ids))
+                .select_from(frm)
+                .where(*cond)
                 .group_by(_ACT.c.name_id, _ACT.c.kind)
             )
             own: dict[tuple[int, str], int] = {}

@@ -133,7 +133,8 @@ def test_pg_a_slow_node_does_not_hold_up_the_others(pg_url: str, tmp_path: Path)
 
 # ----------------------------------------------------------------------------- no orphan fact row, ever
 # On PostgreSQL the fact tables (activity, counter) have no foreign keys (0006_pg_fact_keys): each load
-# checks its ids once, and triggers delete the rows of a deleted rank or file. SQLite keeps its keys.
+# checks its ids once, and triggers delete the rows of a deleted rank or file. SQLite keeps the name
+# keys; since 0010 a trigger deletes a deleted file's rows through its id ranges (fact_span).
 # These run on both engines: the guarantee is the same.
 
 ORPHANS = """select

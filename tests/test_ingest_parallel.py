@@ -131,7 +131,7 @@ def test_worker_failure_rolls_back_byte_for_byte(inputs: Path, tmp_path: Path, m
         ingest.ingest_paths(sorted(run.glob("rank*")), str(db), run="csv")
     assert file_bytes(db) == before
     assert {r[0] for r in sql(db, "select name from sqlite_master where type = 'index'")} >= {
-        "ix_activity_rank_name", "ix_activity_source_id", "ix_counter_rank_id", "ix_counter_source_id"}
+        "ix_collective_call_match", "ix_fact_span_rank_id", "ix_fact_span_source_id"}
 
 
 def test_worker_count(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,106 @@
+"""The fact tables' id ranges per source file (``fact_span``, migration 0010): written by every load into
+an SQLite store, read wherever one rank's or one file's fact rows are wanted.
+
+SQLite's fact tables (``activity``, ``counter``) have no secondary index: building two B-trees per table
+after a bulk load was a fifth of an ingest. One writer appends their rows, a batch of one file's rows at
+a time, each row taking the next id (SQLite gives a new row the largest id + 1), so a file's rows are a
+few id ranges, which ``Spans`` records as they are written. A rank's or a file's rows are then rowid
+range scans (``scoped``): an outer loop over its spans, an inner range of the table.
+
+PostgreSQL keeps ``fact_span`` empty: several nodes load at once, their ids interleave, and the BRIN
+index on (rank_id, source_id) finds the rows (migration 0009); ``scoped`` filters on those columns there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from itertools import groupby
+from operator import itemgetter
+from typing import Any
+
+from sqlalchemy import Connection, and_, insert
+from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.selectable import FromClause
+
+from .models import FactSpan
+
+FACTS = ("activity", "counter")
+_SPAN = FactSpan.__table__
+_RANK_SOURCE = itemgetter(0, 1)
+
+
+class Spans:
+    """The spans of the fact rows one load appends through one connection (SQLite; on other engines
+    it records nothing). Call ``added`` after each batch is inserted, in insert order, and ``write``
+    before commit."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.on = conn.dialect.name == "sqlite"
+        #: fact table -> the id its next row takes
+        self._next: dict[str, int] = {}
+        #: fact table -> spans, [rank_id, source_id, first_id, last_id], in id order
+        self._spans: dict[str, list[list[int]]] = {t: [] for t in FACTS}
+
+    def added(self, table: str, rank_id: int, source_id: int, rows: int) -> None:
+        """``rows`` rows of one file (``rank_id``, ``source_id``) were just appended to ``table``."""
+        if not self.on or rows <= 0:
+            return
+        first = self._next.get(table)
+        if first is None:
+            first = self._next[table] = self._max_id(table) - rows + 1
+        last = first + rows - 1
+        self._next[table] = last + 1
+        spans = self._spans[table]
+        if spans and spans[-1][1] == source_id and spans[-1][3] == first - 1:
+            spans[-1][3] = last  # (the file's previous batch came just before: one span)
+        else:
+            spans.append([rank_id, source_id, first, last])
+
+    def added_rows(self, table: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Rows (rank_id and source_id first, as ``Writer`` and ``transfer`` build them) were just
+        appended to ``table``, in this order."""
+        if not self.on or not rows:
+            return
+        for (rank_id, source_id), run in groupby(map(_RANK_SOURCE, rows)):
+            self.added(table, int(rank_id), int(source_id), sum(1 for _ in run))
+
+    def write(self) -> None:
+        """Insert the recorded spans, after checking that the tables end where the spans say: the
+        ids were taken as counted (an SQLite table whose largest id is 2^63 - 1 would take random ones)."""
+        if not self.on:
+            return
+        for table, spans in self._spans.items():
+            if not spans:
+                continue
+            end = self._max_id(table)
+            if end != self._next[table] - 1:
+                raise RuntimeError(
+                    f"internal error: {table} ends at id {end}, but its rows written by this load end at "
+                    f"{self._next[table] - 1}; nothing was stored (the load is rolled back)"
+                )
+            self.conn.execute(insert(_SPAN), [
+                {"fact": table, "rank_id": r, "source_id": s, "first_id": a, "last_id": b} for r, s, a, b in spans
+            ])
+            spans.clear()
+
+    def _max_id(self, table: str) -> int:
+        return int(self.conn.exec_driver_sql(f"SELECT COALESCE(MAX(id), 0) FROM {table}").scalar_one())
+
+
+def scoped(
+    conn: Connection, table: Any, *, ranks: Iterable[int] | None = None, sources: Iterable[int] | None = None
+) -> tuple[FromClause, list[ColumnElement[bool]]]:
+    """``table`` (the Activity or Counter table) to select from, and the conditions, for the rows of
+    ``ranks`` (rank ids) or of ``sources`` (source file ids). SQLite: the table joined to the rows'
+    spans, each span an id range of the table (the spans are read first: ``fact_span`` is indexed
+    on both columns); elsewhere the table itself, filtered on the column."""
+    assert (ranks is None) != (sources is None)
+    col, ids = ("rank_id", list(ranks)) if ranks is not None else ("source_id", list(sources or ()))
+    cond: list[ColumnElement[bool]] = [table.c[col].in_(ids)]
+    if conn.dialect.name != "sqlite":
+        return table, cond
+    joined = _SPAN.join(
+        table, and_(_SPAN.c.fact == table.name, table.c.id.between(_SPAN.c.first_id, _SPAN.c.last_id))
+    )
+    return joined, [_SPAN.c[col].in_(ids), *cond]
