@@ -108,6 +108,11 @@ def test_export_sqlite_to_team_store_and_back(pg_url: str, tmp_path: Path) -> No
     back = sqlite(tmp_path, "back.db")
     transfer_runs(pg_url, back)
     assert snapshot(back) == snapshot(local)
+    # rows read from PostgreSQL by their columns (its fact_span is empty) get their spans in SQLite
+    assert q(pg_url, "select count(*) from fact_span") == [(0,)]
+    from test_fact_spans import check_spans
+
+    assert check_spans(Path(back.removeprefix("sqlite:///")))["activity"] >= 4
 
 
 def test_export_one_run_by_name(store_url: str, tmp_path: Path, job: Path) -> None:
