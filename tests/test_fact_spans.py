@@ -56,6 +56,24 @@ def test_spans_of_real_inputs(data: Path, tmp_path: Path, run_cli: Invoke) -> No
         r = run_cli("ingest", "--db", db, "--run", f.stem, "--rank", "0", f)
         assert r.exit_code == 0, r.output
     check_spans(db)
+    # the views read the rows through the spans: the same rows as a plain join of the tables
+    plain_a = """select r.name, k.global_rank, a.kind, n.value, a.start_ns, a.duration_ns, l.device, a.args from activity a
+        join rank k on k.id = a.rank_id join run r on r.id = k.run_id join name n on n.id = a.name_id
+        join launch l on l.id = a.launch_id"""
+    view_a = "select run, global_rank, kind, name, start_ns, duration_ns, device, args from activity_v"
+    assert sorted(sql(db, view_a), key=repr) == sorted(sql(db, plain_a), key=repr)
+    plain_c = """select r.name, k.global_rank, kn.value, cn.value, c.value, c.dispatch_id from counter c
+        join rank k on k.id = c.rank_id join run r on r.id = k.run_id join name kn on kn.id = c.kernel_name_id
+        join name cn on cn.id = c.counter_name_id"""
+    view_c = "select run, global_rank, kernel, counter, value, dispatch_id from counter_v"
+    assert sorted(sql(db, view_c), key=repr) == sorted(sql(db, plain_c), key=repr) != []
+    # one rank's rows: its spans, then id ranges; the whole view: run, rank, spans, rows (never the
+    # fact table outside)
+    plan = " | ".join(r[-1] for r in sql(db, "explain query plan select count(*) from activity_v where "
+                                             "run = 'rocprof-8ranks' and global_rank = 3"))
+    assert "ix_fact_span_rank_id" in plan and "INTEGER PRIMARY KEY (rowid>? AND rowid<?)" in plan, plan
+    plan = [r[-1] for r in sql(db, "explain query plan select count(*) from activity_v")]
+    assert plan[0].startswith("SCAN r") and "rowid>? AND rowid<?" in " ".join(plan), plan
 
 
 @pytest.mark.parametrize("columns", [True, False])
@@ -183,6 +201,7 @@ def test_0010_computes_the_spans_of_an_existing_store(data: Path, tmp_path: Path
     assert {r[2] for t in ("activity", "counter") for r in sql(db, f"pragma foreign_key_list({t})")} == {"name"}
     assert {"activity_v", "counter_v"} <= {r[0] for r in sql(db, "select name from sqlite_master where type = 'view'")}
     assert len(sql(db, "select * from activity_v")) == len(files)
+    assert len(sql(db, "select * from counter_v")) == 3
     engine = make_engine(url)
     with engine.begin() as conn:
         command.downgrade(alembic_config(conn), "0009")
@@ -193,6 +212,8 @@ def test_0010_computes_the_spans_of_an_existing_store(data: Path, tmp_path: Path
         "ix_activity_rank_name", "ix_activity_source_id", "ix_counter_rank_id", "ix_counter_source_id"}
     assert {r[2] for r in sql(db, "pragma foreign_key_list(activity)")} == {"name", "rank", "source_file"}
     assert len(sql(db, "select * from activity_v")) == len(files)
+    assert len(sql(db, "select * from counter_v")) == 3
+    assert "fact_span" not in sql(db, "select sql from sqlite_master where name = 'activity_v'")[0][0]
 
 
 def test_an_id_taken_behind_the_writers_back_fails_the_load(tmp_path: Path) -> None:
