@@ -16,7 +16,7 @@ import re
 import shutil
 import sqlite3
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -652,9 +652,27 @@ def upgrade_db(engine: Engine, path: Path | None = None, revision: str = "head")
         backup = path.with_name(path.name + f".bak-{current}")
         engine.dispose()
         backup_sqlite(path, backup)
-    with engine.begin() as conn:
-        command.upgrade(alembic_config(conn), revision)
-        _after_upgrade(conn, current, revision)
+    with engine.connect() as conn:
+        # a migration that copies a fact table (0005, 0010) sorts and journals beyond the page cache:
+        # in temporary files, not memory (a 4M-row store's upgrade to 0010 peaked at 383 MB with
+        # profdb's temp_store=MEMORY and 64 MB cache); set before BEGIN (SQLite refuses it inside)
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        cache = int(raw.execute("PRAGMA cache_size").fetchone()[0])
+        raw.execute("PRAGMA temp_store=FILE")
+        raw.execute(f"PRAGMA cache_size=-{UPGRADE_CACHE_KIB}")
+        try:
+            with conn.begin():
+                command.upgrade(alembic_config(conn), revision)
+                _after_upgrade(conn, current, revision)
+        finally:
+            with suppress(Exception):  # (a broken connection is discarded anyway)
+                raw.execute("PRAGMA temp_store=MEMORY")
+                raw.execute(f"PRAGMA cache_size={cache}")
+
+
+#: SQLite's page cache while the migrations run (KiB, as PRAGMA cache_size takes it negated)
+UPGRADE_CACHE_KIB = 8000
 
 
 #: the revision that added the kept run analysis (run_analysis): a store upgraded past it analyses its runs
