@@ -985,7 +985,8 @@ def summarize_fact_ranges(conn: Connection) -> None:
 
 def defer_indexes(conn: Connection, incoming_bytes: int) -> list[str]:
     """For a bulk load into an SQLite store that holds little next to the input: drop the secondary
-    indexes of the fact tables (activity, counter) and of the collective calls (``collective_call``'s
+    indexes of the fact tables (activity, counter: none since migration 0010, which keeps their rows'
+    id ranges in fact_span instead; any a user added) and of the collective calls (``collective_call``'s
     match index: its rows are written after the activity's, by ``timeline.save_timelines``) now and
     return their CREATE statements, to run after those writes and before commit. Building an index
     once over the rows costs less than updating it row by row (measured: inserts twice as fast) when
@@ -1021,10 +1022,10 @@ INDEX_BUILD_CACHE_KIB = 2000
 #: most helper threads SQLite's sorter may start for a multi-column index build (``PRAGMA threads``;
 #: at most the machine's cores). The builds run after every file is parsed, with the other cores
 #: idle; a sort beyond the page cache's worth of keys is cut in runs that helper threads sort while
-#: the main thread reads on. Measured, 2 cores, median of 7 builds each: ``(rank_id, name_id)`` on
-#: 1M CSV rows 0.52-0.54 -> 0.41-0.44 s, on 650k Kineto rows 0.37 -> 0.31-0.34 s; but one integer
-#: column (``source_id``) sorts faster alone (0.14 -> 0.16 s, 0.21-0.24 -> 0.23-0.31 s), so those are
-#: built without.
+#: the main thread reads on. Measured, 2 cores, median of 7 builds each (before 0010 dropped the fact
+#: tables' indexes): ``(rank_id, name_id)`` on 1M CSV rows 0.52-0.54 -> 0.41-0.44 s, on 650k Kineto
+#: rows 0.37 -> 0.31-0.34 s; but one integer column (``source_id``) sorts faster alone (0.14 -> 0.16 s,
+#: 0.21-0.24 -> 0.23-0.31 s), so those are built without. (Today: collective_call's match index.)
 INDEX_BUILD_THREADS = 4
 
 
