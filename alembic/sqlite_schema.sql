@@ -437,9 +437,11 @@ CREATE INDEX ix_fact_span_source_id ON fact_span (source_id);
 CREATE TRIGGER source_file_fact_rows BEFORE DELETE ON source_file
 BEGIN
     DELETE FROM activity WHERE id IN (SELECT a.id FROM fact_span s JOIN activity a
-        ON a.id BETWEEN s.first_id AND s.last_id WHERE s.source_id = OLD.id AND s.fact = 'activity');
+        ON a.id BETWEEN s.first_id AND s.last_id AND +a.source_id = OLD.id
+        WHERE s.source_id = OLD.id AND s.fact = 'activity');
     DELETE FROM counter WHERE id IN (SELECT c.id FROM fact_span s JOIN counter c
-        ON c.id BETWEEN s.first_id AND s.last_id WHERE s.source_id = OLD.id AND s.fact = 'counter');
+        ON c.id BETWEEN s.first_id AND s.last_id AND +c.source_id = OLD.id
+        WHERE s.source_id = OLD.id AND s.fact = 'counter');
 END;
 CREATE VIEW activity_v AS 
         SELECT r.name AS run, k.hostname, k.global_rank, k.local_rank, a.kind, a.category, n.value AS name,
@@ -449,13 +451,13 @@ CREATE VIEW activity_v AS
                a.rank_id, a.source_id
         FROM run r CROSS JOIN rank k ON k.run_id = r.id
         CROSS JOIN fact_span s ON s.rank_id = k.id AND s.fact = 'activity'
-        CROSS JOIN activity a ON a.id BETWEEN s.first_id AND s.last_id
+        CROSS JOIN activity a ON a.id BETWEEN s.first_id AND s.last_id AND +a.source_id = s.source_id
         CROSS JOIN name n ON n.id = a.name_id CROSS JOIN launch l ON l.id = a.launch_id;
 CREATE VIEW counter_v AS 
         SELECT r.name AS run, k.hostname, k.global_rank, k.local_rank, kn.value AS kernel, cn.value AS counter,
                c.value, c.dispatch_id, c.samples, c.min_value, c.max_value
         FROM run r CROSS JOIN rank k ON k.run_id = r.id
         CROSS JOIN fact_span s ON s.rank_id = k.id AND s.fact = 'counter'
-        CROSS JOIN counter c ON c.id BETWEEN s.first_id AND s.last_id
+        CROSS JOIN counter c ON c.id BETWEEN s.first_id AND s.last_id AND +c.source_id = s.source_id
         CROSS JOIN name kn ON kn.id = c.kernel_name_id CROSS JOIN name cn ON cn.id = c.counter_name_id;
 COMMIT;

@@ -277,3 +277,43 @@ def test_an_upgrade_runs_with_temporary_files_and_gives_the_settings_back(tmp_pa
             assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar() == "0010"
     finally:
         engine.dispose()
+
+
+def test_ids_freed_by_hand_and_taken_again(tmp_path: Path) -> None:
+    """Rows deleted by hand from the end of activity free their ids; the next load takes them, so the
+    first file's old span now covers the new file's rows. The views, the reads and deleting the first
+    file still see each row under its own file only."""
+    from sqlalchemy import func, select
+
+    from profdb.store import fact_spans
+    from profdb.store.models import Activity
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_rocprof_run(a, ranks=1, dispatches=200, counters=False, seed=4)
+    write_rocprof_run(b, ranks=1, dispatches=150, counters=False, seed=5)
+    db = tmp_path / "s.db"
+    ingest_paths([a], str(db), run="a")
+    con = sqlite3.connect(db)
+    top = con.execute("select max(id) from activity").fetchone()[0]
+    con.execute("delete from activity where id > ?", (top - 50,))  # (by hand: the file's span stays)
+    con.commit()
+    ingest_paths([b], str(db), run="b")
+    (sid_a,), (sid_b,) = con.execute("select id from source_file order by id").fetchall()
+    overlap = con.execute("select count(*) from activity where source_id = ? and id between (select min(first_id) "
+                          "from fact_span where source_id = ?) and (select max(last_id) from fact_span where "
+                          "source_id = ?)", (sid_b, sid_a, sid_a)).fetchone()[0]
+    assert overlap == 50  # (the new file's first rows took the freed ids)
+    plain = "select r.name, count(*) from activity x join rank k on k.id = x.rank_id join run r on r.id = k.run_id "
+    assert sql(db, "select run, count(*) from activity_v group by 1 order by 1") == sql(db, plain + "group by 1 order by 1")
+    assert sql(db, "select run, count(*) from activity_v group by 1 order by 1") == [("a", 150), ("b", 150)]
+    engine = make_engine(f"sqlite:///{db}")
+    with engine.connect() as conn:
+        for sid, want in ((sid_a, 150), (sid_b, 150)):
+            frm, cond = fact_spans.scoped(conn, Activity.__table__, sources=[sid])
+            assert conn.execute(select(func.count()).select_from(frm).where(*cond)).scalar_one() == want
+    engine.dispose()
+    con.execute("pragma foreign_keys = on")
+    con.execute("delete from source_file where id = ?", (sid_a,))
+    con.commit()
+    assert con.execute("select source_id, count(*) from activity group by 1").fetchall() == [(sid_b, 150)]
+    con.close()

@@ -23,7 +23,10 @@ the next id; so a file's rows are a few id ranges, and
 - An existing store's spans are computed from its rows (runs of consecutive ids of one file).
 - ``activity_v`` and ``counter_v`` read the rows through the spans, in a fixed join order (``VIEWS``):
   a question about one run or rank reads its rows only. A row not covered by a span (written by hand)
-  is not in them.
+  is not in them. The views and the trigger also match each row's own ``source_id``: rows deleted by
+  hand from the end of a table free their ids for the next load, so an old span may then cover
+  another file's rows. (``+`` keeps that match a filter: as an index constraint, SQLite's planner built
+  an automatic index on the fact table's source_id at every query.)
 
 PostgreSQL: ``fact_span`` is created and stays empty. Its fact tables kept no foreign keys since 0006
 and find a rank's or a file's rows through their BRIN index (0009); several nodes load at once there,
@@ -71,13 +74,13 @@ VIEWS = {
         {_COLUMNS_ACTIVITY}
         FROM run r CROSS JOIN rank k ON k.run_id = r.id
         CROSS JOIN fact_span s ON s.rank_id = k.id AND s.fact = 'activity'
-        CROSS JOIN activity a ON a.id BETWEEN s.first_id AND s.last_id
+        CROSS JOIN activity a ON a.id BETWEEN s.first_id AND s.last_id AND +a.source_id = s.source_id
         CROSS JOIN name n ON n.id = a.name_id CROSS JOIN launch l ON l.id = a.launch_id""",
     "counter_v": f"""
         {_COLUMNS_COUNTER}
         FROM run r CROSS JOIN rank k ON k.run_id = r.id
         CROSS JOIN fact_span s ON s.rank_id = k.id AND s.fact = 'counter'
-        CROSS JOIN counter c ON c.id BETWEEN s.first_id AND s.last_id
+        CROSS JOIN counter c ON c.id BETWEEN s.first_id AND s.last_id AND +c.source_id = s.source_id
         CROSS JOIN name kn ON kn.id = c.kernel_name_id CROSS JOIN name cn ON cn.id = c.counter_name_id""",
 }
 #: the views as 0005 and 0001 made them (restored by downgrade)
@@ -97,9 +100,11 @@ TRIGGER = "source_file_fact_rows"
 TRIGGER_SQL = f"""CREATE TRIGGER {TRIGGER} BEFORE DELETE ON source_file
 BEGIN
     DELETE FROM activity WHERE id IN (SELECT a.id FROM fact_span s JOIN activity a
-        ON a.id BETWEEN s.first_id AND s.last_id WHERE s.source_id = OLD.id AND s.fact = 'activity');
+        ON a.id BETWEEN s.first_id AND s.last_id AND +a.source_id = OLD.id
+        WHERE s.source_id = OLD.id AND s.fact = 'activity');
     DELETE FROM counter WHERE id IN (SELECT c.id FROM fact_span s JOIN counter c
-        ON c.id BETWEEN s.first_id AND s.last_id WHERE s.source_id = OLD.id AND s.fact = 'counter');
+        ON c.id BETWEEN s.first_id AND s.last_id AND +c.source_id = OLD.id
+        WHERE s.source_id = OLD.id AND s.fact = 'counter');
 END"""
 
 
