@@ -811,13 +811,8 @@ class Writer:
         raw = self.conn.connection.driver_connection  # (the same connection, in the same transaction)
         assert raw is not None
         insert_block(raw, table, bound, arrays, literals)
-        n = _length(arrays[0])
-        rank_id, source_id = columns["rank_id"], columns["source_id"]
-        if isinstance(rank_id, int) and isinstance(source_id, int):  # (a batch is one file's: always, today)
-            self.spans.added(table, rank_id, source_id, n)
-        else:
-            per_row = [[v] * n if isinstance(v, int) else list(v.tolist()) for v in (rank_id, source_id)]
-            self.spans.added_rows(table, list(zip(*per_row)))
+        # (a column batch is one file's: its rank and source ids are one int each, ingest_columns)
+        self.spans.added(table, columns["rank_id"], columns["source_id"], _length(arrays[0]))
 
     def _ids_of(self, column: Interned) -> Any:
         """An ``Interned`` column's ids: one int when every row has one value, else an int64 array."""

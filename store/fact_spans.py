@@ -99,9 +99,8 @@ def scoped(
     old span may cover another file's rows."""
     assert (ranks is None) != (sources is None)
     col, ids = ("rank_id", list(ranks)) if ranks is not None else ("source_id", list(sources or ()))
-    cond: list[ColumnElement[bool]] = [table.c[col].in_(ids)]
     if conn.dialect.name != "sqlite":
-        return table, cond
+        return table, [table.c[col].in_(ids)]
     joined = _SPAN.join(
         table, and_(_SPAN.c.fact == table.name, table.c.id.between(_SPAN.c.first_id, _SPAN.c.last_id))
     )

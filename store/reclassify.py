@@ -173,14 +173,15 @@ def _set_categories(
             *[((table.kind == kind) & (table.name_id == name_id), after) for (kind, name_id), after in part],
             else_=table.category,
         )
-        which = [
-            table.rank_id.in_(rank_ids),
+        moved = [
             table.name_id.in_(sorted({n for (_k, n), _a in part})),
             tuple_(table.kind, table.name_id).in_([key for key, _a in part]),
         ]
         if table is Activity and conn.dialect.name == "sqlite":  # (no index of its own: through the spans)
             frm, cond = fact_spans.scoped(conn, Activity.__table__, ranks=rank_ids)
-            which = [Activity.id.in_(select(Activity.id).select_from(frm).where(*cond, *which[1:]))]
+            which = [Activity.id.in_(select(Activity.id).select_from(frm).where(*cond, *moved))]
+        else:
+            which = [table.rank_id.in_(rank_ids), *moved]
         changed += conn.execute(update(table).where(*which).values(category=category)).rowcount
     return changed
 

@@ -5,7 +5,6 @@ file, merge, reclassify) through them."""
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
 from pathlib import Path
 
@@ -240,7 +239,6 @@ def test_an_id_taken_behind_the_writers_back_fails_the_load(tmp_path: Path) -> N
         with pytest.raises(RuntimeError, match="internal error: activity ends at id"):
             spans.write()
     engine.dispose()
-    shutil.rmtree(run)
 
 
 def test_an_upgrade_runs_with_temporary_files_and_gives_the_settings_back(tmp_path: Path) -> None:
