@@ -25,7 +25,7 @@ import struct
 import weakref
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from itertools import chain, repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
@@ -933,28 +933,25 @@ def load_transaction(engine: Engine, bulk_load: bool, new_store: bool = False) -
     empty file once (the journal holds only the few pages that existed). Measured (ablation.py):
     400k short-name kernel rows, 2.72 -> 2.56 s CPU and less I/O wait.
     (SQLite refuses or ignores these pragmas inside a transaction: they are set before BEGIN.)"""
+    from .db import temporary_files
+
     with engine.connect() as conn:
         raw = conn.connection.driver_connection if bulk_load and engine.dialect.name == "sqlite" else None
         journal = False
-        cache = 0
-        if raw is not None:
-            raw.execute("PRAGMA foreign_keys=OFF")
-            raw.execute("PRAGMA temp_store=FILE")
-            cache = int(raw.execute("PRAGMA cache_size").fetchone()[0])
-            raw.execute(f"PRAGMA cache_size=-{LOAD_CACHE_KIB}")
-            if new_store:
-                journal = raw.execute("PRAGMA journal_mode=DELETE").fetchone()[0] == "delete"
-        try:
-            with conn.begin():
-                yield conn
-        finally:
+        with temporary_files(raw, LOAD_CACHE_KIB) if raw is not None else nullcontext():
             if raw is not None:
-                with suppress(Exception):  # a broken connection is discarded anyway: keep the first error
-                    raw.execute("PRAGMA foreign_keys=ON")
-                    raw.execute("PRAGMA temp_store=MEMORY")
-                    raw.execute(f"PRAGMA cache_size={cache}")
-                    if journal:
-                        raw.execute("PRAGMA journal_mode=WAL")
+                raw.execute("PRAGMA foreign_keys=OFF")
+                if new_store:
+                    journal = raw.execute("PRAGMA journal_mode=DELETE").fetchone()[0] == "delete"
+            try:
+                with conn.begin():
+                    yield conn
+            finally:
+                if raw is not None:
+                    with suppress(Exception):  # a broken connection is discarded anyway: keep the first error
+                        raw.execute("PRAGMA foreign_keys=ON")
+                        if journal:
+                            raw.execute("PRAGMA journal_mode=WAL")
         if engine.dialect.name == "postgresql":  # (committed: the rows are in; now make them findable)
             summarize_fact_ranges(conn)
 

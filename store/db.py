@@ -653,26 +653,35 @@ def upgrade_db(engine: Engine, path: Path | None = None, revision: str = "head")
         engine.dispose()
         backup_sqlite(path, backup)
     with engine.connect() as conn:
-        # a migration that copies a fact table (0005, 0010) sorts and journals beyond the page cache:
-        # in temporary files, not memory (a 4M-row store's upgrade to 0010 peaked at 383 MB with
-        # profdb's temp_store=MEMORY and 64 MB cache); set before BEGIN (SQLite refuses it inside)
+        # a migration that copies a fact table (0005, 0010) sorts and journals beyond the page cache
+        # (a 4M-row store's upgrade to 0010 peaked at 383 MB in memory, 79 MB with files)
         raw = conn.connection.driver_connection
         assert raw is not None
-        cache = int(raw.execute("PRAGMA cache_size").fetchone()[0])
-        raw.execute("PRAGMA temp_store=FILE")
-        raw.execute(f"PRAGMA cache_size=-{UPGRADE_CACHE_KIB}")
-        try:
-            with conn.begin():
-                command.upgrade(alembic_config(conn), revision)
-                _after_upgrade(conn, current, revision)
-        finally:
-            with suppress(Exception):  # (a broken connection is discarded anyway)
-                raw.execute("PRAGMA temp_store=MEMORY")
-                raw.execute(f"PRAGMA cache_size={cache}")
+        with temporary_files(raw, UPGRADE_CACHE_KIB), conn.begin():
+            command.upgrade(alembic_config(conn), revision)
+            _after_upgrade(conn, current, revision)
 
 
 #: SQLite's page cache while the migrations run (KiB, as PRAGMA cache_size takes it negated)
 UPGRADE_CACHE_KIB = 8000
+
+
+@contextmanager
+def temporary_files(raw: Any, cache_kib: int) -> Iterator[None]:
+    """For SQLite statements that sort or journal beyond the page cache (a bulk load's index builds, a
+    migration's table copies): temporary storage in files, not in memory as profdb's connections keep
+    it (``_sqlite_on_connect``), so memory does not grow with the table, and a page cache of
+    ``cache_kib``; both given back after. ``raw``: the driver's connection, outside a transaction
+    (SQLite refuses to change temporary storage inside one)."""
+    store, cache = (int(raw.execute(f"PRAGMA {p}").fetchone()[0]) for p in ("temp_store", "cache_size"))
+    raw.execute("PRAGMA temp_store=FILE")
+    raw.execute(f"PRAGMA cache_size=-{cache_kib}")
+    try:
+        yield
+    finally:
+        with suppress(Exception):  # (a broken connection is discarded anyway: keep the first error)
+            raw.execute(f"PRAGMA temp_store={store}")
+            raw.execute(f"PRAGMA cache_size={cache}")
 
 
 #: the revision that added the kept run analysis (run_analysis): a store upgraded past it analyses its runs

@@ -223,3 +223,23 @@ def test_indexes_rebuilt_by_the_sorters_threads_are_whole(tmp_path: Any) -> None
         assert [tuple(r) for r in by_index] == sorted((r, nm, i) for i, r, nm in rows)
     finally:
         engine.dispose()
+
+
+def test_a_bulk_load_spills_to_files_and_gives_the_settings_back(tmp_path: Any) -> None:
+    """load_transaction (through db.temporary_files, shared with upgrades): during a bulk load into a new
+    SQLite store, temporary storage in files, the load's page cache, no foreign-key checks and a rollback
+    journal; after it, the connection's own settings again."""
+    from profdb.store.db import open_db
+
+    settings = ("temp_store", "cache_size", "foreign_keys", "journal_mode")
+    engine = open_db(str(tmp_path / "s.db"))
+    try:
+        with bulk.load_transaction(engine, bulk_load=True, new_store=True) as conn:
+            raw = conn.connection.driver_connection
+            assert [raw.execute(f"PRAGMA {p}").fetchone()[0] for p in settings] == [
+                1, -bulk.LOAD_CACHE_KIB, 0, "delete"]
+        with engine.connect() as conn:
+            raw = conn.connection.driver_connection
+            assert [raw.execute(f"PRAGMA {p}").fetchone()[0] for p in settings] == [2, -65536, 1, "wal"]
+    finally:
+        engine.dispose()
