@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from profdb.store import classify, identity, ingest, readers, reclassify, runs
+from profdb.store import classify, identity, inputs, readers
 from profdb.store.scope import resolve_run
 
 from .options import comm_pattern_option, comm_rules, connect, db_option, output_options, run_option
@@ -102,8 +102,14 @@ def ingest_command(
     rules = comm_rules(comm_patterns)
     bar = _Bar()
     try:
-        with classify.using(rules):
-            report = ingest.ingest_paths(list(paths), db, run=run, flags=flags, fmt=fmt, progress=bar)
+        # the inputs are looked through and their hashing begun before the store's modules are
+        # imported (SQLAlchemy, numpy, pyarrow: ~0.3 s in one thread), so the hashes are computed
+        # meanwhile on the other core (this module imports none of them: see inputs.Scan)
+        with inputs.Scan(list(paths), fmt) as scan:
+            from profdb.store import ingest
+
+            with classify.using(rules):
+                report = ingest.ingest_paths(scan, db, run=run, flags=flags, progress=bar)
     finally:
         bar.close()
     how = " (derived from the inputs; name it with --run)" if report.run_derived else ""
@@ -144,6 +150,8 @@ def ingest_command(
 @output_options
 def runs_command(db: str | None, fmt: str) -> None:
     """Runs in the store: world size, ranks found and missing, sources, rows."""
+    from profdb.store import runs
+
     headers, rows = runs.list_runs(connect(db))
     render(headers, rows, fmt)
 
@@ -154,6 +162,8 @@ def runs_command(db: str | None, fmt: str) -> None:
 @output_options
 def ranks_command(run: str | None, db: str | None, fmt: str) -> None:
     """Ranks of a run: hostname, local rank, pid, device, rows, source files; missing ranks flagged."""
+    from profdb.store import runs
+
     headers, rows, notes = runs.list_ranks(connect(db), run)
     for n in notes:
         note(n)
@@ -173,6 +183,8 @@ def reclassify_command(
     ./profdb.toml, the shipped sets), in one transaction: activity and summary rows of the names whose
     category changes, and the rules recorded for the run's files. Prints the names that moved and the
     communication share before and after."""
+    from profdb.store import reclassify
+
     rules = comm_rules(comm_patterns)
     conn = connect(db, write=True)
     scope = resolve_run(conn, run)

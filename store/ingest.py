@@ -22,7 +22,7 @@ from . import bulk, classify, ingest_workers, reclassify, runs, timeline
 from .db import display_url, load_target, resolve_url
 from .errors import InputError, ProfdbError
 from .identity import Identity, IdentityFlags, RankPlan, missing_ranks
-from .inputs import InputFile, derive_run_name, prepare
+from .inputs import InputFile, Scan, derive_run_name, prepare
 from .manifest import RankEnd, rank_end
 from .models import SourceFile
 from .validate import READ_FAILURES
@@ -113,7 +113,7 @@ def _facts(ident: Identity) -> runs.RankFacts:
 
 
 def ingest_paths(
-    paths: Sequence[str | Path],
+    paths: Sequence[str | Path] | Scan,
     db: str | None = None,
     *,
     run: str | None = None,
@@ -121,10 +121,11 @@ def ingest_paths(
     fmt: str | None = None,
     progress: Progress | None = None,
 ) -> IngestReport:
-    """Ingest profiler outputs into the store ``db`` (path or URL). One transaction; see module doc."""
+    """Ingest profiler outputs into the store ``db`` (path or URL). One transaction; see module doc.
+    ``paths`` may be an ``inputs.Scan`` of them begun earlier (the CLI's, so hashing overlaps its imports)."""
     flags = flags or IdentityFlags()
     inputs, unknown, plan = prepare(paths, flags, fmt)
-    run_name = run or derive_run_name(paths, inputs)
+    run_name = run or derive_run_name(paths.paths if isinstance(paths, Scan) else paths, inputs)
     report = IngestReport(
         run=run_name,
         run_derived=run is None,

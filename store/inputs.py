@@ -110,20 +110,40 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
+class Scan:
+    """Phase 1's first step: the inputs expanded (``expand``), and their hashes under way on two
+    threads (hashing reads every byte; hashlib and file reads release the GIL, so both cores work).
+    ``prepare`` takes the hashes where it needs them. The CLI scans before it imports the store's
+    modules (SQLAlchemy, numpy, pyarrow: ~0.3 s in one thread), so the hashing runs meanwhile instead
+    of after. A context manager: leaving it stops the hashing not yet begun."""
+
+    def __init__(self, paths: Sequence[str | Path], fmt: str | None = None) -> None:
+        self.paths = list(paths)
+        with remembered_heads():
+            self.files, self.unknown = expand(self.paths, fmt)
+        self._pool = ThreadPoolExecutor(max_workers=2)
+        self.hashes: list[Future[str]] = [self._pool.submit(sha256_of, path) for path, _ in self.files]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> Scan:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def prepare(
-    paths: Sequence[str | Path], flags: IdentityFlags, fmt: str | None = None
+    paths: Sequence[str | Path] | Scan, flags: IdentityFlags, fmt: str | None = None
 ) -> tuple[list[InputFile], list[Path], RankPlan]:
-    # (each file's head is read once, not once per reader asked; each folder looked for a manifest once)
-    with remembered_heads(), remembered_folders():
-        files, unknown = expand(paths, fmt)
-        # hashing reads every byte: two threads (hashlib and file reads release the GIL) keep both cores
-        # busy; each result is taken where it was computed before, so errors surface in the same order
-        pool = ThreadPoolExecutor(max_workers=2)
-        try:
-            hashes = [pool.submit(sha256_of, path) for path, _ in files]
-            return _prepare(files, hashes, unknown, flags)
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+    """Phase 1 (see the module doc) over ``paths``, or over a ``Scan`` of them (``fmt`` then unused:
+    the scan applied it)."""
+    with paths if isinstance(paths, Scan) else Scan(paths, fmt) as scan:
+        # (each file's head is read once, not once per reader asked; each folder looked for a manifest
+        # once; each hash is taken where it was computed before, so errors surface in the same order)
+        with remembered_heads(), remembered_folders():
+            return _prepare(scan.files, scan.hashes, scan.unknown, flags)
 
 
 def _prepare(

@@ -9,6 +9,7 @@ import json
 import shutil
 import sqlite3
 import subprocess
+import tempfile
 import sys
 from pathlib import Path
 from typing import Any
@@ -146,3 +147,65 @@ def test_ingest_loads_numpy_and_pyarrow_only_for_what_it_reads_as_columns(tmp_pa
     got = probe("ingest", "--db", str(tmp_path / "c.db"), "--run", "c", "--rank", "0", str(csv))
     assert got["exit"] == 0, got["err"]
     assert {"numpy", "pyarrow.csv", "profdb.store.ingest_columns"} <= set(got["modules"])
+
+
+_SCAN_PROBE = """
+import json, sys
+from click.testing import CliRunner
+from profdb.store import inputs
+seen = []
+init = inputs.Scan.__init__
+def recording(self, *a, **k):
+    seen.append(sorted(m for m in ("sqlalchemy", "numpy", "pyarrow", "profdb.store.ingest") if m in sys.modules))
+    init(self, *a, **k)
+inputs.Scan.__init__ = recording
+from profdb.cli.main import cli
+r = CliRunner().invoke(cli, sys.argv[1:], catch_exceptions=False)
+print(json.dumps({"exit": r.exit_code, "err": r.stderr, "seen": seen, "modules": sorted(sys.modules)}))
+"""
+
+
+def test_ingest_begins_hashing_its_inputs_before_importing_the_store() -> None:
+    """``profdb ingest`` looks through its inputs and starts hashing them (``inputs.Scan``) before it
+    imports SQLAlchemy, numpy, pyarrow and the ingest code, so the hashes are computed on the other
+    core while those imports run; importing the ingest command loads none of them."""
+    code = "import sys, profdb.cli.main, profdb.cli.ingest; print(' '.join(sorted(sys.modules)))"
+    mods = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              check=True).stdout.split())
+    assert "profdb.cli.ingest" in mods and "profdb.store.inputs" in mods
+    assert not {m for m in mods if m.split(".")[0] in ("sqlalchemy", "numpy", "pyarrow")}
+    assert "profdb.store.ingest" not in mods
+    examples = Path(__file__).parent.parent / "examples"
+    csv = examples / "rocprof-8ranks" / "rank0000" / "node00" / "1000_kernel_trace.csv"
+    with tempfile.TemporaryDirectory() as tmp:
+        p = subprocess.run([sys.executable, "-c", _SCAN_PROBE, "ingest", "--db", f"{tmp}/s.db", "--rank", "0",
+                            str(csv)], capture_output=True, text=True, check=True)
+    got = json.loads(p.stdout.splitlines()[-1])
+    assert got["exit"] == 0, got["err"]
+    assert got["seen"] == [[]]  # one scan, before any of them was imported
+    assert {"sqlalchemy", "pyarrow", "profdb.store.ingest"} <= set(got["modules"])  # (then they were)
+
+
+def test_a_scan_gives_what_looking_through_the_paths_gives(tmp_path: Path) -> None:
+    """``prepare`` over a ``Scan`` begun earlier gives the files, hashes, identities and plan that
+    ``prepare`` over the paths gives; its hashing threads are finished when it returns (the ingest's
+    workers fork after it), and a scan left unused stops them too."""
+    import hashlib
+    import threading
+
+    from profdb.store import inputs
+    from profdb.store.identity import IdentityFlags
+
+    run = Path(__file__).parent.parent / "examples" / "rocprof-8ranks"
+    before = threading.active_count()
+    direct = inputs.prepare([run], IdentityFlags())
+    with inputs.Scan([run]) as scan:
+        assert len(scan.files) == len(scan.hashes) > 8
+        scanned = inputs.prepare(scan, IdentityFlags())
+        assert threading.active_count() == before
+    assert [(i.path, i.sha256, i.claim) for i in scanned[0]] == [(i.path, i.sha256, i.claim) for i in direct[0]]
+    assert scanned[1:] == direct[1:]
+    assert all(i.sha256 == hashlib.sha256(i.path.read_bytes()).hexdigest() for i in scanned[0])
+    with inputs.Scan([run]):
+        pass
+    assert threading.active_count() == before
