@@ -124,8 +124,9 @@ def ingest_paths(
     """Ingest profiler outputs into the store ``db`` (path or URL). One transaction; see module doc.
     ``paths`` may be an ``inputs.Scan`` of them begun earlier (the CLI's, so hashing overlaps its imports)."""
     flags = flags or IdentityFlags()
-    inputs, unknown, plan = prepare(paths, flags, fmt)
-    run_name = run or derive_run_name(paths.paths if isinstance(paths, Scan) else paths, inputs)
+    scan = paths if isinstance(paths, Scan) else Scan(paths, fmt)
+    inputs, unknown, plan = prepare(scan, flags)
+    run_name = run or derive_run_name(scan.paths, inputs)
     report = IngestReport(
         run=run_name,
         run_derived=run is None,

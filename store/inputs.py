@@ -138,7 +138,8 @@ def prepare(
     paths: Sequence[str | Path] | Scan, flags: IdentityFlags, fmt: str | None = None
 ) -> tuple[list[InputFile], list[Path], RankPlan]:
     """Phase 1 (see the module doc) over ``paths``, or over a ``Scan`` of them (``fmt`` then unused:
-    the scan applied it)."""
+    the scan applied it). The scan is closed on return: no hashing thread outlives this phase (the
+    ingest's workers fork after it)."""
     with paths if isinstance(paths, Scan) else Scan(paths, fmt) as scan:
         # (each file's head is read once, not once per reader asked; each folder looked for a manifest
         # once; each hash is taken where it was computed before, so errors surface in the same order)

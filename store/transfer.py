@@ -524,14 +524,7 @@ def _copy_summaries(
             part: list[tuple[Any, ...]] = [tuple(r) for r in s.execute(q).all()]
         else:
             ids = [f.id for f in fs]
-            frm, cond = fact_spans.scoped(s, _ACT, sources=ids)
-            counted: dict[int, int] = dict(s.execute(
-                select(_ACT.c.source_id, func.count()).select_from(frm).where(*cond).group_by(_ACT.c.source_id)
-            ).all())
-            cfrm, ccond = fact_spans.scoped(s, _CTR, sources=ids)
-            counters: dict[int, int] = dict(s.execute(
-                select(_CTR.c.source_id, func.count()).select_from(cfrm).where(*ccond).group_by(_CTR.c.source_id)
-            ).all())
+            counted, counters = _rows_per_file(s, _ACT, ids), _rows_per_file(s, _CTR, ids)
             for f in fs:
                 if f.rows > counted.get(f.id, 0) + counters.get(f.id, 0):
                     raise StoreError(
@@ -540,6 +533,7 @@ def _copy_summaries(
                         "cannot be told apart; merge into a store without this run, or ingest the file there directly"
                     )
             dur = _ACT.c.duration_ns
+            frm, cond = fact_spans.scoped(s, _ACT, sources=ids)
             q = (
                 select(_ACT.c.name_id, _ACT.c.kind, func.max(_ACT.c.category), func.count(), func.sum(dur),
                        func.min(dur), func.max(dur), func.sum(cast(dur, Float) * dur))
@@ -558,3 +552,10 @@ def _copy_summaries(
                 for r in part]
     bulk.add_summaries(d, out)
     return len(out)
+
+
+def _rows_per_file(s: Connection, table: Any, ids: list[int]) -> dict[int, int]:
+    """Source file id -> its rows in the fact ``table`` (files without rows are absent)."""
+    frm, cond = fact_spans.scoped(s, table, sources=ids)
+    counts = select(table.c.source_id, func.count()).select_from(frm).where(*cond).group_by(table.c.source_id)
+    return {int(sid): int(n) for sid, n in s.execute(counts).all()}
