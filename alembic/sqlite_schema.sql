@@ -1,4 +1,4 @@
--- profdb SQLite store at revision 0010 (generated: python -m profdb.store.db --write-schema)
+-- profdb SQLite store at revision 0011 (generated: python -m profdb.store.db --write-schema)
 BEGIN TRANSACTION;
 CREATE TABLE "activity" (
 	id INTEGER NOT NULL, 
@@ -11,6 +11,7 @@ CREATE TABLE "activity" (
 	duration_ns BIGINT NOT NULL, 
 	correlation BIGINT, 
 	launch_id INTEGER NOT NULL, 
+	origin_id INTEGER NOT NULL, 
 	args TEXT, 
 	CONSTRAINT pk_activity PRIMARY KEY (id), 
 	CONSTRAINT fk_activity_name_id_name FOREIGN KEY(name_id) REFERENCES name (id)
@@ -19,7 +20,7 @@ CREATE TABLE alembic_version (
 	version_num VARCHAR(32) NOT NULL, 
 	CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)
 );
-INSERT INTO "alembic_version" VALUES('0010');
+INSERT INTO "alembic_version" VALUES('0011');
 CREATE TABLE classification_rules (
 	id INTEGER NOT NULL, 
 	digest VARCHAR(64) NOT NULL, 
@@ -79,13 +80,9 @@ CREATE TABLE host_clock (
 	CONSTRAINT pk_host_clock PRIMARY KEY (run_id, hostname), 
 	CONSTRAINT fk_host_clock_run_id_run FOREIGN KEY(run_id) REFERENCES run (id) ON DELETE CASCADE
 );
-CREATE TABLE launch (
+CREATE TABLE "launch" (
 	id INTEGER NOT NULL, 
 	"key" TEXT NOT NULL, 
-	device INTEGER, 
-	stream BIGINT, 
-	pid INTEGER, 
-	tid BIGINT, 
 	grid_x BIGINT, 
 	grid_y BIGINT, 
 	grid_z BIGINT, 
@@ -100,6 +97,16 @@ CREATE TABLE name (
 	value TEXT NOT NULL, 
 	CONSTRAINT pk_name PRIMARY KEY (id), 
 	CONSTRAINT uq_name_value UNIQUE (value)
+);
+CREATE TABLE origin (
+	id INTEGER NOT NULL, 
+	"key" TEXT NOT NULL, 
+	device INTEGER, 
+	stream BIGINT, 
+	pid INTEGER, 
+	tid BIGINT, 
+	CONSTRAINT pk_origin PRIMARY KEY (id), 
+	CONSTRAINT uq_origin_key UNIQUE ("key")
 );
 CREATE TABLE rank (
 	id INTEGER NOT NULL, 
@@ -434,6 +441,22 @@ CREATE VIEW rank_analysis_v AS
         FROM rank_analysis a JOIN rank k ON k.id = a.rank_id JOIN run r ON r.id = a.run_id;
 CREATE INDEX ix_fact_span_rank_id ON fact_span (rank_id);
 CREATE INDEX ix_fact_span_source_id ON fact_span (source_id);
+CREATE VIEW counter_v AS 
+        SELECT r.name AS run, k.hostname, k.global_rank, k.local_rank, kn.value AS kernel, cn.value AS counter,
+               c.value, c.dispatch_id, c.samples, c.min_value, c.max_value
+        FROM run r CROSS JOIN rank k ON k.run_id = r.id
+        CROSS JOIN fact_span s ON s.rank_id = k.id AND s.fact = 'counter'
+        CROSS JOIN counter c ON c.id BETWEEN s.first_id AND s.last_id AND +c.source_id = s.source_id
+        CROSS JOIN name kn ON kn.id = c.kernel_name_id CROSS JOIN name cn ON cn.id = c.counter_name_id;
+CREATE VIEW activity_v AS SELECT r.name AS run, k.hostname, k.global_rank, k.local_rank, a.kind, a.category, n.value AS name,
+               a.start_ns, a.start_ns + a.duration_ns AS end_ns, a.duration_ns,
+               o.device, o.stream, a.correlation, o.pid, o.tid,
+               l.grid_x, l.grid_y, l.grid_z, l.block_x, l.block_y, l.block_z, a.args,
+               a.rank_id, a.source_id
+        FROM run r CROSS JOIN rank k ON k.run_id = r.id
+        CROSS JOIN fact_span s ON s.rank_id = k.id AND s.fact = 'activity'
+        CROSS JOIN activity a ON a.id BETWEEN s.first_id AND s.last_id AND +a.source_id = s.source_id
+        CROSS JOIN name n ON n.id = a.name_id CROSS JOIN launch l ON l.id = a.launch_id CROSS JOIN origin o ON o.id = a.origin_id;
 CREATE TRIGGER source_file_fact_rows BEFORE DELETE ON source_file
 BEGIN
     DELETE FROM activity WHERE id IN (SELECT a.id FROM fact_span s JOIN activity a
@@ -443,21 +466,4 @@ BEGIN
         ON c.id BETWEEN s.first_id AND s.last_id AND +c.source_id = OLD.id
         WHERE s.source_id = OLD.id AND s.fact = 'counter');
 END;
-CREATE VIEW activity_v AS 
-        SELECT r.name AS run, k.hostname, k.global_rank, k.local_rank, a.kind, a.category, n.value AS name,
-               a.start_ns, a.start_ns + a.duration_ns AS end_ns, a.duration_ns,
-               l.device, l.stream, a.correlation, l.pid, l.tid,
-               l.grid_x, l.grid_y, l.grid_z, l.block_x, l.block_y, l.block_z, a.args,
-               a.rank_id, a.source_id
-        FROM run r CROSS JOIN rank k ON k.run_id = r.id
-        CROSS JOIN fact_span s ON s.rank_id = k.id AND s.fact = 'activity'
-        CROSS JOIN activity a ON a.id BETWEEN s.first_id AND s.last_id AND +a.source_id = s.source_id
-        CROSS JOIN name n ON n.id = a.name_id CROSS JOIN launch l ON l.id = a.launch_id;
-CREATE VIEW counter_v AS 
-        SELECT r.name AS run, k.hostname, k.global_rank, k.local_rank, kn.value AS kernel, cn.value AS counter,
-               c.value, c.dispatch_id, c.samples, c.min_value, c.max_value
-        FROM run r CROSS JOIN rank k ON k.run_id = r.id
-        CROSS JOIN fact_span s ON s.rank_id = k.id AND s.fact = 'counter'
-        CROSS JOIN counter c ON c.id BETWEEN s.first_id AND s.last_id AND +c.source_id = s.source_id
-        CROSS JOIN name kn ON kn.id = c.kernel_name_id CROSS JOIN name cn ON cn.id = c.counter_name_id;
 COMMIT;

@@ -108,17 +108,18 @@ def node_rows(global_rank: int, dispatches: int, seed: int) -> tuple[list[tuple[
         name = rng.randrange(NAMES)
         dur = rng.randrange(1_000, 2_000_000)
         t += rng.randrange(100, 5_000)
-        # (launch_id 0: the rank's one launch shape, launch_shape(), filled in by the node)
-        acts.append((0, 1, "kernel", "compute", name, t, dur, i, 0, None))
+        # (launch_id and origin_id 0: the rank's one launch shape and origin, launch_shape(), filled in by the node)
+        acts.append((0, 1, "kernel", "compute", name, t, dur, i, 0, 0, None))
         if i % COUNTER_EVERY == 0:
             ctrs.append((0, 1, name, NAMES, i, float(rng.randrange(1, 10_000)), 1, None, None))
         t += dur
     return acts, ctrs
 
 
-def launch_shape(global_rank: int) -> tuple[Any, ...]:
-    """The launch shape of every dispatch of a rank (bulk.LAUNCH_COLS: device, stream, pid, tid, grid, block)."""
-    return (4 + global_rank % 8, 1, 4000 + global_rank, 4000 + global_rank, 65536, 1, 1, 256, 1, 1)
+def launch_shape(global_rank: int) -> dict[str, tuple[Any, ...]]:
+    """The launch shape and origin of every dispatch of a rank (bulk.SHAPE_TABLES: "launch": grid, block;
+    "origin": device, stream, pid, tid)."""
+    return {"launch": (65536, 1, 1, 256, 1, 1), "origin": (4 + global_rank % 8, 1, 4000 + global_rank, 4000 + global_rank)}
 
 
 def backend_cpu(pid: int) -> float | None:
@@ -151,7 +152,8 @@ def load_node(
             assert side is not None
             try:
                 ids = {v: i for i, v in bulk.intern_names(conn, names, side)}
-                launches = bulk.intern_launches(conn, [launch_shape(g) for g in ranks], side)
+                shape_ids = {t: bulk.intern_shapes(conn, t, [launch_shape(g)[t] for g in ranks], side)
+                             for t in bulk.SHAPE_TABLES}
             finally:
                 side.close()
             name_id = [ids[n] for n in names]
@@ -169,15 +171,15 @@ def load_node(
                 for table, rows, cols in (("activity", acts, bulk.Writer.ACTIVITY_COLS),
                                           ("counter", ctrs, bulk.Writer.COUNTER_COLS)):
                     ni = [cols.index(c) for c in bulk.FACT_REFS[table] if c.endswith("name_id")]
-                    li = cols.index("launch_id") if "launch_id" in cols else None
+                    shaped = [(cols.index(f"{t}_id"), t) for t in bulk.SHAPE_TABLES if f"{t}_id" in cols]
                     out = []
                     for r in rows:  # (a parsing worker's job: the ids into the row)
                         r2 = list(r)
                         r2[0], r2[1] = rank_id, source_id
                         for i in ni:
                             r2[i] = name_id[r2[i]]
-                        if li is not None:
-                            r2[li] = launches[launch_shape(g)]
+                        for i, t in shaped:
+                            r2[i] = shape_ids[t][launch_shape(g)[t]]
                         out.append(tuple(r2))
                     batches += [(table, cols, out[at:at + 20_000]) for at in range(0, len(out), 20_000)]
             del data

@@ -416,58 +416,65 @@ def _insert_returning(
     return out
 
 
-#: the launch shape of an activity (table ``launch``, migration 0005), in the launch key's order
-LAUNCH_COLS = ("device", "stream", "pid", "tid", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+#: an activity's launch shape (table ``launch``, migrations 0005 and 0011), in its key's order
+LAUNCH_COLS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+#: where an activity ran and was launched from (table ``origin``, migration 0011), in its key's order
+ORIGIN_COLS = ("device", "stream", "pid", "tid")
+#: the interned tables of an activity's per-launch columns, each with its columns in its key's order
+SHAPE_TABLES: dict[str, tuple[str, ...]] = {"launch": LAUNCH_COLS, "origin": ORIGIN_COLS}
+#: the per-launch columns of an activity as a record-reading worker asks for them (``Writer.answer_names``):
+#: one tuple, the origin's values then the launch shape's
+SHAPE_COLS = ORIGIN_COLS + LAUNCH_COLS
+
+#: a key without NULLs, as one format per tuple length (0.76 us for ten values, against 1.5 us joining
+#: them one by one)
+_KEY_FORMAT = {len(cols): "|".join(["%s"] * len(cols)) for cols in SHAPE_TABLES.values()}
 
 
-#: the launch key of a shape without NULLs, as one format (0.76 us, against 1.5 us joining the values
-#: one by one: a 2,048-file run interns 120k shapes in the writer, which the workers wait for)
-_LAUNCH_KEY = "|".join(["%s"] * len(LAUNCH_COLS))
-
-
-def launch_key(shape: Sequence[Any]) -> str:
-    """A launch shape's unique text: the ten values, '|'-separated, empty for NULL (migration 0005
-    builds the same text in SQL)."""
-    key = _LAUNCH_KEY % tuple(shape)
+def shape_key(shape: Sequence[Any]) -> str:
+    """A launch shape's or an origin's unique text (``SHAPE_TABLES``): its values, '|'-separated, empty
+    for NULL (migration 0011 builds the same text in SQL)."""
+    key = _KEY_FORMAT[len(shape)] % tuple(shape)
     # (the values are integers or None: "None" can only be a NULL's text; 0.9 us instead of 1.6 joining)
     return key.replace("None", "") if None in shape else key
 
 
-def intern_launches(
-    conn: Connection, shapes: Sequence[tuple[Any, ...]], names_conn: Connection | None = None
+def intern_shapes(
+    conn: Connection, table: str, shapes: Sequence[tuple[Any, ...]], names_conn: Connection | None = None
 ) -> dict[tuple[Any, ...], int]:
-    """Intern launch shapes (tuples in LAUNCH_COLS order) like names (``intern_names``: PostgreSQL on
-    the autocommit names connection, race-safe by the unique key); returns shape -> id."""
+    """Intern launch shapes or origins (``table`` "launch" or "origin", tuples in its ``SHAPE_TABLES``
+    order) like names (``intern_names``: PostgreSQL on the autocommit names connection, race-safe by the
+    unique key); returns shape -> id."""
     if not shapes:
         return {}
-    by_key = {launch_key(s): tuple(s) for s in shapes}
+    cols = ", ".join(SHAPE_TABLES[table])
+    by_key = {shape_key(s): tuple(s) for s in shapes}
     keys = sorted(by_key)
     m = placeholder(conn)
-    values = ", ".join([m] * (1 + len(LAUNCH_COLS)))
+    values = ", ".join([m] * (1 + len(SHAPE_TABLES[table])))
     if conn.dialect.name == "sqlite":
         raw = conn.connection.driver_connection
         assert raw is not None
-        head = f"INSERT OR IGNORE INTO launch (key, {', '.join(LAUNCH_COLS)})"
+        head = f"INSERT OR IGNORE INTO {table} (key, {cols})"
         rows = [(k, *by_key[k]) for k in keys]
         if sqlite3.sqlite_version_info < (3, 35):  # (no RETURNING)
             raw.executemany(f"{head} VALUES ({values})", rows)
-            return {by_key[key]: lid for lid, key in _sqlite_ids(raw, "launch", "key", keys)}
+            return {by_key[key]: lid for lid, key in _sqlite_ids(raw, table, "key", keys)}
         found = {by_key[key]: lid for lid, key in _insert_returning(raw, head, values, rows, "id, key")}
         if len(found) < len(keys):  # shapes interned by an earlier ingest: looked up
             missing = [k for k in keys if by_key[k] not in found]
-            found.update((by_key[key], lid) for lid, key in _sqlite_ids(raw, "launch", "key", missing))
+            found.update((by_key[key], lid) for lid, key in _sqlite_ids(raw, table, "key", missing))
         return found
     nc = names_conn if names_conn is not None else conn
     nc.exec_driver_sql(
-        f"INSERT INTO launch (key, {', '.join(LAUNCH_COLS)}) VALUES ({values}) "
-        "ON CONFLICT (key) DO NOTHING",
+        f"INSERT INTO {table} (key, {cols}) VALUES ({values}) ON CONFLICT (key) DO NOTHING",
         [(k, *by_key[k]) for k in keys],
     )
     out: dict[tuple[Any, ...], int] = {}
     for i in range(0, len(keys), 500):
         chunk = keys[i : i + 500]
         for lid, key in nc.exec_driver_sql(
-            f"SELECT id, key FROM launch WHERE key IN ({', '.join([m] * len(chunk))})", tuple(chunk)
+            f"SELECT id, key FROM {table} WHERE key IN ({', '.join([m] * len(chunk))})", tuple(chunk)
         ):
             out[by_key[key]] = int(lid)
     return out
@@ -574,13 +581,15 @@ def hold_run(
 
 
 class Interned(NamedTuple):
-    """A column of interned values (names, or launch shapes as tuples in LAUNCH_COLS order) as a
-    worker sends it, before their ids are known: row i holds the id of ``values[index[i]]`` (``index``
-    a numpy integer array; None: every row holds ``values[0]``'s). The writer interns the values and
-    maps the rows (``Writer.insert_columns``), so the worker never waits for ids."""
+    """A column of interned values (names, or launch shapes or origins as tuples in their
+    ``SHAPE_TABLES`` order) as a worker sends it, before their ids are known: row i holds the id of
+    ``values[index[i]]`` (``index`` a numpy integer array; None: every row holds ``values[0]``'s). The
+    writer interns the values in ``table`` and maps the rows (``Writer.insert_columns``), so the worker
+    never waits for ids."""
 
     values: list[Any]
     index: Any
+    table: str = "name"
 
 
 class Coded(NamedTuple):
@@ -688,7 +697,7 @@ class Writer:
 
     ACTIVITY_COLS = (
         "rank_id", "source_id", "kind", "category", "name_id", "start_ns", "duration_ns", "correlation", "launch_id",
-        "args",
+        "origin_id", "args",
     )
     COUNTER_COLS = (
         "rank_id", "source_id", "kernel_name_id", "counter_name_id", "dispatch_id", "value", "samples",
@@ -701,7 +710,8 @@ class Writer:
         self.timelines: dict[int, list[RankTimeline]] = {}
         self.dialect = conn.dialect.name
         self.names: dict[str, int] = {}
-        self.launches: dict[tuple[Any, ...], int] = {}
+        #: "launch" and "origin" (SHAPE_TABLES) -> their interned tuples' ids (at most LAUNCHES_KEPT each)
+        self.shapes: dict[str, dict[tuple[Any, ...], int]] = {t: {} for t in SHAPE_TABLES}
         #: rank_id -> its first file's summary rows as the worker sent them; once a second file of the
         #: rank comes, (name_id, kind) -> the worker's row, or a running Totals once two files had the key
         self.summary: dict[int, list[SummaryRow] | dict[tuple[int, str], Totals | SummaryRow]] = {}
@@ -739,23 +749,31 @@ class Writer:
             self._close_names = weakref.finalize(self, nc.close)
         return self._names_conn
 
-    def launch_ids(self, shapes: Iterable[tuple[Any, ...]]) -> None:
-        """Intern every new launch shape (LAUNCH_COLS tuples) in one round trip per batch."""
+    def shape_ids(self, table: str, shapes: Iterable[tuple[Any, ...]]) -> dict[tuple[Any, ...], int]:
+        """Intern every new launch shape or origin (``table``, SHAPE_TABLES) in one round trip per
+        batch; returns the table's ids as kept (every one of ``shapes`` among them)."""
+        have = self.shapes[table]
         wanted = set(shapes)
-        new = [v for v in wanted if v not in self.launches]
+        new = [v for v in wanted if v not in have]
         if new:
-            if len(self.launches) + len(new) > LAUNCHES_KEPT:  # (only the batch's own are kept)
-                self.launches = {v: self.launches[v] for v in wanted if v in self.launches}
-            self.launches.update(intern_launches(self.conn, new, self._side()))
+            if len(have) + len(new) > LAUNCHES_KEPT:  # (only the batch's own are kept)
+                have = self.shapes[table] = {v: have[v] for v in wanted if v in have}
+            have.update(intern_shapes(self.conn, table, new, self._side()))
+        return have
 
-    def answer_names(self, values: list[Any]) -> list[int]:
-        """Ids of ``values`` (interned now if new), for a parsing worker: names (str), and launch
-        shapes (tuples in LAUNCH_COLS order)."""
+    def answer_names(self, values: list[Any]) -> list[Any]:
+        """Ids of ``values`` (interned now if new), for a parsing worker: names (str) get their id;
+        per-launch columns (tuples in SHAPE_COLS order: origin, then launch shape) get the pair
+        (launch_id, origin_id)."""
         shapes = [v for v in values if type(v) is tuple]
+        pairs: dict[tuple[Any, ...], tuple[int, int]] = {}
         if shapes:
-            self.launch_ids(shapes)
+            n = len(ORIGIN_COLS)
+            origins = self.shape_ids("origin", [v[:n] for v in shapes])
+            launches = self.shape_ids("launch", [v[n:] for v in shapes])
+            pairs = {v: (launches[v[n:]], origins[v[:n]]) for v in shapes}
         self.name_ids(v for v in values if type(v) is str)
-        return [self.launches[v] if type(v) is tuple else self.names[v] for v in values]
+        return [pairs[v] if type(v) is tuple else self.names[v] for v in values]
 
     def insert(self, table: str, rows: Any) -> None:
         """Rows a worker built, in ACTIVITY_COLS or COUNTER_COLS order; "counter1" rows are per-dispatch
@@ -818,9 +836,9 @@ class Writer:
         """An ``Interned`` column's ids: one int when every row has one value, else an int64 array."""
         import numpy as np
 
-        if column.values and type(column.values[0]) is tuple:
-            self.launch_ids(column.values)
-            ids = [self.launches[v] for v in column.values]
+        if column.table in SHAPE_TABLES:
+            have = self.shape_ids(column.table, column.values)
+            ids = [have[v] for v in column.values]
         else:
             ids = self._name_ids_of(column.values)
         if column.index is None:
@@ -889,10 +907,11 @@ class Writer:
         self.spans.write()
 
 
-#: launch shapes whose ids the writer (and each parsing worker, ``ingest_workers._Names``) keeps in
-#: memory; past this many the table starts again, and a shape met again is looked up in the store.
-#: Each rank has its own shapes (its pid and thread are part of them): 2,048 ranks had 139k, ~30 MB
-#: in each of the three processes, growing with the job.
+#: launch shapes and origins whose ids the writer (and each parsing worker, ``ingest_workers._Names``)
+#: keeps in memory, of each table; past this many the table starts again, and a shape met again is
+#: looked up in the store. Each rank has origins of its own (its pid and thread are part of them), so
+#: they grow with the job; until migration 0011 they were part of the launch shape: 2,048 ranks had
+#: 139k shapes, ~30 MB in each of the three processes.
 LAUNCHES_KEPT = 50_000
 
 #: complete ranks' summary rows the writer holds before writing them (``Writer.rank_done``)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from . import classify, columnar
-from .bulk import Coded, Interned
+from .bulk import SHAPE_TABLES, Coded, Interned
 from .ingest_workers import Columns, NamedSummaryRow, RowsMsg, Task, Totals, _Channel, _fold
 
 
@@ -49,7 +49,6 @@ def parse_columns(
             continue
         columnar.check_activities(b, task.path)
         kind = b.kind
-        shapes, shape_of_row = _launch_shapes(b)
         entry_cats = []
         for n in b.names:
             cat = b.category or cats.get((kind, n))
@@ -71,7 +70,8 @@ def parse_columns(
             cols["category"] = Coded(np.array([code[c] for c in entry_cats], dtype=np.int64)[b.name_index], distinct)
         corr = b.ints.get("correlation")
         cols["correlation"] = None if corr is None else _constant_or(corr)
-        cols["launch_id"] = Interned(shapes, shape_of_row)
+        for table, fields in SHAPE_TABLES.items():  # (launch_id, origin_id)
+            cols[f"{table}_id"] = Interned(*_shapes(b, fields), table=table)
         conn.send(RowsMsg(task.index, "activity_columns", cols))
 
 
@@ -109,17 +109,13 @@ def _constant_or(col: columnar.Ints) -> Any:
     return value if same else col
 
 
-#: Activity fields of the launch shape, in bulk.LAUNCH_COLS order
-_SHAPE = ("device", "stream", "pid", "tid", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
-
-
-def _launch_shapes(b: columnar.ActivityColumns) -> tuple[list[tuple[int | None, ...]], Any]:
-    """The batch's distinct launch shapes, and each row's number among them (None when every row has
-    the one shape). Found with numpy (np.unique over the varying columns' rows); the writer interns
-    them (``bulk.Interned``)."""
+def _shapes(b: columnar.ActivityColumns, fields: tuple[str, ...]) -> tuple[list[tuple[int | None, ...]], Any]:
+    """The batch's distinct launch shapes or origins (``fields``: bulk.LAUNCH_COLS or ORIGIN_COLS), and
+    each row's number among them (None when every row has the one). Found with numpy (np.unique over
+    the varying columns' rows); the writer interns them (``bulk.Interned``)."""
     const: dict[str, int | None] = {}
     varying: list[str] = []
-    for f in _SHAPE:
+    for f in fields:
         col = b.ints.get(f)
         if col is None:
             const[f] = None
@@ -130,7 +126,7 @@ def _launch_shapes(b: columnar.ActivityColumns) -> tuple[list[tuple[int | None, 
         else:
             varying.append(f)
     if not varying:
-        return [tuple(const[f] for f in _SHAPE)], None
+        return [tuple(const[f] for f in fields)], None
     parts = []
     for f in varying:
         col = b.ints[f]
@@ -141,7 +137,7 @@ def _launch_shapes(b: columnar.ActivityColumns) -> tuple[list[tuple[int | None, 
     first, inverse = _distinct_rows(table, b.name_index)
     uniq = table[first]
     # (the shapes are built column by column, then zipped: a dict per shape was ~1 us a shape)
-    fields: dict[str, Any] = {f: repeat(v) for f, v in const.items()}
+    values_of: dict[str, Any] = {f: repeat(v) for f, v in const.items()}
     j = 0
     for f in varying:
         values: list[Any] = uniq[:, j].tolist()
@@ -149,8 +145,8 @@ def _launch_shapes(b: columnar.ActivityColumns) -> tuple[list[tuple[int | None, 
         if b.ints[f].null is not None:
             values = [None if empty else v for v, empty in zip(values, uniq[:, j].tolist())]
             j += 1
-        fields[f] = values
-    shapes: list[tuple[int | None, ...]] = list(zip(*(fields[f] for f in _SHAPE)))
+        values_of[f] = values
+    shapes: list[tuple[int | None, ...]] = list(zip(*(values_of[f] for f in fields)))
     return shapes, inverse
 
 

@@ -136,7 +136,7 @@ class Parsed(NamedTuple):
 
 
 class NamesMsg(NamedTuple):
-    #: names (str) and launch shapes (tuples in bulk.LAUNCH_COLS order)
+    #: names (str) and per-launch columns (tuples in bulk.SHAPE_COLS order)
     names: list[Any]
 
 
@@ -224,8 +224,9 @@ def quiet_gc() -> Iterator[None]:
 
 # --------------------------------------------------------------------------- worker side
 
-#: an Activity's launch shape, in bulk.LAUNCH_COLS order (device, stream, pid, tid, grid, block): the
-#: tuple built in C (``a[5:7] + a[8:16]`` made three tuples per row)
+#: an Activity's per-launch columns, in bulk.SHAPE_COLS order (device, stream, pid, tid: its origin;
+#: grid, block: its launch shape): the tuple built in C (``a[5:7] + a[8:16]`` made three tuples per
+#: row); the writer answers it with the pair (launch_id, origin_id)
 _LAUNCH_SHAPE = itemgetter(5, 6, *range(8, 16))
 
 
@@ -245,7 +246,7 @@ class _Names:
 
     def __init__(self, conn: _Channel) -> None:
         self.conn = conn
-        self.ids: dict[Any, int] = {}
+        self.ids: dict[Any, Any] = {}  # (a name: its id; per-launch columns: (launch_id, origin_id))
         self.asked: list[Any] = []
 
     def resolve(self, names: set[Any]) -> None:
@@ -285,7 +286,7 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
 
     def flush_acts() -> None:
         validate.activities(acts, task.path)
-        shapes = list(map(_LAUNCH_SHAPE, acts))  # the launch shape (bulk.LAUNCH_COLS): device, stream, pid...
+        shapes = list(map(_LAUNCH_SHAPE, acts))  # (bulk.SHAPE_COLS: device, stream, pid, tid, grid, block)
         names.ask({a[1] for a in acts} | set(shapes))
         timeline.add_many(acts)  # (needs no ids: done while the writer answers)
         names.wait()
@@ -306,7 +307,8 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
                 if cat is None:
                     cat = cats[ck] = classify.category(kind, name)
             d = a[3]
-            append((rank_id, source_id, kind, cat, nid, a[2], d, a[7], ids[shape], a[16]))
+            launch_id, origin_id = ids[shape]
+            append((rank_id, source_id, kind, cat, nid, a[2], d, a[7], launch_id, origin_id, a[16]))
             key = (nid, kind)
             ds = durations.get(key)
             if ds is None:

@@ -145,23 +145,34 @@ class Name(Base):
 
 
 class Launch(Base):
-    """Interned launch shapes: the per-file / per-launch columns of an activity (device, stream,
-    process, thread, grid and block sizes), each distinct combination once (migration 0005). ``key``
-    is the ten values as text, '|'-separated, empty for NULL (``bulk.launch_key``). Never deleted."""
+    """Interned launch shapes: an activity's grid and block sizes, each distinct combination once
+    (migrations 0005, 0011). ``key`` is the six values as text, '|'-separated, empty for NULL
+    (``bulk.shape_key``). Never deleted."""
 
     __tablename__ = "launch"
     id: ColumnClause[int] = Column(Integer, primary_key=True)
     key: ColumnClause[str] = Column(Text, unique=True, nullable=False)
-    device: ColumnClause[int | None] = Column(Integer)
-    stream: ColumnClause[int | None] = Column(BigInteger)
-    pid: ColumnClause[int | None] = Column(Integer)
-    tid: ColumnClause[int | None] = Column(BigInteger)
     grid_x: ColumnClause[int | None] = Column(BigInteger)
     grid_y: ColumnClause[int | None] = Column(BigInteger)
     grid_z: ColumnClause[int | None] = Column(BigInteger)
     block_x: ColumnClause[int | None] = Column(BigInteger)
     block_y: ColumnClause[int | None] = Column(BigInteger)
     block_z: ColumnClause[int | None] = Column(BigInteger)
+
+
+class Origin(Base):
+    """Interned origins: the device and stream an activity ran on and the process and thread that
+    launched it, each distinct combination once (migration 0011: until then part of ``launch``, which
+    then held each rank's shapes anew: 2,048 ranks of 68 shapes, 139k rows interned one by one). ``key``
+    is the four values as text, '|'-separated, empty for NULL (``bulk.shape_key``). Never deleted."""
+
+    __tablename__ = "origin"
+    id: ColumnClause[int] = Column(Integer, primary_key=True)
+    key: ColumnClause[str] = Column(Text, unique=True, nullable=False)
+    device: ColumnClause[int | None] = Column(Integer)
+    stream: ColumnClause[int | None] = Column(BigInteger)
+    pid: ColumnClause[int | None] = Column(Integer)
+    tid: ColumnClause[int | None] = Column(BigInteger)
 
 
 # The fact tables' access paths (activity, counter). SQLite (migration 0010_sqlite_fact_spans): no
@@ -191,9 +202,9 @@ class Launch(Base):
 
 class Activity(Base):
     """The fact table: one timed interval (kernel, memcpy, memset, cpu_op, annotation, api...). Its
-    launch shape (device, stream, pid, tid, grid, block) is in ``launch``; ``activity_v`` joins it in.
-    (``launch_id`` has no foreign key: launch rows are never deleted, and PostgreSQL would check it
-    on every row.)"""
+    launch shape (grid, block) is in ``launch``, its origin (device, stream, pid, tid) in ``origin``;
+    ``activity_v`` joins them in. (``launch_id`` and ``origin_id`` have no foreign key: those rows are
+    never deleted, and PostgreSQL would check them on every row.)"""
 
     __tablename__ = "activity"
     id: ColumnClause[int] = Column(BigId, primary_key=True)
@@ -207,6 +218,7 @@ class Activity(Base):
     duration_ns: ColumnClause[int] = Column(BigInteger, nullable=False)
     correlation: ColumnClause[int | None] = Column(BigInteger)
     launch_id: ColumnClause[int] = Column(Integer, nullable=False)
+    origin_id: ColumnClause[int] = Column(Integer, nullable=False)
     args: ColumnClause[str | None] = Column(Text)
 
 

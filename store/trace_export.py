@@ -44,13 +44,14 @@ from sqlalchemy.sql.selectable import FromClause
 from . import collectives, fact_spans, queries
 from .errors import QueryError
 from .identity import rank_ranges
-from .models import Activity, Launch, Name, Rank, SourceFile, Step, Summary
+from .models import Activity, Launch, Name, Origin, Rank, SourceFile, Step, Summary
 from .scope import RankRef, RunScope, resolve_run, with_ranks
 from .timeline import load_timelines
 from .units import fmt_ns
 
 _act = Activity.__table__
 _launch = Launch.__table__
+_origin = Origin.__table__
 _name = Name.__table__
 _src = SourceFile.__table__
 _step = Step.__table__
@@ -569,13 +570,14 @@ _json = functools.lru_cache(maxsize=65536)(json.dumps)
 def _rows(conn: Connection, w: RankWindow) -> Iterator[Any]:
     """The rank's activity rows in its window, streamed (``yield_per``: a server-side cursor on
     PostgreSQL, batches of BATCH rows; SQLite's cursor steps through the table as it is read)."""
-    a, lc = _act.c, _launch.c  # (the launch shape: migration 0005)
+    a, lc, oc = _act.c, _launch.c, _origin.c  # (the launch shape and origin: migrations 0005, 0011)
     frm, cond = _in_window(conn, w)
     stmt = (
         select(a.kind, _name.c.value.label("name"), (a.start_ns + _src.c.time_base_ns).label("own_ns"), a.duration_ns,
-               lc.device, lc.stream, a.correlation, lc.pid, lc.tid, lc.grid_x, lc.grid_y, lc.grid_z, lc.block_x,
+               oc.device, oc.stream, a.correlation, oc.pid, oc.tid, lc.grid_x, lc.grid_y, lc.grid_z, lc.block_x,
                lc.block_y, lc.block_z, a.args)
-        .select_from(frm.join(_name, _name.c.id == a.name_id).join(_launch, _launch.c.id == a.launch_id))
+        .select_from(frm.join(_name, _name.c.id == a.name_id).join(_launch, _launch.c.id == a.launch_id)
+                     .join(_origin, _origin.c.id == a.origin_id))
         .where(*cond)
     )
     result = conn.execution_options(yield_per=BATCH).execute(stmt)

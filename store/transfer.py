@@ -27,7 +27,7 @@ from .errors import ProfdbError, QueryError, StoreError
 from .fact_spans import Spans
 from .ingest_workers import NESTED_KINDS
 from .intervals import SelfTotals
-from .models import Activity, Counter, Launch, Name, Rank, Run, SourceFile, Step, Summary
+from .models import Activity, Counter, Launch, Name, Origin, Rank, Run, SourceFile, Step, Summary
 from .records import Activity as ActivityRecord
 
 BATCH = 20000
@@ -312,7 +312,8 @@ class _NameMap:
     def __init__(self, s: Connection, d: Connection) -> None:
         self.s, self.d = s, d
         self.ids: dict[int, int] = {}
-        self.launch_ids: dict[int, int] = {}
+        #: "launch" and "origin" (bulk.SHAPE_TABLES) -> source id -> destination id
+        self.shape_ids: dict[str, dict[int, int]] = {t: {} for t in bulk.SHAPE_TABLES}
         self.names_conn = bulk.names_connection(d)
 
     def ensure(self, src_ids: Iterable[int]) -> None:
@@ -327,19 +328,21 @@ class _NameMap:
         for sid, v in values.items():
             self.ids[sid] = got[v]
 
-    def ensure_launches(self, src_ids: Iterable[int]) -> None:
-        """The same for launch shapes (table ``launch``): ``launch_ids`` maps source to destination ids."""
-        missing = sorted({i for i in src_ids if i not in self.launch_ids})
+    def ensure_shapes(self, table: str, src_ids: Iterable[int]) -> None:
+        """The same for launch shapes or origins (``table``: "launch" or "origin"): ``shape_ids[table]``
+        maps source to destination ids."""
+        have = self.shape_ids[table]
+        missing = sorted({i for i in src_ids if i not in have})
         if not missing:
             return
-        _l = Launch.__table__
+        t = (Launch if table == "launch" else Origin).__table__
         shapes: dict[int, tuple[Any, ...]] = {}
         for i in range(0, len(missing), 500):
-            q = select(_l.c.id, *[_l.c[c] for c in bulk.LAUNCH_COLS]).where(_l.c.id.in_(missing[i : i + 500]))
+            q = select(t.c.id, *[t.c[c] for c in bulk.SHAPE_TABLES[table]]).where(t.c.id.in_(missing[i : i + 500]))
             shapes.update((int(r[0]), tuple(r[1:])) for r in self.s.execute(q))
-        got = bulk.intern_launches(self.d, list(shapes.values()), self.names_conn)
+        got = bulk.intern_shapes(self.d, table, list(shapes.values()), self.names_conn)
         for sid, shape in shapes.items():
-            self.launch_ids[sid] = got[shape]
+            have[sid] = got[shape]
 
     def close(self) -> None:
         if self.names_conn is not None:
@@ -434,13 +437,13 @@ def _from_activity(s: Connection, f: Any) -> tuple[RankTimeline | None, dict[tup
     (for a transfer that cannot copy them as they are)."""
     b = TimelineBuilder(int(f.time_base_ns or 0))
     nested = SelfTotals()
-    _l = Launch.__table__
+    _o = Origin.__table__
     frm, cond = fact_spans.scoped(s, _ACT, sources=[f.id])
     q = (
-        select(_ACT.c.kind, Name.value, _ACT.c.start_ns, _ACT.c.duration_ns, _ACT.c.category, _l.c.device,
-               _l.c.stream, _ACT.c.correlation, _l.c.pid, _l.c.tid, _ACT.c.args, _ACT.c.name_id)
+        select(_ACT.c.kind, Name.value, _ACT.c.start_ns, _ACT.c.duration_ns, _ACT.c.category, _o.c.device,
+               _o.c.stream, _ACT.c.correlation, _o.c.pid, _o.c.tid, _ACT.c.args, _ACT.c.name_id)
         .select_from(frm.join(Name.__table__, Name.__table__.c.id == _ACT.c.name_id)
-                     .join(_l, _l.c.id == _ACT.c.launch_id))
+                     .join(_o, _o.c.id == _ACT.c.origin_id))
         .where(*cond)
         .order_by(_ACT.c.id)
     )
@@ -468,17 +471,18 @@ def _stream(
     """Copy one source file's rows of ``table`` in batches, ids remapped; returns the row count."""
     ri, si = cols.index("rank_id"), cols.index("source_id")
     ni = [cols.index(c) for c in name_cols]
-    li = cols.index("launch_id") if "launch_id" in cols else -1
+    # (launch shapes and origins: their columns' positions)
+    shaped = [(cols.index(f"{t}_id"), t) for t in bulk.SHAPE_TABLES if f"{t}_id" in cols]
     frm, cond = fact_spans.scoped(s, table, sources=[src_source_id])
     q = select(*[table.c[c] for c in cols]).select_from(frm).where(*cond).order_by(table.c.id)
     total = 0
     result = s.execute(q.execution_options(yield_per=BATCH))
     for part in result.partitions():
         names.ensure({r[i] for r in part for i in ni})
-        if li >= 0:
-            names.ensure_launches({r[li] for r in part})
+        for i, t in shaped:
+            names.ensure_shapes(t, {r[i] for r in part})
         m = names.ids
-        lm = names.launch_ids
+        shape_maps = [(i, names.shape_ids[t]) for i, t in shaped]
         out = []
         for r in part:
             row = list(r)
@@ -486,8 +490,8 @@ def _stream(
             row[si] = source_map[row[si]]
             for i in ni:
                 row[i] = m[row[i]]
-            if li >= 0:
-                row[li] = lm[row[li]]
+            for i, sm in shape_maps:
+                row[i] = sm[row[i]]
             out.append(tuple(row))
         bulk.insert_rows(d, table.name, cols, out)
         spans.added_rows(table.name, out)  # (cols start with rank_id, source_id)

@@ -371,7 +371,7 @@ def _one_rank_store(url: str) -> tuple[int, int, list[int]]:
 
 def _activity(rank_id: int, source_id: int, name_id: int, n: int, **cols: Any) -> list[tuple[Any, ...]]:
     base = dict(rank_id=rank_id, source_id=source_id, kind="kernel", category="compute", name_id=name_id,
-                start_ns=10**15, duration_ns=1000, correlation=None, launch_id=1, args=None)
+                start_ns=10**15, duration_ns=1000, correlation=None, launch_id=1, origin_id=1, args=None)
     out = []
     for i in range(n):
         row = base | {k: (v(i) if callable(v) else v) for k, v in cols.items()}

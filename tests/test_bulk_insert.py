@@ -115,27 +115,35 @@ def test_row_tuples_store_what_one_insert_per_row_stores(n: int, tmp_path: Any) 
 
 
 @pytest.mark.parametrize("n", [1, 16, 17, 128, 129, 500, 501, 1130])
-def test_interned_names_and_launch_shapes_get_their_own_ids(n: int, tmp_path: Any) -> None:
+def test_interned_names_launch_shapes_and_origins_get_their_own_ids(n: int, tmp_path: Any) -> None:
     """Ids are looked up through IN lists padded to a few sizes: every key gets its own row's id, on
     first interning and again (some keys new, some stored) later."""
     engine = create_engine(f"sqlite:///{tmp_path / 's.db'}")
     names = [f"kernel_{i}<{'x' * (i % 7)}>" for i in range(n)]
-    shapes = [(0, 1, 100 + i, 200 + i, None if i % 2 else -i, 1, 1, 64, 1, None if i % 3 else 1) for i in range(n)]
+    shapes = {
+        "launch": [(100 + i, 200 + i, None if i % 2 else -i, 64, 1, None if i % 3 else 1) for i in range(n)],
+        "origin": [(0, None if i % 2 else i, 100 + i, 200 + i) for i in range(n)],
+    }
     with engine.begin() as conn:
         conn.exec_driver_sql("CREATE TABLE name (id INTEGER PRIMARY KEY, value TEXT UNIQUE)")
-        conn.exec_driver_sql(f"CREATE TABLE launch (id INTEGER PRIMARY KEY, key TEXT UNIQUE, "
-                             f"{', '.join(bulk.LAUNCH_COLS)})")
+        for table, cols in bulk.SHAPE_TABLES.items():
+            conn.exec_driver_sql(f"CREATE TABLE {table} (id INTEGER PRIMARY KEY, key TEXT UNIQUE, {', '.join(cols)})")
         first = dict((v, i) for i, v in bulk.intern_names(conn, names[: n // 2 + 1]))
         got = dict((v, i) for i, v in bulk.intern_names(conn, names))
-        first_launches = bulk.intern_launches(conn, shapes[: n // 2 + 1])
-        launches = bulk.intern_launches(conn, shapes)
+        firsts = {t: bulk.intern_shapes(conn, t, s[: n // 2 + 1]) for t, s in shapes.items()}
+        interned = {t: bulk.intern_shapes(conn, t, s) for t, s in shapes.items()}
         stored = dict(conn.exec_driver_sql("SELECT value, id FROM name").all())
-        keys = dict(conn.exec_driver_sql("SELECT key, id FROM launch").all())
+        keys = {t: dict(conn.exec_driver_sql(f"SELECT key, id FROM {t}").all()) for t in shapes}
+        rows = {t: {r[0]: tuple(r[1:]) for r in conn.exec_driver_sql(f"SELECT id, {', '.join(cols)} FROM {t}")}
+                for t, cols in bulk.SHAPE_TABLES.items()}
     assert got == stored and len(stored) == n and all(got[v] == i for v, i in first.items())
-    assert {bulk.launch_key(s): i for s, i in launches.items()} == keys and len(keys) == n
-    assert all(launches[s] == i for s, i in first_launches.items())
-    # a NULL is an empty field of the key, as migration 0005 writes it in SQL
-    assert bulk.launch_key((0, None, 3, -4, None, 1, 1, 64, 1, None)) == "0||3|-4||1|1|64|1|"
+    for t in shapes:
+        assert {bulk.shape_key(s): i for s, i in interned[t].items()} == keys[t] and len(keys[t]) == n
+        assert all(interned[t][s] == i for s, i in firsts[t].items())
+        assert all(rows[t][i] == s for s, i in interned[t].items())  # (each id's row holds its values)
+    # a NULL is an empty field of the key, as migration 0011 writes it in SQL
+    assert bulk.shape_key((None, 3, -4, None, 1, 64)) == "|3|-4||1|64"
+    assert bulk.shape_key((0, None, 3, None)) == "0||3|"
 
 
 def test_summaries_accumulate_over_many_rows_per_statement(tmp_path: Any) -> None:

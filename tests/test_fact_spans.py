@@ -56,9 +56,9 @@ def test_spans_of_real_inputs(data: Path, tmp_path: Path, run_cli: Invoke) -> No
         assert r.exit_code == 0, r.output
     check_spans(db)
     # the views read the rows through the spans: the same rows as a plain join of the tables
-    plain_a = """select r.name, k.global_rank, a.kind, n.value, a.start_ns, a.duration_ns, l.device, a.args from activity a
+    plain_a = """select r.name, k.global_rank, a.kind, n.value, a.start_ns, a.duration_ns, o.device, a.args from activity a
         join rank k on k.id = a.rank_id join run r on r.id = k.run_id join name n on n.id = a.name_id
-        join launch l on l.id = a.launch_id"""
+        join launch l on l.id = a.launch_id join origin o on o.id = a.origin_id"""
     view_a = "select run, global_rank, kind, name, start_ns, duration_ns, device, args from activity_v"
     assert sorted(sql(db, view_a), key=repr) == sorted(sql(db, plain_a), key=repr)
     plain_c = """select r.name, k.global_rank, kn.value, cn.value, c.value, c.dispatch_id from counter c
@@ -229,12 +229,12 @@ def test_an_id_taken_behind_the_writers_back_fails_the_load(tmp_path: Path) -> N
         spans = Spans(conn)
         sid, rid = conn.exec_driver_sql("select id, rank_id from source_file").one()
         conn.exec_driver_sql(f"insert into activity (rank_id, source_id, kind, category, name_id, start_ns, "
-                             f"duration_ns, launch_id) select rank_id, source_id, kind, category, name_id, start_ns, "
-                             f"duration_ns, launch_id from activity where source_id = {sid} limit 3")
+                             f"duration_ns, launch_id, origin_id) select rank_id, source_id, kind, category, name_id, "
+                             f"start_ns, duration_ns, launch_id, origin_id from activity where source_id = {sid} limit 3")
         spans.added("activity", rid, sid, 3)
         conn.exec_driver_sql(f"insert into activity (id, rank_id, source_id, kind, category, name_id, start_ns, "
-                             f"duration_ns, launch_id) select max(id) + 5, {rid}, {sid}, 'kernel', 'compute', 1, 0, 1, "
-                             f"1 from activity")  # (an id the counting did not expect)
+                             f"duration_ns, launch_id, origin_id) select max(id) + 5, {rid}, {sid}, 'kernel', 'compute', "
+                             f"1, 0, 1, 1, 1 from activity")  # (an id the counting did not expect)
         spans.added("activity", rid, sid, 1)
         with pytest.raises(RuntimeError, match="internal error: activity ends at id"):
             spans.write()
@@ -272,7 +272,7 @@ def test_an_upgrade_runs_with_temporary_files_and_gives_the_settings_back(tmp_pa
         with engine.connect() as conn:
             assert int(conn.exec_driver_sql("PRAGMA temp_store").scalar()) == 2  # MEMORY, as before
             assert int(conn.exec_driver_sql("PRAGMA cache_size").scalar()) == -65536
-            assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar() == "0010"
+            assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar() == store_db.head_revision()
     finally:
         engine.dispose()
 

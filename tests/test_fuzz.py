@@ -147,6 +147,8 @@ def _consistent(db: Path) -> None:
                           ("device", "stream", "correlation", "pid", "tid", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")),
             "activity without its launch shape": "select count(*) from activity a left join launch l "
             "on l.id = a.launch_id where l.id is null",
+            "activity without its origin": "select count(*) from activity a left join origin o "
+            "on o.id = a.origin_id where o.id is null",
             "rank outside the world": "select count(*) from rank k join run r on r.id = k.run_id where k.global_rank < 0 "
             "or (r.world_size is not null and k.global_rank >= r.world_size)",
             "bad counter": "select count(*) from counter where typeof(value) not in ('integer', 'real')",

@@ -53,10 +53,10 @@ def _content(db: Path) -> dict[str, Any]:
     src = "(select path from source_file where id = {}.source_id)"
     return {
         "activity": sorted(sql(db, f"select {rank.format('a')}, {src.format('a')}, a.kind, a.category, n.value, "
-                                   "a.start_ns, a.duration_ns, l.device, l.stream, a.correlation, l.pid, l.tid, "
+                                   "a.start_ns, a.duration_ns, o.device, o.stream, a.correlation, o.pid, o.tid, "
                                    "l.grid_x, l.grid_y, l.grid_z, l.block_x, l.block_y, l.block_z, a.args "
                                    "from activity a join name n on n.id = a.name_id "
-                                   "join launch l on l.id = a.launch_id")),
+                                   "join launch l on l.id = a.launch_id join origin o on o.id = a.origin_id")),
         "counter": sorted(sql(db, f"select {rank.format('c')}, {src.format('c')}, k.value, n.value, c.dispatch_id, "
                                   "c.value, c.samples, c.min_value, c.max_value from counter c "
                                   "join name k on k.id = c.kernel_name_id join name n on n.id = c.counter_name_id")),

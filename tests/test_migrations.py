@@ -77,15 +77,27 @@ def test_old_store_with_data_upgrades(tmp_path: Path, data: Path, run_cli: Invok
     run_cli("ingest", "--db", tmp_path / "scratch.db", data / "kineto" / "torchrun4_cpu")
     scratch = sqlite3.connect(tmp_path / "scratch.db")
     con = sqlite3.connect(db)
-    # (activity as today's store holds it, with its launch shape joined back in for older revisions)
-    scratch.execute("create temp view wide_activity as select a.*, l.device, l.stream, l.pid, l.tid, l.grid_x, "
-                    "l.grid_y, l.grid_z, l.block_x, l.block_y, l.block_z from activity a join launch l on l.id = "
-                    "a.launch_id")
-    narrow = bool(con.execute("select 1 from sqlite_master where name = 'launch'").fetchall())  # 0005 and later
-    for table in ("run", "rank", "source_file", "name", *(["launch"] if narrow else []), "activity", "summary", "step"):
+    # (activity as today's store holds it, with its launch shape and origin joined back in for older
+    # revisions: before 0005 as activity's columns, from 0005 to 0010 as a launch row per pair)
+    shape = "o.device, o.stream, o.pid, o.tid, l.grid_x, l.grid_y, l.grid_z, l.block_x, l.block_y, l.block_z"
+    scratch.execute(f"create temp view wide_activity as select a.*, {shape} from activity a join launch l on "
+                    "l.id = a.launch_id join origin o on o.id = a.origin_id")
+    scratch.execute("create temp table pair (id integer primary key, launch_id, origin_id)")
+    scratch.execute("insert into pair (launch_id, origin_id) select distinct launch_id, origin_id from activity")
+    key = " || '|' || ".join(f"coalesce(cast({c} as text), '')" for c in shape.split(", "))
+    scratch.execute(f"create temp view old_launch as select p.id, {key} as key, {shape} from pair p join launch l "
+                    "on l.id = p.launch_id join origin o on o.id = p.origin_id")
+    scratch.execute("create temp view old_activity as select a.*, p.id as pair_id from activity a join pair p on "
+                    "p.launch_id = a.launch_id and p.origin_id = a.origin_id")
+    tables = {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
+    narrow, split = "launch" in tables, "origin" in tables  # 0005 and later, 0011 and later
+    for table in ("run", "rank", "source_file", "name", *(["launch"] if narrow else []), *(["origin"] if split else []),
+                  "activity", *(["fact_span"] if "fact_span" in tables else []), "summary", "step"):
         cols = [r[1] for r in con.execute(f"pragma table_info({table})")]
-        source = "wide_activity" if table == "activity" and not narrow else table
-        rows = scratch.execute(f"select {', '.join(cols)} from {source}").fetchall()
+        source = {"activity": "wide_activity" if not narrow else table if split else "old_activity",
+                  "launch": table if split else "old_launch"}.get(table, table)
+        picked = ["pair_id" if source == "old_activity" and c == "launch_id" else c for c in cols]
+        rows = scratch.execute(f"select {', '.join(picked)} from {source}").fetchall()
         con.executemany(f"insert into {table} ({', '.join(cols)}) values ({', '.join('?' * len(cols))})", rows)
     con.commit()
     counts = {t: con.execute(f"select count(*) from {t}").fetchone()[0] for t in ("activity", "summary", "rank")}
@@ -217,6 +229,69 @@ def test_0005_moves_launch_shapes_and_back_on_both_engines(store_url: str) -> No
         back = sorted(tuple(r) for r in c.execute(text(f"select {', '.join(cols)} from activity")))
         assert back == sorted(acts)
         assert sorted(tuple(r) for r in c.execute(text("select * from activity_v"))) == before
+    engine.dispose()
+    _migrate(store_url, "upgrade", "head")
+
+
+def test_0011_splits_launch_shapes_from_their_origins_and_back_on_both_engines(
+    store_url: str, data: Path, run_cli: Invoke
+) -> None:
+    """0011 on a store at 0010 holding a real run and hand-made shapes where ranks share a grid/block
+    but not their device, stream, pid or tid: each grid/block becomes one launch row, each origin one
+    origin row, activity keeps its ids and activity_v shows the same rows (through fact_span on
+    SQLite); the downgrade makes one ten-value launch row per pair again, the same view, the same ids."""
+    from sqlalchemy import text
+
+    _migrate(store_url, "upgrade", "0010")
+    r = run_cli("ingest", "--db", store_url, data / "kineto" / "torchrun4_cpu")  # (opening upgrades it to head)
+    assert r.exit_code == 0, r.output
+    _migrate(store_url, "downgrade", "0010")
+    cols = ("device", "stream", "pid", "tid", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+    grid = (1024, 1, 1, 256, 1, 1)
+    shapes = [(d, 1, p, t, *grid) for d, p, t in ((0, 10, 10), (1, 11, 11), (0, 10, 12))]
+    shapes += [(None, None, 10, 10, *grid), (0, 1, 10, 10, None, None, None, None, None, None)]
+    key = " || '|' || ".join(f"coalesce(cast({c} as text), '')" for c in cols)
+    engine = make_engine(store_url)
+    with engine.begin() as c:
+        made = []
+        for shape in shapes:
+            params = dict(zip(cols, shape))
+            c.execute(text(f"insert into launch (key, {', '.join(cols)}) select {key}, * from (select "
+                           + ", ".join(f"cast(:{x} as bigint) as {x}" for x in cols) + ") v"), params)
+            made.append(c.execute(text("select max(id) from launch")).scalar())
+        # point some of the run's rows at them (every fifth row: the others keep their ingested shapes)
+        ids = [i for (i,) in c.execute(text("select id from activity order by id"))]
+        for n, aid in enumerate(ids[::5]):
+            c.execute(text("update activity set launch_id = :l where id = :a"), {"l": made[n % len(made)], "a": aid})
+        before = sorted(tuple(r) for r in c.execute(text("select * from activity_v")))
+        pairs = c.execute(text("select count(distinct launch_id) from activity")).scalar()
+        wide = {tuple(r) for r in c.execute(text(f"select distinct {', '.join('l.' + x for x in cols)} from activity a "
+                                                 "join launch l on l.id = a.launch_id"))}
+        stored = {tuple(r) for r in c.execute(text(f"select {', '.join(cols)} from launch"))}  # (some unused now)
+    engine.dispose()
+    assert len(before) == len(ids) > 1000 and pairs == len(wide)
+    _migrate(store_url, "upgrade", "0011")
+    engine = make_engine(store_url)
+    with engine.begin() as c:
+        assert sorted(tuple(r) for r in c.execute(text("select * from activity_v"))) == before
+        assert [i for (i,) in c.execute(text("select id from activity order by id"))] == ids
+        launches = {tuple(r) for r in c.execute(text(f"select {', '.join(cols[4:])} from launch"))}
+        origins = {tuple(r) for r in c.execute(text(f"select {', '.join(cols[:4])} from origin"))}
+        assert launches == {w[4:] for w in stored} and origins == {w[:4] for w in stored}
+        assert c.execute(text("select count(*) from launch")).scalar() == len(launches)
+        for t, n in (("launch", 6), ("origin", 4)):  # keys as bulk.shape_key writes them
+            got = {k for (k,) in c.execute(text(f"select key from {t}"))}
+            assert all(k.count("|") == n - 1 for k in got), got
+        assert c.execute(text("select key from launch where grid_x = 1024 and block_x = 256")).scalar() == \
+            "1024|1|1|256|1|1"
+    engine.dispose()
+    _migrate(store_url, "downgrade", "0010")
+    engine = make_engine(store_url)
+    with engine.begin() as c:
+        assert sorted(tuple(r) for r in c.execute(text("select * from activity_v"))) == before
+        assert [i for (i,) in c.execute(text("select id from activity order by id"))] == ids
+        assert {tuple(r) for r in c.execute(text(f"select {', '.join(cols)} from launch"))} == wide
+        assert c.execute(text(f"select count(*) from launch where key <> {key}")).scalar() == 0
     engine.dispose()
     _migrate(store_url, "upgrade", "head")
 

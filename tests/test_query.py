@@ -29,8 +29,8 @@ COMPUTE_NAMES = [n for n, _c, _b in COMPUTE]
 def self_ns_from_activity(db: Path, kind: str) -> dict[tuple[int, str], int]:
     """Self time per (global rank, name) of ``kind``, from the stored activity rows (each thread of each
     rank a lane: intervals.self_times), to check the summary's self_ns against."""
-    rows = sql(db, "select k.global_rank, l.pid, l.tid, l.device, a.start_ns, a.duration_ns, n.value from activity a "
-                   "join launch l on l.id = a.launch_id "
+    rows = sql(db, "select k.global_rank, o.pid, o.tid, o.device, a.start_ns, a.duration_ns, n.value from activity a "
+                   "join origin o on o.id = a.origin_id "
                    "join rank k on k.id = a.rank_id join name n on n.id = a.name_id where a.kind = ?", kind)
     own = self_times([((g, pid, tid, dev), start, dur) for g, pid, tid, dev, start, dur, _n in rows])
     out: dict[tuple[int, str], int] = {}

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from alembic import command
 from conftest import Invoke
 
 from profdb.store import queries, reader, straggler
-from profdb.store.db import open_raw_sqlite, open_readonly
+from profdb.store.db import alembic_config, make_engine, open_raw_sqlite, open_readonly
 from profdb.store.errors import StoreError
 from profdb.store.reader import RawSqlite
 from profdb.store.scope import resolve_run
@@ -131,10 +132,10 @@ def test_what_the_raw_opener_leaves_to_open_readonly(
     assert open_raw_sqlite(str(tmp_path / "missing.db")) is None
     old = tmp_path / "old.db"
     shutil.copy(stores["hta"], old)
-    with sqlite3.connect(old) as con:  # (a store as 0009 left it: without 0010's spans and trigger)
-        con.executescript("DROP TRIGGER source_file_fact_rows; DROP TABLE fact_span; "
-                          "UPDATE alembic_version SET version_num = '0009'")
-    con.close()
+    engine = make_engine(f"sqlite:///{old}")  # (a store one revision behind: taken down by its migration)
+    with engine.begin() as conn:
+        command.downgrade(alembic_config(conn), "-1")
+    engine.dispose()
     assert open_raw_sqlite(str(old)) is None  # behind: open_readonly upgrades it (or refuses) first
     foreign = tmp_path / "foreign.db"
     sqlite3.connect(foreign).execute("CREATE TABLE t (x)").connection.close()
