@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol, TypeVar, cast
 
 from . import classify, lifetime, readers, validate
-from .bulk import LAUNCHES_KEPT, cores
+from .bulk import LAUNCHES_KEPT, SHAPE_COLS, cores
 from .collectives import RankTimeline, TimelineBuilder
 from .intervals import SelfTotals
 from .records import NESTED_KINDS as NESTED_KINDS  # (defined where the kinds are)
@@ -227,7 +227,7 @@ def quiet_gc() -> Iterator[None]:
 #: an Activity's per-launch columns, in bulk.SHAPE_COLS order (device, stream, pid, tid: its origin;
 #: grid, block: its launch shape): the tuple built in C (``a[5:7] + a[8:16]`` made three tuples per
 #: row); the writer answers it with the pair (launch_id, origin_id)
-_LAUNCH_SHAPE = itemgetter(5, 6, *range(8, 16))
+_LAUNCH_SHAPE = itemgetter(*map(Activity._fields.index, SHAPE_COLS))
 
 
 def _as_columns(task: Task, reader: Any) -> bool:

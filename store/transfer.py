@@ -27,7 +27,7 @@ from .errors import ProfdbError, QueryError, StoreError
 from .fact_spans import Spans
 from .ingest_workers import NESTED_KINDS
 from .intervals import SelfTotals
-from .models import Activity, Counter, Launch, Name, Origin, Rank, Run, SourceFile, Step, Summary
+from .models import Activity, Base, Counter, Name, Origin, Rank, Run, SourceFile, Step, Summary
 from .records import Activity as ActivityRecord
 
 BATCH = 20000
@@ -335,7 +335,7 @@ class _NameMap:
         missing = sorted({i for i in src_ids if i not in have})
         if not missing:
             return
-        t = (Launch if table == "launch" else Origin).__table__
+        t = Base.metadata.tables[table]
         shapes: dict[int, tuple[Any, ...]] = {}
         for i in range(0, len(missing), 500):
             q = select(t.c.id, *[t.c[c] for c in bulk.SHAPE_TABLES[table]]).where(t.c.id.in_(missing[i : i + 500]))

@@ -80,7 +80,12 @@ END"""
 
 def key_sql(t: str, cols: tuple[str, ...]) -> str:
     """The key of table ``t``'s ``cols`` in SQL, as the writer builds it (``bulk.shape_key``)."""
-    return " || '|' || ".join(f"COALESCE(CAST({t}.{c} AS TEXT), '')" for c in cols)
+    return _key_of([f"{t}.{c}" for c in cols])
+
+
+def _key_of(exprs: list[str]) -> str:
+    """The key text of SQL expressions (each a qualified column): '|'-separated, empty for NULL."""
+    return " || '|' || ".join(f"COALESCE(CAST({e} AS TEXT), '')" for e in exprs)
 
 
 def _sqlite() -> bool:
@@ -208,8 +213,8 @@ def downgrade() -> None:
     op.execute("CREATE TABLE launch_pair AS SELECT DISTINCT launch_id, origin_id FROM activity")
     for c in ORIGIN:
         op.add_column("launch", sa.Column(c, sa.BigInteger() if c in _BIG else sa.Integer(), nullable=True))
-    wide = ", ".join(f"o.{c}" if c in ORIGIN else f"l.{c}" for c in OLD)
-    wide_key = " || '|' || ".join(f"COALESCE(CAST({c} AS TEXT), '')" for c in wide.split(", "))
+    wide_cols = [f"o.{c}" if c in ORIGIN else f"l.{c}" for c in OLD]
+    wide, wide_key = ", ".join(wide_cols), _key_of(wide_cols)
     op.execute(
         f"INSERT INTO launch (key, {', '.join(OLD)}) SELECT {wide_key}, {wide} FROM launch_pair p "
         "JOIN launch l ON l.id = p.launch_id JOIN origin o ON o.id = p.origin_id"
