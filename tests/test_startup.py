@@ -209,3 +209,53 @@ def test_a_scan_gives_what_looking_through_the_paths_gives(tmp_path: Path) -> No
     with inputs.Scan([run]):
         pass
     assert threading.active_count() == before
+
+
+def test_a_scan_hashes_small_files_itself_and_large_ones_on_its_threads(tmp_path: Path) -> None:
+    """``Scan`` hashes a file smaller than ``INLINE_HASH_BYTES`` on the calling thread as it finds it
+    (from the head its detection read, when that was the whole file and not gzip's decompressed
+    bytes), a larger one on a hashing thread; every hash is the sha256 of the file's own bytes."""
+    import gzip
+    import hashlib
+    import threading
+    from itertools import cycle
+
+    from profdb.store import inputs
+    from profdb.store.readers.base import HEAD_READ
+
+    src = Path(__file__).parent.parent / "examples" / "rocprof-8ranks" / "rank0000" / "node00" / "1000_kernel_trace.csv"
+    header, *rows = src.read_bytes().splitlines(keepends=True)
+
+    def trace(rank: int, size: int, gz: bool = False) -> Path:
+        """A kernel trace of at least ``size`` bytes (whole rows)."""
+        parts, n = [header], len(header)
+        for row in cycle(rows):
+            if n >= size:
+                break
+            parts.append(row)
+            n += len(row)
+        data = b"".join(parts)
+        folder = tmp_path / f"rank{rank:04d}"
+        folder.mkdir()
+        path = folder / ("1000_kernel_trace.csv" + (".gz" if gz else ""))
+        path.write_bytes(gzip.compress(data) if gz else data)
+        return path
+
+    small, middle, large = trace(0, HEAD_READ // 2), trace(1, HEAD_READ * 4), trace(2, inputs.INLINE_HASH_BYTES)
+    packed = trace(3, HEAD_READ // 2, gz=True)
+    assert small.stat().st_size < HEAD_READ < middle.stat().st_size < inputs.INLINE_HASH_BYTES < large.stat().st_size
+    hashed: dict[Path, bool] = {}  # path -> hashed on the calling thread
+    plain = inputs.sha256_of
+
+    def recording(path: Path) -> str:
+        hashed[path] = threading.current_thread() is threading.main_thread()
+        return plain(path)
+
+    inputs.sha256_of = recording  # type: ignore[assignment]
+    try:
+        with inputs.Scan([tmp_path]) as scan:
+            got = {path: h.result() for (path, _reader), h in zip(scan.files, scan.hashes)}
+    finally:
+        inputs.sha256_of = plain  # type: ignore[assignment]
+    assert got == {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in (small, middle, large, packed)}
+    assert hashed == {middle: True, packed: True, large: False}  # (small: from its head, no second read)

@@ -96,7 +96,9 @@ def open_binary(path: Path) -> IO[bytes]:
 HEAD_READ = 65536
 #: files whose head is remembered at once: detection looks at one file at a time
 _HEADS_KEPT = 4
-_heads: OrderedDict[str, tuple[bytes, bool]] | None = None
+#: path -> (its head, whether that is the whole content, whether it is the file's own bytes (not gzip's
+#: decompressed ones))
+_heads: OrderedDict[str, tuple[bytes, bool, bool]] | None = None
 
 
 @contextmanager
@@ -118,7 +120,7 @@ def head(path: Path, size: int = 65536) -> bytes:
     heads = _heads
     key = str(path)
     if heads is not None and key in heads:
-        data, whole = heads[key]
+        data, whole, _raw = heads[key]
         if whole or len(data) >= size:
             heads.move_to_end(key)
             return data[:size]
@@ -126,14 +128,25 @@ def head(path: Path, size: int = 65536) -> bytes:
     try:
         with open_binary(path) as f:
             data = f.read(want)
+            raw = not isinstance(f, gzip.GzipFile)
     except (OSError, EOFError, zlib.error):
         return b""
     if heads is not None:
-        heads[key] = (data, len(data) < want)
+        heads[key] = (data, len(data) < want, raw)
         heads.move_to_end(key)
         while len(heads) > _HEADS_KEPT:
             heads.popitem(last=False)
     return data[:size]
+
+
+def whole_file(path: Path) -> bytes | None:
+    """The whole content of ``path`` as its remembered head holds it (``remembered_heads``: a file
+    smaller than ``HEAD_READ`` whose head was read, not gzip-compressed), else None."""
+    remembered = _heads.get(str(path)) if _heads is not None else None
+    if remembered is None:
+        return None
+    data, whole, raw = remembered
+    return data if whole and raw else None
 
 
 def tail(path: Path, size: int = 65536) -> bytes:
