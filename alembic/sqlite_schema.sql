@@ -1,4 +1,4 @@
--- profdb SQLite store at revision 0011 (generated: python -m profdb.store.db --write-schema)
+-- profdb SQLite store at revision 0012 (generated: python -m profdb.store.db --write-schema)
 BEGIN TRANSACTION;
 CREATE TABLE "activity" (
 	id INTEGER NOT NULL, 
@@ -20,7 +20,7 @@ CREATE TABLE alembic_version (
 	version_num VARCHAR(32) NOT NULL, 
 	CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)
 );
-INSERT INTO "alembic_version" VALUES('0011');
+INSERT INTO "alembic_version" VALUES('0012');
 CREATE TABLE classification_rules (
 	id INTEGER NOT NULL, 
 	digest VARCHAR(64) NOT NULL, 
@@ -241,7 +241,7 @@ CREATE TABLE step_timeline (
 	CONSTRAINT pk_step_timeline PRIMARY KEY (rank_id, step), 
 	CONSTRAINT fk_step_timeline_rank_id_rank FOREIGN KEY(rank_id) REFERENCES rank (id) ON DELETE CASCADE
 );
-CREATE TABLE summary (
+CREATE TABLE "summary" (
 	rank_id INTEGER NOT NULL, 
 	name_id INTEGER NOT NULL, 
 	kind VARCHAR(20) NOT NULL, 
@@ -250,15 +250,33 @@ CREATE TABLE summary (
 	total_ns BIGINT NOT NULL, 
 	min_ns BIGINT NOT NULL, 
 	max_ns BIGINT NOT NULL, 
-	sum_sq_ns FLOAT NOT NULL, self_ns BIGINT, 
+	sum_sq_ns FLOAT NOT NULL, 
+	self_ns BIGINT, 
 	CONSTRAINT pk_summary PRIMARY KEY (rank_id, name_id, kind), 
 	CONSTRAINT fk_summary_name_id_name FOREIGN KEY(name_id) REFERENCES name (id), 
 	CONSTRAINT fk_summary_rank_id_rank FOREIGN KEY(rank_id) REFERENCES rank (id) ON DELETE CASCADE
-);
+)
+ WITHOUT ROWID
+
+;
 CREATE INDEX ix_rank_run_id ON rank (run_id);
 CREATE INDEX ix_source_file_rank_id ON source_file (rank_id);
 CREATE INDEX ix_source_file_run_id ON source_file (run_id);
 CREATE INDEX ix_step_source_id ON step (source_id);
+CREATE INDEX ix_collective_call_match ON collective_call (run_id, family, collective, group_name, seq);
+CREATE INDEX ix_rank_analysis_run_id ON rank_analysis (run_id);
+CREATE INDEX ix_step_analysis_run_id ON step_analysis (run_id);
+CREATE INDEX ix_fact_span_rank_id ON fact_span (rank_id);
+CREATE INDEX ix_fact_span_source_id ON fact_span (source_id);
+CREATE TRIGGER source_file_fact_rows BEFORE DELETE ON source_file
+BEGIN
+    DELETE FROM activity WHERE id IN (SELECT a.id FROM fact_span s JOIN activity a
+        ON a.id BETWEEN s.first_id AND s.last_id AND +a.source_id = OLD.id
+        WHERE s.source_id = OLD.id AND s.fact = 'activity');
+    DELETE FROM counter WHERE id IN (SELECT c.id FROM fact_span s JOIN counter c
+        ON c.id BETWEEN s.first_id AND s.last_id AND +c.source_id = OLD.id
+        WHERE s.source_id = OLD.id AND s.fact = 'counter');
+END;
 CREATE VIEW rank_v AS 
         SELECT r.name AS run, k.hostname, k.global_rank, k.local_rank, k.node_rank, k.pid, k.device,
                (SELECT COUNT(*) FROM source_file s WHERE s.rank_id = k.id) AS sources,
@@ -282,7 +300,6 @@ CREATE VIEW rank_end_v AS
         SELECT r.name AS run, k.hostname, k.global_rank, k.local_rank, k.end_status, k.exit_code, k.signal, k.started_at, k.ended_at
         FROM rank k JOIN run r ON r.id = k.run_id
         WHERE k.end_status IS NOT NULL;
-CREATE INDEX ix_collective_call_match ON collective_call (run_id, family, collective, group_name, seq);
 CREATE VIEW name_rank_v AS 
         SELECT r.name AS run, n.kind, n.category, nm.value AS name,
                k.hostname, k.global_rank, k.local_rank,
@@ -432,15 +449,11 @@ CREATE VIEW summary_v AS
                COALESCE(m.self_ns, m.total_ns) AS self_ns,
                m.rank_id, m.name_id
         FROM summary m JOIN rank k ON k.id = m.rank_id JOIN run r ON r.id = k.run_id JOIN name n ON n.id = m.name_id;
-CREATE INDEX ix_rank_analysis_run_id ON rank_analysis (run_id);
-CREATE INDEX ix_step_analysis_run_id ON step_analysis (run_id);
 CREATE VIEW rank_analysis_v AS 
         SELECT r.name AS run, k.hostname, k.global_rank, k.local_rank, a.clock_offset_ns, a.instances,
                a.entered_last, a.tied_last, a.wait_caused_ns, a.wait_suffered_ns, a.busy_ns, a.idle_ns,
                a.span_ns, a.comm_ns, a.exposed_comm_ns, a.work_domain, a.run_id, a.rank_id
         FROM rank_analysis a JOIN rank k ON k.id = a.rank_id JOIN run r ON r.id = a.run_id;
-CREATE INDEX ix_fact_span_rank_id ON fact_span (rank_id);
-CREATE INDEX ix_fact_span_source_id ON fact_span (source_id);
 CREATE VIEW counter_v AS 
         SELECT r.name AS run, k.hostname, k.global_rank, k.local_rank, kn.value AS kernel, cn.value AS counter,
                c.value, c.dispatch_id, c.samples, c.min_value, c.max_value
@@ -457,13 +470,4 @@ CREATE VIEW activity_v AS SELECT r.name AS run, k.hostname, k.global_rank, k.loc
         CROSS JOIN fact_span s ON s.rank_id = k.id AND s.fact = 'activity'
         CROSS JOIN activity a ON a.id BETWEEN s.first_id AND s.last_id AND +a.source_id = s.source_id
         CROSS JOIN name n ON n.id = a.name_id CROSS JOIN launch l ON l.id = a.launch_id CROSS JOIN origin o ON o.id = a.origin_id;
-CREATE TRIGGER source_file_fact_rows BEFORE DELETE ON source_file
-BEGIN
-    DELETE FROM activity WHERE id IN (SELECT a.id FROM fact_span s JOIN activity a
-        ON a.id BETWEEN s.first_id AND s.last_id AND +a.source_id = OLD.id
-        WHERE s.source_id = OLD.id AND s.fact = 'activity');
-    DELETE FROM counter WHERE id IN (SELECT c.id FROM fact_span s JOIN counter c
-        ON c.id BETWEEN s.first_id AND s.last_id AND +c.source_id = OLD.id
-        WHERE s.source_id = OLD.id AND s.fact = 'counter');
-END;
 COMMIT;

@@ -47,6 +47,8 @@ class Base:
     __tablename__: ClassVar[str]
     __table__: ClassVar[Table]
     __table_args__: ClassVar[tuple[Any, ...]] = ()
+    #: dialect options of the Table (e.g. ``sqlite_with_rowid``)
+    __table_kwargs__: ClassVar[dict[str, Any]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -55,7 +57,7 @@ class Base:
             if isinstance(value, Column):
                 value.name = value.key = attr
                 columns.append(value)
-        cls.__table__ = Table(cls.__tablename__, Base.metadata, *columns, *cls.__table_args__)
+        cls.__table__ = Table(cls.__tablename__, Base.metadata, *columns, *cls.__table_args__, **cls.__table_kwargs__)
 
     @classmethod
     def __clause_element__(cls) -> Table:
@@ -260,9 +262,11 @@ class FactSpan(Base):
 
 class Summary(Base):
     """Per (rank, name, kind) totals, maintained at ingest so cross-rank queries never scan
-    the fact table. sum_sq_ns is a float (squares of ns overflow 64-bit integers)."""
+    the fact table. sum_sq_ns is a float (squares of ns overflow 64-bit integers). SQLite keeps it
+    WITHOUT ROWID, in its key's B-tree alone (migration 0012)."""
 
     __tablename__ = "summary"
+    __table_kwargs__: ClassVar[dict[str, Any]] = {"sqlite_with_rowid": False}
     rank_id: ColumnClause[int] = Column(Integer, ForeignKey("rank.id", ondelete="CASCADE"), primary_key=True)
     name_id: ColumnClause[int] = Column(Integer, ForeignKey("name.id"), primary_key=True)
     kind: ColumnClause[str] = Column(String(20), primary_key=True)

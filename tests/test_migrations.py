@@ -296,6 +296,45 @@ def test_0011_splits_launch_shapes_from_their_origins_and_back_on_both_engines(
     _migrate(store_url, "upgrade", "head")
 
 
+def test_0012_keeps_sqlite_summary_in_its_key_alone_and_back(store_url: str, data: Path, run_cli: Invoke) -> None:
+    """0012 on a store at 0011 holding a real run: SQLite's summary becomes a WITHOUT ROWID table (no
+    rowid, no second B-tree for its key) with the same rows, and every view answers as before (views
+    that read views of summary included); the downgrade gives the rowid table back. PostgreSQL: no
+    change."""
+    from sqlalchemy import text
+
+    r = run_cli("ingest", "--db", store_url, data / "kineto" / "torchrun4_cpu")
+    assert r.exit_code == 0, r.output
+    _migrate(store_url, "downgrade", "0011")
+    sqlite = store_url.startswith("sqlite")
+
+    def state() -> tuple[list[tuple[object, ...]], dict[str, int], set[str]]:
+        engine = make_engine(store_url)
+        with engine.begin() as c:
+            rows = [tuple(x) for x in c.execute(text("select * from summary order by rank_id, name_id, kind"))]
+            if sqlite:
+                views = [v for (v,) in c.execute(text("select name from sqlite_master where type = 'view'"))]
+                trees = {n for (n,) in c.execute(text("select name from sqlite_master where tbl_name = 'summary' "
+                                                      "and type in ('table', 'index')"))}
+                trees |= {"WITHOUT ROWID"} if "WITHOUT ROWID" in c.execute(text(
+                    "select sql from sqlite_master where name = 'summary'")).scalar() else set()
+            else:
+                views = [v for (v,) in c.execute(text("select viewname from pg_views where schemaname = 'public'"))]
+                trees = set()
+            counts = {v: int(c.execute(text(f"select count(*) from {v}")).scalar() or 0) for v in views}
+        engine.dispose()
+        return rows, counts, trees
+
+    rows, counts, trees = state()
+    assert len(rows) > 50 and counts["summary_v"] == len(rows) and counts["imbalance_v"] > 0
+    assert trees == ({"summary", "sqlite_autoindex_summary_1"} if sqlite else set())
+    _migrate(store_url, "upgrade", "0012")
+    assert state() == (rows, counts, {"summary", "WITHOUT ROWID"} if sqlite else set())
+    _migrate(store_url, "downgrade", "0011")
+    assert state() == (rows, counts, trees)
+    _migrate(store_url, "upgrade", "head")
+
+
 def _pg_fact_state(url: str) -> tuple[set[tuple[str, str]], set[str], dict[str, int]]:
     """(table, column) of the fact tables' foreign keys, profdb's triggers, and row counts."""
     from pg_fixtures import query_url
