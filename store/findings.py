@@ -146,14 +146,29 @@ def window_notes(a: verdict.Findings, scope: RunScope) -> list[str]:
         f"{fmt_ns(a.window.last_ns - a.window.first_ns)} of the common clock, ranks {_ranks(list(a.window.ranks))} "
         f"of {len(scope.ranks)}; busy/idle/exposed: each rank's whole profile"
     ]
-    hosts = sorted(a.clocks.offsets.values(), key=lambda o: o.host)
-    if len(hosts) > 1:
-        notes.append(
-            "clock offsets vs host " + (a.clocks.reference or "''") + ": "
-            + ", ".join(f"{o.host} {fmt_ns(o.offset_ns)} +- {fmt_ns(o.error_ns)} ({o.samples} samples)"
-                        for o in hosts if o.host != a.clocks.reference)
-        )
+    hosts = [o for o in sorted(a.clocks.offsets.values(), key=lambda o: o.host) if o.host != a.clocks.reference]
+    if not hosts:
+        return notes
+    head = "clock offsets vs host " + (a.clocks.reference or "''") + ": "
+    if len(hosts) <= CLOCK_HOSTS_LISTED:
+        notes.append(head + ", ".join(f"{o.host} {fmt_ns(o.offset_ns)} +- {fmt_ns(o.error_ns)} ({o.samples} samples)"
+                                      for o in hosts))
+        return notes
+    # (a 256-node job made this one line of 20 kB): the hosts whose offsets are least certain, then how
+    # to see them all
+    worst = sorted(hosts, key=lambda o: (-o.error_ns, o.host))[:CLOCK_HOSTS_LISTED // 2]
+    fewest, most = min(o.samples for o in hosts), max(o.samples for o in hosts)
+    run = scope.name.replace("'", "''")
+    notes.append(
+        head + f"{len(hosts)} hosts, {fewest if fewest == most else f'{fewest}-{most}'} samples each; least certain: "
+        + ", ".join(f"{o.host} {fmt_ns(o.offset_ns)} +- {fmt_ns(o.error_ns)}" for o in worst)
+        + f"; every host: `profdb sql \"select * from host_clock_v where run = '{run}'\"`"
+    )
     return notes
+
+
+#: hosts whose clock offset a note lists one by one; more are summed up (window_notes)
+CLOCK_HOSTS_LISTED = 8
 
 
 def _ranks(ranks: list[int]) -> str:

@@ -114,6 +114,29 @@ def test_shifted_host_clocks_are_recovered_through_the_store(tmp_path: Path, run
     assert [per[k] for k in sorted(per)] == run.arrival_order
 
 
+def test_many_hosts_clock_offsets_are_summed_up_in_one_short_note(tmp_path: Path, run_cli: Invoke) -> None:
+    """Past ``CLOCK_HOSTS_LISTED`` hosts the clock note names how many, the least certain offsets
+    (largest error first, as host_clock_v holds them) and the statement that lists them all, which
+    works as written; a 256-node run made it one line of 20 kB."""
+    from profdb.store.findings import CLOCK_HOSTS_LISTED
+
+    nodes = CLOCK_HOSTS_LISTED + 2
+    generate(tmp_path / "gen", nodes=nodes, gpus_per_node=1, late_rank=3, steps=12)
+    db = tmp_path / "s.db"
+    run_cli("ingest", "--db", db, "--run", "wide", *sorted((tmp_path / "gen").glob("rank*")))
+    r = run_cli("query", "--stragglers", "--db", db)
+    (line,) = [x for x in r.stderr.splitlines() if x.startswith("note: clock offsets vs host ")]
+    clocks = sql(db, "select hostname, offset_ns, error_ns from host_clock_v where run = 'wide' and samples > 0 "
+                     "order by error_ns desc, hostname")
+    assert len(clocks) == nodes - 1 and f": {nodes - 1} hosts, " in line and len(line) < 400, line
+    listed = line.split("least certain: ")[1].split(";")[0].split(", ")
+    assert [x.split()[0] for x in listed] == [h for h, _o, _e in clocks[: CLOCK_HOSTS_LISTED // 2]]
+    command = line.split("every host: `profdb ")[1].rstrip("`")
+    assert command == "sql \"select * from host_clock_v where run = 'wide'\""
+    r = run_cli("sql", "--db", db, "--format", "json", command[5:-1])
+    assert len(json.loads(r.stdout)) == nodes
+
+
 def test_bad_input_is_a_note_never_a_traceback(tmp_path: Path, run_cli: Invoke) -> None:
     db = tmp_path / "s.db"
     # a single rank
