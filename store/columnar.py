@@ -76,6 +76,15 @@ class ActivityColumns:
     def __len__(self) -> int:
         return len(self.start_ns)
 
+    def rows(self, a: int, b: int) -> ActivityColumns:
+        """Rows ``a`` to ``b`` (numpy views), with only the names they use (``own_entries``)."""
+        names, index = own_entries(self.names, self.name_index[a:b])
+        return ActivityColumns(
+            self.kind, names, index, self.start_ns[a:b], self.duration_ns[a:b],
+            {f: Ints(c.values[a:b], None if c.null is None else c.null[a:b]) for f, c in self.ints.items()},
+            self.category,
+        )
+
     def records(self) -> list[Activity]:
         """The same rows as Activity tuples (for callers that want records, not for the ingest)."""
         names = [self.names[i] for i in self.name_index.tolist()]
@@ -100,6 +109,14 @@ class CounterColumns:
     def __len__(self) -> int:
         return len(self.value)
 
+    def rows(self, a: int, b: int) -> CounterColumns:
+        """Rows ``a`` to ``b`` (numpy views), with only the names they use (``own_entries``)."""
+        kernels, kindex = own_entries(self.kernels, self.kernel_index[a:b])
+        counters, cindex = own_entries(self.counters, self.counter_index[a:b])
+        d = self.dispatch_id
+        return CounterColumns(kernels, kindex, counters, cindex, self.value[a:b],
+                              Ints(d.values[a:b], None if d.null is None else d.null[a:b]))
+
     def records(self) -> list[Counter]:
         ks = [self.kernels[i] for i in self.kernel_index.tolist()]
         cs = [self.counters[i] for i in self.counter_index.tolist()]
@@ -107,6 +124,22 @@ class CounterColumns:
 
 
 Batch = ActivityColumns | CounterColumns
+
+
+def own_entries(names: list[str], index: Any) -> tuple[list[str], Any]:
+    """The entries of a dictionary (``names``) that the rows ``index`` use, in the order they first
+    appear, and each row's number among them: a file's rows cut from a batch of several files'
+    (``readers.rocprof_columns.read_group``) then carry the dictionary the file read on its own has, so
+    its names are checked, interned and summed as they are then."""
+    if not len(index):
+        return [], index
+    used, first = np.unique(index, return_index=True)
+    order = used[np.argsort(first, kind="stable")]
+    if len(order) == len(names) and bool((order == np.arange(len(names))).all()):
+        return names, index
+    code = np.zeros(len(names), dtype=np.int32)
+    code[order] = np.arange(len(order), dtype=np.int32)
+    return [names[i] for i in order.tolist()], code[index]
 
 _FIX = "the file is damaged or was edited: re-copy it from the profiler's output, or leave it out of the ingest"
 

@@ -342,7 +342,9 @@ def _read_error(inp: InputFile, e: BaseException) -> BaseException:
 
 
 def _task(index: int, inp: InputFile, rank_id: int, source_id: int) -> ingest_workers.Task:
-    return ingest_workers.Task(index, inp.path, inp.reader.NAME, inp.info, rank_id, source_id, inp.section)
+    return ingest_workers.Task(
+        index, inp.path, inp.reader.NAME, inp.info, rank_id, source_id, inp.section, inp.size
+    )
 
 
 T = TypeVar("T")

@@ -5,6 +5,7 @@ load numpy."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from itertools import repeat
 from operator import itemgetter
 from typing import Any
@@ -18,7 +19,7 @@ from .ingest_workers import Columns, NamedSummaryRow, RowsMsg, Task, Totals, _Ch
 
 def parse_columns(
     task: Task,
-    reader: Any,
+    batches: Iterable[columnar.Batch],
     conn: _Channel,
     cats: dict[tuple[str, str], str],
     counts: dict[str, int],
@@ -26,7 +27,7 @@ def parse_columns(
     done: dict[tuple[str, str], NamedSummaryRow],
     timeline: columnar.ColumnTimeline,
 ) -> None:
-    """``_parse`` for a reader that yields column batches (``columnar``): the same rows, summary and
+    """``_parse`` for a file read as column batches (``columnar``: ``batches``): the same rows, summary and
     timeline, computed with numpy over each batch; no Python step per row. (Only kinds without nesting
     or steps are read as columns: self time is the total.) Names and launch shapes go to the writer
     as they are (``bulk.Interned``), which interns them and maps the rows to their ids: the worker
@@ -35,7 +36,7 @@ def parse_columns(
     (``Parsed.named``): a batch's summary goes to ``done`` as final rows when none of its (name,
     kind) keys was met before in the file (a small file is one batch), built in C; otherwise it is
     folded into ``summary``'s running Totals, as the row path does."""
-    for b in reader.read_columns(task.path, task.info):
+    for b in batches:
         if isinstance(b, columnar.CounterColumns):
             columnar.check_counters(b, task.path)
             cols: Columns = {

@@ -24,7 +24,7 @@ import multiprocessing as mp
 import os
 import re
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
@@ -36,6 +36,7 @@ from . import classify, lifetime, readers, validate
 from .bulk import LAUNCHES_KEPT, SHAPE_COLS, cores
 from .collectives import RankTimeline, TimelineBuilder
 from .intervals import SelfTotals
+from .readers.base import ColumnReader
 from .records import NESTED_KINDS as NESTED_KINDS  # (defined where the kinds are)
 from .records import Activity, Aggregate, Counter, SourceInfo
 
@@ -57,6 +58,8 @@ class Task:
     source_id: int
     #: one rank section of a multi-rank file (reader.read_rank), or None
     section: int | None = None
+    #: the file's size in bytes (small files of one kind are read together: ``_group_end``)
+    size: int = 0
 
 
 class Totals:
@@ -230,9 +233,12 @@ def quiet_gc() -> Iterator[None]:
 _LAUNCH_SHAPE = itemgetter(*map(Activity._fields.index, SHAPE_COLS))
 
 
-def _as_columns(task: Task, reader: Any) -> bool:
-    """Whether ``task``'s file is read as column batches (``reader.read_columns``), not as records."""
-    return task.section is None and task.info.kind in getattr(reader, "COLUMNAR_KINDS", ())
+def _column_reader(task: Task) -> ColumnReader | None:
+    """The reader of ``task``'s file when it is read as column batches (``read_columns``), not as records."""
+    reader = readers.by_name(task.reader)
+    if task.section is None and task.info.kind in getattr(reader, "COLUMNAR_KINDS", ()):
+        return cast(ColumnReader, reader)
+    return None
 
 
 class _Channel(Protocol):
@@ -271,7 +277,11 @@ class _Names:
             self.asked = []
 
 
-def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str], str]) -> None:
+def _parse(
+    task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str], str], batches: Iterable[Any] | None = None
+) -> None:
+    """Parse one file and send its rows, then its ``Parsed`` (``batches``: its column batches, already
+    read with other small files' by ``_read_group``; None: the reader reads the file)."""
     reader = readers.by_name(task.reader)
     rank_id, source_id = task.rank_id, task.source_id
     counts: dict[str, int] = {}
@@ -343,7 +353,8 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
         counts["counter"] = counts.get("counter", 0) + len(rows)
         conn.send(RowsMsg(task.index, table, rows))
 
-    if _as_columns(task, reader):
+    column_reader = _column_reader(task)
+    if column_reader is not None:
         # (no nesting, steps or aggregates among these kinds: self time is the total)
         from . import columnar, ingest_columns  # (numpy: loaded by the ingests that read columns only)
 
@@ -351,7 +362,9 @@ def _parse(task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str]
         #: (name, kind) -> its final row, for keys a column batch met and no other batch of the file did
         done: dict[tuple[str, str], NamedSummaryRow] = {}
         columns = columnar.ColumnTimeline(task.info.time_base_ns)
-        ingest_columns.parse_columns(task, reader, conn, cats, counts, by_name, done, columns)
+        if batches is None:
+            batches = column_reader.read_columns(task.path, task.info)
+        ingest_columns.parse_columns(task, batches, conn, cats, counts, by_name, done, columns)
         named = list(done.values())
         named += [t.row(rank_id, name, kind, t.total_ns) for (name, kind), t in by_name.items()]
         tl = columns.finish(-1) if columns.first is not None else None
@@ -434,6 +447,37 @@ def parse_here(
     return here.done
 
 
+def _group_end(tasks: list[Task], i: int) -> int:
+    """The end of the tasks a worker takes at ``i``: one, or a run of small files of one reader and kind
+    read as columns (at most the reader's ``GROUP_FILE_BYTES`` each, ``GROUP_BYTES`` in all), which
+    ``_read_group`` parses together. Tasks come largest first, so the small files are the last ones."""
+    if i >= len(tasks):
+        return i
+    first = tasks[i]
+    reader = _column_reader(first)
+    if reader is None or not 0 < first.size <= reader.GROUP_FILE_BYTES:
+        return i + 1
+    limit = reader.GROUP_FILE_BYTES
+    total, end = first.size, i + 1
+    while end < len(tasks):
+        t = tasks[end]
+        if (t.reader != first.reader or t.info.kind != first.info.kind or t.section is not None
+                or not 0 < t.size <= limit or total + t.size > reader.GROUP_BYTES):
+            break
+        total += t.size
+        end += 1
+    return end
+
+
+def _read_group(group: list[Task]) -> list[list[Any] | None]:
+    """Each task's column batches, read in one parse (``reader.read_group``); None for every task when
+    the files cannot be read together (each is then read on its own, as if never grouped)."""
+    reader = _column_reader(group[0])
+    assert reader is not None
+    got = reader.read_group([t.path for t in group], group[0].info)
+    return list(got) if got is not None else [None] * len(group)
+
+
 def _worker(tasks: list[Task], counter: Any, conn: Connection, current: Any = None, slot: int = 0) -> None:
     lifetime.leave_signals_to_parent()
     lifetime.die_with_parent()
@@ -445,13 +489,19 @@ def _worker(tasks: list[Task], counter: Any, conn: Connection, current: Any = No
         while True:
             with counter.get_lock():
                 i = counter.value
-                counter.value += 1
+                counter.value = end = _group_end(tasks, i)
             if i >= len(tasks):
                 break
             task = tasks[i]
             if current is not None:
                 current[slot] = task.index  # so the writer can name the file if this process dies
-            _parse(task, conn, names, cats)
+            if end == i + 1:
+                _parse(task, conn, names, cats)
+                continue
+            for task, batches in zip(tasks[i:end], _read_group(tasks[i:end])):
+                if current is not None:
+                    current[slot] = task.index
+                _parse(task, conn, names, cats, batches)
         conn.send(ExitMsg())
     except BaseException as e:  # reported to the writer, which rolls back and raises it
         try:
@@ -491,7 +541,7 @@ class Parsers:
         methods = mp.get_all_start_methods()
         ctx: Any = mp.get_context("fork" if "fork" in methods else "spawn")
         # largest first, so the last file to finish is a small one
-        self.tasks = sorted(tasks, key=lambda t: -t.path.stat().st_size)
+        self.tasks = sorted(tasks, key=lambda t: -(t.size or t.path.stat().st_size))
         self.counter = ctx.Value("i", 0)
         self.procs: list[Any] = []
         self.conns: list[Connection] = []
@@ -499,10 +549,8 @@ class Parsers:
         self.current = ctx.Array("i", [-1] * max(1, workers), lock=False)
         # what a reader loads for its column batches, loaded once before the fork (only when some file
         # is read as columns: the other ingests do not load numpy and pyarrow)
-        for name in sorted({t.reader for t in tasks if _as_columns(t, readers.by_name(t.reader))}):
-            warm_up = getattr(readers.by_name(name), "warm_up", None)
-            if warm_up is not None:
-                warm_up()
+        for name in sorted({t.reader for t in tasks if _column_reader(t) is not None}):
+            cast(ColumnReader, readers.by_name(name)).warm_up()
         try:
             with lifetime.starting_workers():
                 for slot in range(max(1, workers)):

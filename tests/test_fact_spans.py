@@ -87,7 +87,7 @@ def test_spans_when_files_interleave(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(rocprof_csv, "BLOCK", 16 << 10)  # (column batches of 16 KiB of text)
     monkeypatch.setattr(ingest_workers, "BATCH", 100)
     if not columns:
-        monkeypatch.setattr(ingest_workers, "_as_columns", lambda task, reader: False)
+        monkeypatch.setattr(ingest_workers, "_column_reader", lambda task: None)
     db = tmp_path / "s.db"
     ingest_paths([run], str(db), run="r")
     n = check_spans(db)

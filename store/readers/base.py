@@ -24,6 +24,12 @@ Optional, for kinds read as columns (rocprofv3 kernel and counter CSV; ``store/c
 ``read_columns(path, info) -> Iterator[columnar.Batch]``   the rows as numpy/pyarrow column batches
 ``warm_up()``                         imports what ``read_columns`` needs (numpy, pyarrow); the ingest
                                       calls it before forking its workers, when a file is read as columns
+``read_group(paths, info) -> list[list[columnar.Batch]] | None``
+                                      several small files of one kind at once: each file's batches, as
+                                      ``read_columns`` gives them, or None when they cannot be read
+                                      together (the ingest then reads each on its own)
+``GROUP_FILE_BYTES``, ``GROUP_BYTES``   the largest file ``read_group`` takes, and the most bytes in all
+(``ColumnReader``)
 
 Readers know nothing of the database. They raise ``InputError`` naming the file on bad input.
 Helpers here are shared by readers: opening .gz transparently, peeking at a file's head.
@@ -35,13 +41,16 @@ import gzip
 import io
 import zlib
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, TYPE_CHECKING, Protocol
 
 from ..errors import InputError
 from ..records import Record, SourceInfo
+
+if TYPE_CHECKING:
+    from ..columnar import Batch
 
 
 class Reader(Protocol):
@@ -59,6 +68,20 @@ class MultiRankReader(Reader, Protocol):
     """A reader whose files may hold several ranks (``SourceInfo.ranks`` non-empty)."""
 
     def read_rank(self, path: Path, info: SourceInfo, index: int) -> Iterator[Record]: ...
+
+
+class ColumnReader(Reader, Protocol):
+    """A reader that reads some kinds (``COLUMNAR_KINDS``) as column batches (see the module doc)."""
+
+    COLUMNAR_KINDS: frozenset[str]
+    GROUP_FILE_BYTES: int
+    GROUP_BYTES: int
+
+    def read_columns(self, path: Path, info: SourceInfo) -> Iterator[Batch]: ...
+
+    def read_group(self, paths: Sequence[Path], info: SourceInfo) -> list[list[Batch]] | None: ...
+
+    def warm_up(self) -> None: ...
 
 
 def has_rank_sections(reader: object) -> bool:

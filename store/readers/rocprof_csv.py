@@ -21,7 +21,7 @@ import io
 import json
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -82,6 +82,11 @@ def _header(path: Path) -> list[str] | None:
     data = head(path, 8192)
     if not data:
         return None
+    return header_fields(data)
+
+
+def header_fields(data: bytes) -> list[str] | None:
+    """The column names of a CSV header: the first line of ``data``."""
     line = data.split(b"\n", 1)[0].decode("utf-8", "replace").strip("\r\ufeff")
     try:
         return next(csv.reader([line]))
@@ -289,6 +294,20 @@ def read_columns(path: Path, info: SourceInfo) -> Iterator[Batch]:
     from .rocprof_columns import read_columns
 
     return read_columns(path, info)
+
+
+#: a file of at most this many bytes may be read with others of its kind in one parse (``read_group``)
+GROUP_FILE_BYTES = 256 << 10
+#: at most this many bytes of files in one such parse (held in memory at once, with their columns)
+GROUP_BYTES = 4 << 20
+
+
+def read_group(paths: Sequence[Path], info: SourceInfo) -> list[list[Batch]] | None:
+    """``read_columns`` of several small files of one kind in one parse, or None when they cannot be
+    read together (``rocprof_columns.read_group``)."""
+    from .rocprof_columns import read_group
+
+    return read_group(paths, info)
 
 
 def _kernels(path: Path) -> Iterator[Record]:
