@@ -715,8 +715,10 @@ class Writer:
         #: rank_id -> its first file's summary rows as the worker sent them; once a second file of the
         #: rank comes, (name_id, kind) -> the worker's row, or a running Totals once two files had the key
         self.summary: dict[int, list[SummaryRow] | dict[tuple[int, str], Totals | SummaryRow]] = {}
-        #: complete ranks' summary rows, written once SUMMARY_ROWS wait (``rank_done``)
-        self.ready: list[tuple[Any, ...]] = []
+        #: complete ranks' summary rows (each rank's, in the order it came), written once SUMMARY_ROWS wait
+        #: (``rank_done``)
+        self.ready: list[list[SummaryRow]] = []
+        self.ready_rows = 0
         self.steps: dict[tuple[int, int], tuple[int, int, int]] = {}
         self.mark = placeholder(conn)
         #: the id ranges of each file's fact rows (SQLite: fact_span, written by ``finish``)
@@ -847,11 +849,19 @@ class Writer:
 
     def _with_name_ids(self, rows: Sequence[tuple[Any, ...]]) -> list[SummaryRow]:
         """Summary rows that carry the name where its id goes (``Parsed.named``), with the ids:
-        interned here, the rows rebuilt column-wise in C."""
+        interned here, the rows rebuilt column-wise in C, in their key's order (name id, kind) when the
+        file has one kind (the usual column file: its kernels), so that ``add_summaries``' sort finds the
+        rows of complete ranks sorted already (sorting 655k rows of 2,048 small files was ~0.4 s)."""
         if not rows:
             return []
+        import numpy as np
+
         cols = list(zip(*rows))
-        cols[1] = tuple(self._name_ids_of(cols[1]))
+        ids = self._name_ids_of(cols[1])
+        cols[1] = tuple(ids)
+        if len(rows) > 1 and len(set(cols[2])) == 1:
+            order = np.argsort(np.array(ids, dtype=np.int64), kind="stable").tolist()
+            cols = [itemgetter(*order)(c) for c in cols]
         return list(zip(*cols))
 
     def merge(self, rank_id: int, source_id: int, parsed: Parsed) -> None:
@@ -890,19 +900,25 @@ class Writer:
         (PostgreSQL: a load holds its ranks' locks, ``hold_run``, so no other load updates these keys.)"""
         ranks = self.summary.pop(rank_id, None)
         if ranks is not None:
-            self.ready += _summary_rows(rank_id, ranks)
-        if len(self.ready) >= SUMMARY_ROWS:
-            add_summaries(self.conn, self.ready)
-            self.ready = []
+            self.ready.append(_summary_rows(rank_id, ranks))
+            self.ready_rows += len(self.ready[-1])
+        if self.ready_rows >= SUMMARY_ROWS:
+            self._write_ready()
+
+    def _write_ready(self) -> None:
+        """Write the complete ranks' summary rows, rank by rank in rank id order (``add_summaries`` sorts
+        them: little to do when each rank's rows come sorted, ``_with_name_ids``)."""
+        self.ready.sort(key=lambda rows: rows[0][0] if rows else 0)
+        add_summaries(self.conn, chain.from_iterable(self.ready))
+        self.ready = []
+        self.ready_rows = 0
 
     def finish(self) -> None:
         """Merge the in-memory summaries and steps into the store (adding to earlier ingests)."""
         self._close_names()
-        for rank_id, per_name in self.summary.items():
-            self.ready += _summary_rows(rank_id, per_name)
+        self.ready += [_summary_rows(rank_id, per_name) for rank_id, per_name in self.summary.items()]
         self.summary = {}
-        add_summaries(self.conn, self.ready)
-        self.ready = []
+        self._write_ready()
         add_steps(self.conn, [(k[0], k[1], *v) for k, v in self.steps.items()])
         self.spans.write()
 

@@ -476,7 +476,8 @@ def matching_notes(family: str, ranks: Sequence[int], used: Sequence[int],
     (group, collective) the ranks that made fewer calls than others or were alone in making them
     (``counts``: rank -> calls)."""
     notes = []
-    missing = [r for r in ranks if r not in set(used)]
+    using = set(used)
+    missing = [r for r in ranks if r not in using]
     if missing:
         notes.append(f"no {family} collective calls on rank(s) {_ranges(missing)}: left out of the collective timeline")
     for (group, name), per_rank in sorted(counts.items()):
