@@ -290,15 +290,17 @@ def execute_rows(conn: Connection, sql: str, rows: Sequence[Sequence[Any]], tail
     raw = conn.connection.driver_connection
     assert raw is not None
     head, row = sql.split(" VALUES ", 1)
-    sql += tail
     k = len(rows[0])
     per = _rows_per_statement(raw, k)
     full = len(rows) // per * per
     if full:  # (one statement's parameters at a time: a list of them all would double the rows' memory)
         raw.executemany(f"{head} VALUES {', '.join([row] * per)}{tail}",
                         (list(chain.from_iterable(rows[i : i + per])) for i in range(0, full, per)))
-    if len(rows) > full:
-        raw.executemany(sql, rows[full:] if full else rows)
+    at = full
+    while at < len(rows):  # the rest in statements of 64, 32, ... rows, as insert_block's
+        m = 1 << ((len(rows) - at).bit_length() - 1)
+        raw.execute(f"{head} VALUES {', '.join([row] * m)}{tail}", list(chain.from_iterable(rows[at : at + m])))
+        at += m
 
 
 def _rows_per_statement(raw: Any, k: int, shared: int = 0) -> int:
@@ -681,9 +683,11 @@ def insert_block(
     if full:
         params = block[:full].reshape(-1, per * k).tolist()
         raw.executemany(head + ", ".join([row] * per), [shared + p for p in params] if shared else params)
-    if n > full:
-        rest = block[full:].tolist()
-        raw.executemany(head + row, [shared + p for p in rest] if shared else rest)
+    at = full
+    while at < n:  # the rest in statements of 64, 32, ... rows (a small file's batch is mostly its rest:
+        m = 1 << ((n - at).bit_length() - 1)  # 480 rows left 80 to go one per statement)
+        raw.execute(head + ", ".join([row] * m), shared + block[at : at + m].reshape(-1).tolist())
+        at += m
 
 
 # --------------------------------------------------------------------------- ingest's writer and bulk-load settings

@@ -51,7 +51,7 @@ def _one_per_row(raw: sqlite3.Connection, cols: dict[str, Any], literals: dict[s
     raw.executemany(f"INSERT INTO want ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})", rows)
 
 
-@pytest.mark.parametrize("n", [1, 7, 99, 100, 101, 250, 1000])
+@pytest.mark.parametrize("n", [1, 7, 99, 100, 101, 250, 480, 1000])
 @pytest.mark.parametrize("which", [("name_id", "start_ns"), ("name_id", "category", "start_ns"),
                                    ("name_id", "start_ns", "value", "dispatch_id", "category")])
 def test_column_batches_store_what_one_insert_per_row_stores(n: int, which: tuple[str, ...]) -> None:
@@ -92,7 +92,7 @@ def test_a_small_parameter_limit_makes_smaller_statements(limit: int) -> None:
     assert _dump(raw, "got") == _dump(raw, "want")
 
 
-@pytest.mark.parametrize("n", [0, 1, 99, 100, 101, 333, bulk.INLINE_MIN_ROWS + 1])
+@pytest.mark.parametrize("n", [0, 1, 99, 100, 101, 333, 480, bulk.INLINE_MIN_ROWS + 1])
 def test_row_tuples_store_what_one_insert_per_row_stores(n: int, tmp_path: Any) -> None:
     """Below INLINE_MIN_ROWS every value is bound; from it on, constant columns are written in."""
     engine = create_engine(f"sqlite:///{tmp_path / 's.db'}")
