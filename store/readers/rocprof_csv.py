@@ -299,7 +299,7 @@ def read_columns(path: Path, info: SourceInfo) -> Iterator[Batch]:
 #: a file of at most this many bytes may be read with others of its kind in one parse (``read_group``)
 GROUP_FILE_BYTES = 256 << 10
 #: at most this many bytes of files in one such parse (held in memory at once, with their columns)
-GROUP_BYTES = 4 << 20
+GROUP_BYTES = 2 << 20
 
 
 def read_group(paths: Sequence[Path], info: SourceInfo) -> list[list[Batch]] | None:
