@@ -298,23 +298,15 @@ class _KernelLayout(NamedTuple):
 
 
 class _Names:
-    """Decoded dictionaries, kept across a file's (or a group's) batches: each distinct name and agent
-    is decoded once (``_decode``), and a batch's dictionary once however many files' slices share it
-    (a slice keeps its batch's dictionary: the same buffers; the last one is held, so no other array
-    can be given its buffers' addresses while it is remembered)."""
+    """The decoded names and agents of a file's (or a group's) batches: each distinct value decoded once
+    (``_decode``), however many batches hold it."""
 
     def __init__(self) -> None:
         self.text: dict[bytes, str] = {}
         self.agents: dict[bytes, int | None] = {}
-        self.last: tuple[Any, tuple[int, ...], list[str]] | None = None
 
     def of(self, dictionary: pa.Array) -> list[str]:
-        key = (len(dictionary), dictionary.offset, *(b.address if b is not None else 0 for b in dictionary.buffers()))
-        if self.last is not None and self.last[1] == key:
-            return self.last[2]
-        names = _decode(dictionary, self.text)
-        self.last = (dictionary, key, names)
-        return names
+        return _decode(dictionary, self.text)
 
 
 def _kernel_batches(path: Path) -> Iterator[ActivityColumns]:
