@@ -140,6 +140,17 @@ def test_files_that_cannot_be_read_together_are_read_one_by_one(tmp_path: Path, 
     assert rocprof_csv.read_group(paths, _info(paths[0])) is None
 
 
+def test_files_missing_a_column_they_need_are_read_one_by_one(tmp_path: Path) -> None:
+    """pyarrow's error for a column the header lacks is not an ArrowInvalid (ArrowKeyError): each file is
+    then read on its own, whose error names it."""
+    header = KT.replace(',"End_Timestamp"', "")
+    paths = []
+    for i in range(2):
+        paths.append(tmp_path / f"{i}_kernel_trace.csv")
+        paths[-1].write_text(header + "\n" + KT_PLAIN[0].replace(",100,200,", ",100,") + "\n")
+    assert rocprof_csv.read_group(paths, SourceInfo(format="rocprof-csv", kind="kernel_trace")) is None
+
+
 def test_a_gzip_file_is_read_on_its_own(tmp_path: Path) -> None:
     paths = _pair(tmp_path, KT + "\n" + KT_PLAIN[0] + "\n")
     paths[1].write_bytes(gzip.compress(paths[1].read_bytes()))

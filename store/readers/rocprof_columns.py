@@ -99,7 +99,7 @@ def read_group(paths: Sequence[Path], info: SourceInfo) -> list[list[Batch]] | N
             convert_options=_convert(*wanted, careful=False),
         )
         batches = list(reader)
-    except (pa.ArrowInvalid, OSError, EOFError):
+    except (pa.ArrowException, OSError, EOFError):  # (e.g. a column missing from the header: ArrowKeyError)
         return None
     if sum(b.num_rows for b in batches) != sum(counts):
         return None
