@@ -42,6 +42,10 @@ class Ints:
         out = obj.tolist()
         return out
 
+    def pick(self, rows: Any) -> Ints:
+        """The column's rows ``rows`` (a slice: numpy views; an index or mask array: copies)."""
+        return Ints(self.values[rows], None if self.null is None else self.null[rows])
+
     def constant(self) -> tuple[bool, int | None]:
         """(True, the value) when every row holds the same value (None: every cell empty)."""
         v = self.values
@@ -81,7 +85,7 @@ class ActivityColumns:
         names, index = own_entries(self.names, self.name_index[a:b])
         return ActivityColumns(
             self.kind, names, index, self.start_ns[a:b], self.duration_ns[a:b],
-            {f: Ints(c.values[a:b], None if c.null is None else c.null[a:b]) for f, c in self.ints.items()},
+            {f: c.pick(slice(a, b)) for f, c in self.ints.items()},
             self.category,
         )
 
@@ -113,9 +117,7 @@ class CounterColumns:
         """Rows ``a`` to ``b`` (numpy views), with only the names they use (``own_entries``)."""
         kernels, kindex = own_entries(self.kernels, self.kernel_index[a:b])
         counters, cindex = own_entries(self.counters, self.counter_index[a:b])
-        d = self.dispatch_id
-        return CounterColumns(kernels, kindex, counters, cindex, self.value[a:b],
-                              Ints(d.values[a:b], None if d.null is None else d.null[a:b]))
+        return CounterColumns(kernels, kindex, counters, cindex, self.value[a:b], self.dispatch_id.pick(slice(a, b)))
 
     def records(self) -> list[Counter]:
         ks = [self.kernels[i] for i in self.kernel_index.tolist()]
@@ -350,7 +352,7 @@ class ColumnTimeline(TimelineBuilder):
             rows = np.nonzero(special_rows)[0]
             sub = ActivityColumns(
                 kind, names, idx[rows], b.start_ns[rows], b.duration_ns[rows],
-                {f: Ints(c.values[rows], None if c.null is None else c.null[rows]) for f, c in b.ints.items()},
+                {f: c.pick(rows) for f, c in b.ints.items()},
                 category,
             )
             self.add_many(sub.records())

@@ -67,7 +67,7 @@ def read_group(paths: Sequence[Path], info: SourceInfo) -> list[list[Batch]] | N
     Each file's rows are found by its count of non-empty lines; they are the parse's own rows only when
     the parse made exactly one row of every such line (each row takes at least one line, so equal totals
     mean no row spans two), which is checked: a file's rows then never mix with another's."""
-    if info.kind not in ("kernel_trace", "counter_collection"):
+    if info.kind not in rocprof_csv.COLUMNAR_KINDS:
         return None
     header: bytes | None = None
     bodies: list[bytes] = []
