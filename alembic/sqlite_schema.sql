@@ -1,4 +1,4 @@
--- profdb SQLite store at revision 0012 (generated: python -m profdb.store.db --write-schema)
+-- profdb SQLite store at revision 0013 (generated: python -m profdb.store.db --write-schema)
 BEGIN TRANSACTION;
 CREATE TABLE "activity" (
 	id INTEGER NOT NULL, 
@@ -20,7 +20,7 @@ CREATE TABLE alembic_version (
 	version_num VARCHAR(32) NOT NULL, 
 	CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)
 );
-INSERT INTO "alembic_version" VALUES('0012');
+INSERT INTO "alembic_version" VALUES('0013');
 CREATE TABLE classification_rules (
 	id INTEGER NOT NULL, 
 	digest VARCHAR(64) NOT NULL, 
@@ -195,7 +195,7 @@ CREATE TABLE source_file (
 	run_id INTEGER NOT NULL, 
 	rank_id INTEGER NOT NULL, 
 	path TEXT NOT NULL, 
-	sha256 VARCHAR(64) NOT NULL, 
+	content_hash VARCHAR(64) NOT NULL, 
 	size_bytes BIGINT NOT NULL, 
 	format VARCHAR(40) NOT NULL, 
 	content_kind VARCHAR(60) NOT NULL, 
@@ -206,7 +206,7 @@ CREATE TABLE source_file (
 	CONSTRAINT pk_source_file PRIMARY KEY (id), 
 	CONSTRAINT fk_source_file_rank_id_rank FOREIGN KEY(rank_id) REFERENCES rank (id) ON DELETE CASCADE, 
 	CONSTRAINT fk_source_file_run_id_run FOREIGN KEY(run_id) REFERENCES run (id) ON DELETE CASCADE, 
-	CONSTRAINT uq_source_file_rank_id_sha256 UNIQUE (rank_id, sha256)
+	CONSTRAINT uq_source_file_rank_id_sha256 UNIQUE (rank_id, content_hash)
 );
 CREATE TABLE step (
 	rank_id INTEGER NOT NULL, 
@@ -286,10 +286,6 @@ CREATE VIEW rank_v AS
 CREATE VIEW step_v AS 
         SELECT r.name AS run, k.hostname, k.global_rank, k.local_rank, s.step, s.start_ns, s.duration_ns
         FROM step s JOIN rank k ON k.id = s.rank_id JOIN run r ON r.id = k.run_id;
-CREATE VIEW source_v AS 
-        SELECT r.name AS run, k.hostname, k.global_rank, k.local_rank, s.path, s.format, s.content_kind, s.rows, s.size_bytes, s.sha256,
-               s.identity_origin, s.ingested_at
-        FROM source_file s JOIN rank k ON k.id = s.rank_id JOIN run r ON r.id = k.run_id;
 CREATE VIEW run_rules_v AS 
         SELECT r.name AS run, c.digest, c.shipped_version,
                COUNT(*) AS sources, CAST(COALESCE(SUM(s.rows), 0) AS BIGINT) AS rows, c.rules_json
@@ -470,4 +466,8 @@ CREATE VIEW activity_v AS SELECT r.name AS run, k.hostname, k.global_rank, k.loc
         CROSS JOIN fact_span s ON s.rank_id = k.id AND s.fact = 'activity'
         CROSS JOIN activity a ON a.id BETWEEN s.first_id AND s.last_id AND +a.source_id = s.source_id
         CROSS JOIN name n ON n.id = a.name_id CROSS JOIN launch l ON l.id = a.launch_id CROSS JOIN origin o ON o.id = a.origin_id;
+CREATE VIEW source_v AS 
+        SELECT r.name AS run, k.hostname, k.global_rank, k.local_rank, s.path, s.format, s.content_kind, s.rows, s.size_bytes, s.content_hash,
+               s.identity_origin, s.ingested_at
+        FROM source_file s JOIN rank k ON k.id = s.rank_id JOIN run r ON r.id = k.run_id;
 COMMIT;

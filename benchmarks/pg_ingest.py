@@ -163,7 +163,7 @@ def load_node(
                     "INSERT INTO rank (run_id, global_rank) VALUES (:r, :g) RETURNING id"), {"r": run_id, "g": g})
                     .scalar_one())
                 source_id = int(conn.execute(text(
-                    "INSERT INTO source_file (run_id, rank_id, path, sha256, size_bytes, format, content_kind, "
+                    "INSERT INTO source_file (run_id, rank_id, path, content_hash, size_bytes, format, content_kind, "
                     "rows, time_base_ns, ingested_at) VALUES (:r, :k, :p, :s, 0, 'rocprof_csv', 'kernel_trace', "
                     ":n, 0, now()) RETURNING id"),
                     {"r": run_id, "k": rank_id, "p": f"rank{g}/kernel_trace.csv", "s": f"{g:064d}",

@@ -22,7 +22,7 @@ from . import bulk, classify, ingest_workers, reclassify, runs, timeline
 from .db import display_url, load_target, resolve_url
 from .errors import InputError, ProfdbError
 from .identity import Identity, IdentityFlags, RankPlan, missing_ranks
-from .inputs import InputFile, Scan, derive_run_name, prepare
+from .inputs import ALGORITHM, ALGORITHMS, InputFile, Scan, algorithm_of, derive_run_name, digest_of, prepare
 from .manifest import RankEnd, rank_end
 from .models import SourceFile
 from .validate import READ_FAILURES
@@ -173,9 +173,10 @@ def _load(
     ) as conn:
         run_id = bulk.hold_run(conn, early_id, plan.ranks, find_or_create)
         present = runs.stored_files(conn, run_id)
-        todo = [i for i in inputs if i.claim and (i.claim.identity.global_rank, i.sha256) not in present]
-        for i in inputs:
-            if i.claim and (i.claim.identity.global_rank, i.sha256) in present:
+        stored = _already_stored(present, inputs)
+        todo = [i for i, there in zip(inputs, stored) if i.claim and not there]
+        for i, there in zip(inputs, stored):
+            if i.claim and there:
                 assert i.claim is not None
                 report.files.append(
                     FileResult(str(i.path), i.info.format, i.info.kind, i.claim.identity.global_rank, 0, skipped=True)
@@ -276,24 +277,43 @@ def _load(
         report.ended_badly = [f"rank {r.global_rank} {r.end()}" for r in scope.ended_abnormally()]
 
 
+def _already_stored(present: dict[tuple[int, str], int], inputs: list[InputFile]) -> list[bool]:
+    """For each input, whether its rank already stores its content in the run (``present``: (global rank, content
+    hash) -> size, ``runs.stored_files``): by their digest, or, for a file stored with a digest of
+    another algorithm (sha256, before migration 0013) and of the input's size, by that algorithm's
+    digest of the input, computed here (only for inputs of such a size: usually none)."""
+    other: dict[tuple[int, int], set[str]] = {}  # (rank, size) -> algorithms of stored files not blake3
+    for (g, digest), size in present.items():
+        algorithm = algorithm_of(digest)
+        if algorithm != ALGORITHM:
+            other.setdefault((g, size), set()).add(algorithm)
+    out: list[bool] = []
+    for i in inputs:
+        g = i.claim.identity.global_rank if i.claim else -1
+        out.append((g, i.digest) in present or any(
+            (g, digest_of(i.path, a)) in present for a in sorted(other.get((g, i.size), ())) if a in ALGORITHMS
+        ))
+    return out
+
+
 def _add_sources(
     conn: Connection, run_id: int, todo: list[InputFile], rank_ids: dict[int, int], rules: int | None
 ) -> list[tuple[InputFile, int, int]]:
     """A source_file row for every input to read, in one statement (a run of 512 files spent ~0.5 s
     CPU in one compiled INSERT per file); returns (input, rank id, source id) in ``todo`` order. The
-    ids are read back by the rows' unique key (rank, sha256): inputs were made unique by it, and
+    ids are read back by the rows' unique key (rank, content hash): inputs were made unique by it, and
     files already stored were left out of ``todo``."""
     rows: list[dict[str, object]] = []
     keys: list[tuple[int, str]] = []
     for inp in todo:
         assert inp.claim is not None
         ident: Identity = inp.claim.identity
-        keys.append((rank_ids[ident.global_rank], inp.sha256))
+        keys.append((rank_ids[ident.global_rank], inp.digest))
         rows.append(dict(
             run_id=run_id,
             rank_id=keys[-1][0],
             path=str(inp.path.resolve()),
-            sha256=inp.sha256,
+            content_hash=inp.digest,
             size_bytes=inp.size,
             format=inp.info.format,
             content_kind=inp.info.kind,
@@ -309,7 +329,7 @@ def _add_sources(
     ids = {
         (int(rank_id), str(sha)): int(sid)
         for sid, rank_id, sha in conn.execute(
-            select(SourceFile.id, SourceFile.rank_id, SourceFile.sha256).where(SourceFile.run_id == run_id)
+            select(SourceFile.id, SourceFile.rank_id, SourceFile.content_hash).where(SourceFile.run_id == run_id)
         )
     }
     return [(inp, key[0], ids[key]) for inp, key in zip(todo, keys)]

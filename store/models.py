@@ -119,12 +119,15 @@ class SourceFile(Base):
     may well write byte-identical small files)."""
 
     __tablename__ = "source_file"
-    __table_args__ = (UniqueConstraint("rank_id", "sha256"),)
+    # (named as when the column was sha256: migration 0013)
+    __table_args__ = (UniqueConstraint("rank_id", "content_hash", name="uq_source_file_rank_id_sha256"),)
     id: ColumnClause[int] = Column(Integer, primary_key=True)
     run_id: ColumnClause[int] = Column(Integer, ForeignKey("run.id", ondelete="CASCADE"), index=True, nullable=False)
     rank_id: ColumnClause[int] = Column(Integer, ForeignKey("rank.id", ondelete="CASCADE"), index=True, nullable=False)
     path: ColumnClause[str] = Column(Text, nullable=False)
-    sha256: ColumnClause[str] = Column(String(64), nullable=False)
+    #: the file's digest (``inputs.digest_of``): "blake3:" and 56 hex digits, or 64 hex digits, its
+    #: sha256, for a file stored before migration 0013
+    content_hash: ColumnClause[str] = Column(String(64), nullable=False)
     size_bytes: ColumnClause[int] = Column(BigInteger, nullable=False)
     format: ColumnClause[str] = Column(String(40), nullable=False)
     content_kind: ColumnClause[str] = Column(String(60), default="", nullable=False)

@@ -105,7 +105,7 @@ class ReportData:
     heatmap: Heatmap
     #: step -> global_rank -> duration_ns
     step_ranks: dict[int, dict[int, int]]
-    #: (global_rank, hostname, path, format, content_kind, rows, size_bytes, sha256, identity_origin)
+    #: (global_rank, hostname, path, format, content_kind, rows, size_bytes, content_hash, identity_origin)
     sources: list[tuple[Any, ...]]
     notes: list[str] = field(default_factory=list)
     #: digests of the classification rules the run's files were classified with (None: not recorded)
@@ -171,7 +171,7 @@ def _sources(conn: Connection, scope: RunScope) -> list[tuple[Any, ...]]:
             _src.c.content_kind,
             _src.c.rows,
             _src.c.size_bytes,
-            _src.c.sha256,
+            _src.c.content_hash,
             _src.c.identity_origin,
         )
         .select_from(_src.join(_rank, _rank.c.id == _src.c.rank_id))
@@ -659,10 +659,11 @@ def render_html(data: ReportData, store: str = "") -> str:
         "content_kind",
         "rows",
         "size_bytes",
-        "sha256",
+        "content_hash",
         "identity_origin",
     ]
-    sources = [tuple(r[:7]) + (str(r[7])[:12],) + tuple(r[8:]) for r in data.sources]
+    # (the digest's first 12 hex digits, after its algorithm's prefix: "blake3:0123456789ab")
+    sources = [tuple(r[:7]) + (str(r[7])[: str(r[7]).find(":") + 13],) + tuple(r[8:]) for r in data.sources]
     values = {
         "title": html.escape(f"profdb report: {data.run}"),
         "run": html.escape(data.run),

@@ -474,14 +474,15 @@ def rank_ids(
     return dict(sorted(ids.items()))
 
 
-def stored_files(conn: Connection, run_id: int) -> set[tuple[int, str]]:
-    """(global_rank, sha256) of every file already stored in the run: a load skips these."""
+def stored_files(conn: Connection, run_id: int) -> dict[tuple[int, str], int]:
+    """(global_rank, content hash) -> size in bytes of every file already stored in the run: a load
+    skips these."""
     rows = conn.execute(
-        select(Rank.global_rank, SourceFile.sha256).join(SourceFile, SourceFile.rank_id == Rank.id).where(
-            Rank.run_id == run_id
-        )
+        select(Rank.global_rank, SourceFile.content_hash, SourceFile.size_bytes)
+        .join(SourceFile, SourceFile.rank_id == Rank.id)
+        .where(Rank.run_id == run_id)
     )
-    return {(int(g), str(sha)) for g, sha in rows}
+    return {(int(g), str(digest)): int(size) for g, digest, size in rows}
 
 
 def sources_by_kind(conn: Connection, run_id: int) -> dict[tuple[int, str, str], str]:

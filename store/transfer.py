@@ -3,7 +3,7 @@ or several per-node SQLite files into one (``profdb merge``); any engine to any 
 
 A run is copied whole: the run row, its ranks, source files, names (re-interned in the destination),
 activity, counters, summaries and steps. Source files already in the destination run (same rank, same
-sha256) are skipped, so repeating a transfer adds nothing; ranks of the same run coming from several
+content hash) are skipped, so repeating a transfer adds nothing; ranks of the same run coming from several
 stores are united, as when several nodes ingest their own ranks. Each run is one transaction in the
 destination, with the same locks as ``ingest`` (bulk.run_scope / hold_run), so nodes can export into
 the team store at the same time. Before the first of them, every check a copy makes (world size, rank
@@ -213,7 +213,7 @@ def _preflight(dst: Engine, plan: Plan, allow_dupes: bool) -> None:
                         runs.run_metadata(run.metadata_json, run.name)
                         run_id = _find_or_create_run(run)(d)[0]
                         present = runs.stored_files(d, run_id)
-                        todo = [f for f in files if (ranks[f.rank_id].global_rank, f.sha256) not in present]
+                        todo = [f for f in files if (ranks[f.rank_id].global_rank, f.content_hash) not in present]
                         if not todo:
                             continue
                         _check_duplicates(d, run_id, name, todo, ranks, allow_dupes)
@@ -226,9 +226,9 @@ def _preflight(dst: Engine, plan: Plan, allow_dupes: bool) -> None:
 
 def _file_values(f: Any, run_id: int, rank_id: int) -> dict[str, Any]:
     return dict(
-        run_id=run_id, rank_id=rank_id, path=f.path, sha256=f.sha256, size_bytes=f.size_bytes, format=f.format,
-        content_kind=f.content_kind, rows=f.rows, time_base_ns=f.time_base_ns, identity_origin=f.identity_origin,
-        ingested_at=f.ingested_at,
+        run_id=run_id, rank_id=rank_id, path=f.path, content_hash=f.content_hash, size_bytes=f.size_bytes,
+        format=f.format, content_kind=f.content_kind, rows=f.rows, time_base_ns=f.time_base_ns,
+        identity_origin=f.identity_origin, ingested_at=f.ingested_at,
     )
 
 
@@ -256,7 +256,7 @@ def _copy_run(src: Engine, dst: Engine, name: str, allow_dupes: bool, progress: 
             run_id = bulk.hold_run(d, early_id, [r.global_rank for r in ranks.values()], find_or_create)
             existed = d.execute(select(Rank.id).where(Rank.run_id == run_id).limit(1)).first() is not None
             present = runs.stored_files(d, run_id)
-            todo = [f for f in files if (ranks[f.rank_id].global_rank, f.sha256) not in present]
+            todo = [f for f in files if (ranks[f.rank_id].global_rank, f.content_hash) not in present]
             result = RunTransfer(name, "added" if existed else "created", skipped_files=len(files) - len(todo))
             if not todo:
                 result.status = "present" if existed else "created"

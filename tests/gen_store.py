@@ -103,7 +103,7 @@ def _source(conn: object, run_id: int, rank_id: int) -> int:
             run_id=run_id,
             rank_id=rank_id,
             path=f"hand/{run_id}/{rank_id}",
-            sha256=f"{run_id:032x}{rank_id:032x}",
+            content_hash=f"{run_id:032x}{rank_id:032x}",
             size_bytes=0,
             format="hand",
             content_kind="",

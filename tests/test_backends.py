@@ -146,7 +146,7 @@ VIEW_COLUMNS = {
     "summary_v": "run, hostname, global_rank, local_rank, kind, category, name, calls, total_ns, mean_ns, min_ns, max_ns",
     "counter_v": "run, hostname, global_rank, local_rank, kernel, counter, value, dispatch_id, samples, min_value, max_value",
     "step_v": "run, hostname, global_rank, local_rank, step, start_ns, duration_ns",
-    "source_v": "run, hostname, global_rank, local_rank, path, format, content_kind, rows, size_bytes, sha256, identity_origin",
+    "source_v": "run, hostname, global_rank, local_rank, path, format, content_kind, rows, size_bytes, content_hash, identity_origin",
 }
 
 
@@ -359,7 +359,7 @@ def _one_rank_store(url: str) -> tuple[int, int, list[int]]:
             rank = conn.exec_driver_sql("INSERT INTO rank (run_id, global_rank) SELECT id, 0 FROM run RETURNING id")
             rank_id = int(rank.scalar_one())
             src = conn.exec_driver_sql(
-                "INSERT INTO source_file (run_id, rank_id, path, sha256, size_bytes, format, content_kind, rows, "
+                "INSERT INTO source_file (run_id, rank_id, path, content_hash, size_bytes, format, content_kind, rows, "
                 "time_base_ns, ingested_at) SELECT run_id, id, 'p', 's', 1, 'f', '', 0, 0, now() FROM rank RETURNING id")
             source_id = int(src.scalar_one())
             names = [int(i) for (i,) in conn.exec_driver_sql(

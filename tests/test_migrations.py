@@ -96,7 +96,9 @@ def test_old_store_with_data_upgrades(tmp_path: Path, data: Path, run_cli: Invok
         cols = [r[1] for r in con.execute(f"pragma table_info({table})")]
         source = {"activity": "wide_activity" if not narrow else table if split else "old_activity",
                   "launch": table if split else "old_launch"}.get(table, table)
-        picked = ["pair_id" if source == "old_activity" and c == "launch_id" else c for c in cols]
+        # (source_file.sha256 before 0013 is today's content_hash)
+        picked = ["pair_id" if source == "old_activity" and c == "launch_id" else
+                  "content_hash" if table == "source_file" and c == "sha256" else c for c in cols]
         rows = scratch.execute(f"select {', '.join(picked)} from {source}").fetchall()
         con.executemany(f"insert into {table} ({', '.join(cols)}) values ({', '.join('?' * len(cols))})", rows)
     con.commit()

@@ -76,7 +76,7 @@ def test_transfer_unites_tags_destination_wins(two_runs: Path, tmp_path: Path) -
     _set_metadata(two_runs, "a", '{"branch": "src", "commit": "abc"}')
     # a new file for the run, so the transfer reaches the existing run
     with sqlite3.connect(two_runs) as c:
-        c.execute("UPDATE source_file SET sha256 = 'x' || sha256 WHERE id = (SELECT MIN(id) FROM source_file)")
+        c.execute("UPDATE source_file SET content_hash = 'x' || content_hash WHERE id = (SELECT MIN(id) FROM source_file)")
     transfer_runs(str(two_runs), str(dst), ["a"], allow_duplicate_ranks=True)
     with sqlite3.connect(dst) as c:
         (meta,) = c.execute("SELECT metadata_json FROM run WHERE name = 'a'").fetchone()

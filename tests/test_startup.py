@@ -190,7 +190,7 @@ def test_a_scan_gives_what_looking_through_the_paths_gives(tmp_path: Path) -> No
     """``prepare`` over a ``Scan`` begun earlier gives the files, hashes, identities and plan that
     ``prepare`` over the paths gives; its hashing threads are finished when it returns (the ingest's
     workers fork after it), and a scan left unused stops them too."""
-    import hashlib
+    import blake3
     import threading
 
     from profdb.store import inputs
@@ -203,9 +203,9 @@ def test_a_scan_gives_what_looking_through_the_paths_gives(tmp_path: Path) -> No
         assert len(scan.files) == len(scan.hashes) > 8
         scanned = inputs.prepare(scan, IdentityFlags())
         assert threading.active_count() == before
-    assert [(i.path, i.sha256, i.claim) for i in scanned[0]] == [(i.path, i.sha256, i.claim) for i in direct[0]]
+    assert [(i.path, i.digest, i.claim) for i in scanned[0]] == [(i.path, i.digest, i.claim) for i in direct[0]]
     assert scanned[1:] == direct[1:]
-    assert all(i.sha256 == hashlib.sha256(i.path.read_bytes()).hexdigest() for i in scanned[0])
+    assert all(i.digest == "blake3:" + blake3.blake3(i.path.read_bytes()).hexdigest()[:56] for i in scanned[0])
     with inputs.Scan([run]):
         pass
     assert threading.active_count() == before
@@ -214,9 +214,9 @@ def test_a_scan_gives_what_looking_through_the_paths_gives(tmp_path: Path) -> No
 def test_a_scan_hashes_small_files_itself_and_large_ones_on_its_threads(tmp_path: Path) -> None:
     """``Scan`` hashes a file smaller than ``INLINE_HASH_BYTES`` on the calling thread as it finds it
     (from the head its detection read, when that was the whole file and not gzip's decompressed
-    bytes), a larger one on a hashing thread; every hash is the sha256 of the file's own bytes."""
+    bytes), a larger one on a hashing thread; every digest is the BLAKE3 of the file's own bytes."""
     import gzip
-    import hashlib
+    import blake3
     import threading
     from itertools import cycle
 
@@ -245,17 +245,17 @@ def test_a_scan_hashes_small_files_itself_and_large_ones_on_its_threads(tmp_path
     packed = trace(3, HEAD_READ // 2, gz=True)
     assert small.stat().st_size < HEAD_READ < middle.stat().st_size < inputs.INLINE_HASH_BYTES < large.stat().st_size
     hashed: dict[Path, bool] = {}  # path -> hashed on the calling thread
-    plain = inputs.sha256_of
+    plain = inputs.digest_of
 
-    def recording(path: Path) -> str:
+    def recording(path: Path, algorithm: str = inputs.ALGORITHM) -> str:
         hashed[path] = threading.current_thread() is threading.main_thread()
-        return plain(path)
+        return plain(path, algorithm)
 
-    inputs.sha256_of = recording  # type: ignore[assignment]
+    inputs.digest_of = recording  # type: ignore[assignment]
     try:
         with inputs.Scan([tmp_path]) as scan:
             got = {path: h.result() for (path, _reader), h in zip(scan.files, scan.hashes)}
     finally:
-        inputs.sha256_of = plain  # type: ignore[assignment]
-    assert got == {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in (small, middle, large, packed)}
+        inputs.digest_of = plain  # type: ignore[assignment]
+    assert got == {p: "blake3:" + blake3.blake3(p.read_bytes()).hexdigest()[:56] for p in (small, middle, large, packed)}
     assert hashed == {middle: True, packed: True, large: False}  # (small: from its head, no second read)

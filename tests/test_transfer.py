@@ -33,7 +33,7 @@ VIEWS = {
     "self_ns",
     "counter_v": "run, hostname, global_rank, local_rank, kernel, counter, value, dispatch_id, samples, min_value, max_value",
     "step_v": "run, hostname, global_rank, local_rank, step, start_ns, duration_ns",
-    "source_v": "run, hostname, global_rank, local_rank, path, format, content_kind, rows, size_bytes, sha256, identity_origin",
+    "source_v": "run, hostname, global_rank, local_rank, path, format, content_kind, rows, size_bytes, content_hash, identity_origin",
     # the collective timeline (issue 12)
     "collective_call_v": "run, hostname, global_rank, local_rank, family, group_name, collective, seq, start_ns, end_ns, "
     "bytes, arrival_ns, clock_error_ns, busy_before_ns, window_ns",
