@@ -5,7 +5,7 @@ load numpy."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from itertools import repeat
 from operator import itemgetter
 from typing import Any
@@ -14,7 +14,7 @@ import numpy as np
 
 from . import classify, columnar
 from .bulk import SHAPE_TABLES, Coded, Interned
-from .ingest_workers import Columns, NamedSummaryRow, RowsMsg, Task, Totals, _Channel, _fold
+from .ingest_workers import Columns, NamedSummaryRow, RowsMsg, Task, _Channel
 
 
 def parse_columns(
@@ -23,7 +23,7 @@ def parse_columns(
     conn: _Channel,
     cats: dict[tuple[str, str], str],
     counts: dict[str, int],
-    summary: dict[tuple[str, str], Totals],
+    summary: RunningSums,
     done: dict[tuple[str, str], NamedSummaryRow],
     timeline: columnar.ColumnTimeline,
 ) -> None:
@@ -35,7 +35,7 @@ def parse_columns(
     writer inserted the other worker's rows). So the file's summary is keyed by name, not id
     (``Parsed.named``): a batch's summary goes to ``done`` as final rows when none of its (name,
     kind) keys was met before in the file (a small file is one batch), built in C; otherwise it is
-    folded into ``summary``'s running Totals, as the row path does."""
+    added to ``summary``'s running sums (numpy columns)."""
     for b in batches:
         if isinstance(b, columnar.CounterColumns):
             columnar.check_counters(b, task.path)
@@ -78,11 +78,14 @@ def parse_columns(
 
 def _summarize(
     rank_id: int, kind: str, g: columnar.Grouped, names: list[str], entry_cats: list[str],
-    summary: dict[tuple[str, str], Totals], done: dict[tuple[str, str], NamedSummaryRow],
+    summary: RunningSums, done: dict[tuple[str, str], NamedSummaryRow],
 ) -> None:
     """One batch's grouped durations into the file's summary (``parse_columns``). Rows and keys are
     made by zip and map, in C: 2,048 small files meet 655k (rank, name) keys, at ~2 us each through
-    Totals objects in the worker and again in the writer."""
+    Totals objects in the worker and again in the writer. A key met again (every name in every 1 MB
+    batch of a large file: 158k times in the 32 files of the benchmark's long run) is added to the
+    running sums as columns (``RunningSums``), not through a Totals object each (~0.5 s of a worker's
+    CPU there)."""
     if not g.entries:
         return
     if len(g.entries) == 1:
@@ -95,14 +98,90 @@ def _summarize(
     rows = dict(zip(keys, zip(repeat(rank_id), knames, repeat(kind), kcats, g.calls, g.total, g.lo, g.hi, g.sq,
                               g.total)))  # (non-nested kinds: self time is the total)
     # (two entries can decode to one name: distinct invalid UTF-8 bytes both read as U+FFFD)
-    if len(rows) == len(keys) and done.keys().isdisjoint(keys) and summary.keys().isdisjoint(keys):
+    if len(rows) == len(keys) and done.keys().isdisjoint(keys) and summary.slot.keys().isdisjoint(keys):
         done.update(rows)
         return
-    for key, e, calls, total, lo, hi, sq in zip(keys, g.entries, g.calls, g.total, g.lo, g.hi, g.sq):
-        row = done.pop(key, None)
-        if row is not None:  # (met by an earlier batch of the file: a running Totals from now on)
-            summary[key] = Totals(*row[3:9])
-        _fold(summary, key, entry_cats[e], calls, total, lo, hi, sq)
+    new = [k for k in keys if k not in summary.slot]
+    if new:  # (a key met by an earlier batch of the file has running sums from now on, in the order met)
+        cat_of = dict(zip(keys, kcats))
+        summary.create(new, [done[k][3] if k in done else cat_of[k] for k in new])
+        moved = [done.pop(k) for k in new if k in done]
+        if moved:
+            summary.add([(r[1], r[2]) for r in moved], *(list(c) for c in list(zip(*moved))[4:9]))
+    summary.add(keys, g.calls, g.total, g.lo, g.hi, g.sq)
+
+
+class RunningSums:
+    """A file's running summary of the (name, kind) keys met in more than one batch, as numpy columns
+    (calls, total, min, max, sum of squares), one slot per key in the order the keys came: what a
+    ``Totals`` per key holds, added a batch at a time without a Python step per key beyond finding its
+    slot. Totals are int64 while they are sure to fit (each below 2**62 before an addition); past that
+    the column holds Python integers, exact as Totals' (the store's BIGINT refuses what does not fit).
+    Sums of squares are float64 additions in the same order as Totals' Python floats: the same values."""
+
+    _SAFE = 1 << 62
+
+    def __init__(self) -> None:
+        self.slot: dict[tuple[str, str], int] = {}
+        self.keys: list[tuple[str, str]] = []
+        self.cats: list[str] = []
+        self.calls = np.zeros(0, dtype=np.int64)
+        self.total: Any = np.zeros(0, dtype=np.int64)
+        self.lo: Any = np.zeros(0, dtype=np.int64)
+        self.hi: Any = np.zeros(0, dtype=np.int64)
+        self.sq = np.zeros(0, dtype=np.float64)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def create(self, keys: list[tuple[str, str]], cats: list[str]) -> None:
+        """Slots for new keys (``cats``: each one's category), in this order."""
+        for key in keys:
+            self.slot[key] = len(self.keys)
+            self.keys.append(key)
+        self.cats += cats
+        self._grow(len(self.keys))
+
+    def add(self, keys: list[tuple[str, str]], calls: Sequence[int], total: Sequence[int], lo: Sequence[int],
+            hi: Sequence[int], sq: Sequence[float]) -> None:
+        """Add one group of calls to each key's sums (durations: never negative, ``validate``)."""
+        at = np.array(list(map(self.slot.__getitem__, keys)), dtype=np.intp)
+        if self.total.dtype != object and (max(total) >= self._SAFE or max(hi) >= self._SAFE):
+            self._exact()
+        values = [np.array(v, dtype=self.total.dtype) for v in (total, lo, hi)]
+        np.add.at(self.calls, at, np.array(calls, dtype=np.int64))
+        np.add.at(self.total, at, values[0])
+        np.minimum.at(self.lo, at, values[1])
+        np.maximum.at(self.hi, at, values[2])
+        np.add.at(self.sq, at, np.array(sq, dtype=np.float64))
+        if self.total.dtype != object and int(self.total[at].max()) >= self._SAFE:
+            self._exact()
+
+    def _exact(self) -> None:
+        """From now on, totals, minima and maxima as Python integers (exact whatever their size)."""
+        self.total, self.lo, self.hi = (a.astype(object) for a in (self.total, self.lo, self.hi))
+
+    def _grow(self, n: int) -> None:
+        if n <= len(self.calls):
+            return
+        size = max(n, 2 * len(self.calls), 64)
+        big = np.iinfo(np.int64)
+        fill = {"calls": 0, "total": 0, "lo": big.max, "hi": big.min, "sq": 0.0}
+        for name, v in fill.items():
+            old = getattr(self, name)
+            new = np.full(size, v, dtype=old.dtype)
+            new[: len(old)] = old
+            setattr(self, name, new)
+
+    def rows(self, rank_id: int) -> list[NamedSummaryRow]:
+        """The summary rows (``NamedSummaryRow``: self time is the total), in the order the keys came."""
+        n = len(self.keys)
+        if not n:
+            return []
+        names, kinds = zip(*self.keys)
+        total = self.total[:n].tolist()
+        return list(zip(repeat(rank_id), names, kinds, self.cats, self.calls[:n].tolist(), total,
+                        self.lo[:n].tolist(), self.hi[:n].tolist(), self.sq[:n].tolist(), total))
 
 
 def _constant_or(col: columnar.Ints) -> Any:

@@ -358,7 +358,7 @@ def _parse(
         # (no nesting, steps or aggregates among these kinds: self time is the total)
         from . import columnar, ingest_columns  # (numpy: loaded by the ingests that read columns only)
 
-        by_name: dict[tuple[str, str], Totals] = {}
+        by_name = ingest_columns.RunningSums()
         #: (name, kind) -> its final row, for keys a column batch met and no other batch of the file did
         done: dict[tuple[str, str], NamedSummaryRow] = {}
         columns = columnar.ColumnTimeline(task.info.time_base_ns)
@@ -366,7 +366,7 @@ def _parse(
             batches = column_reader.read_columns(task.path, task.info)
         ingest_columns.parse_columns(task, batches, conn, cats, counts, by_name, done, columns)
         named = list(done.values())
-        named += [t.row(rank_id, name, kind, t.total_ns) for (name, kind), t in by_name.items()]
+        named += by_name.rows(rank_id)
         tl = columns.finish(-1) if columns.first is not None else None
         conn.send(DoneMsg(task.index, Parsed(counts, named, steps, tl, named=True)))
         return

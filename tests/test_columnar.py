@@ -158,3 +158,40 @@ def test_stored_rows_are_the_raw_csv_rows(tmp_path: Path) -> None:
     con.close()
     assert sorted(got) == sorted(want)
     assert 0 < shapes < len(want) / 10  # interned: far fewer shapes than rows
+
+
+@pytest.mark.parametrize("big", [False, True])
+def test_running_sums_give_what_a_totals_per_key_gives(big: bool) -> None:
+    """``ingest_columns.RunningSums`` (a file's keys met in several batches, as numpy columns) against
+    the per-key ``Totals`` folding it replaced, on random batches with repeated and new keys: the same
+    rows in the same order, to the last bit of every float; with totals past 2**62 (``big``) the columns
+    turn to Python integers and stay exact (int64 would have wrapped)."""
+    from profdb.store.ingest_columns import RunningSums
+    from profdb.store.ingest_workers import Totals, _fold
+
+    rng = np.random.default_rng(7 if big else 3)
+    names = [f"k{i}" for i in range(40)]
+    sums = RunningSums()
+    want: dict[tuple[str, str], Totals] = {}
+    scale = (1 << 61) if big else 10**6
+    for _batch in range(30):
+        picked = sorted(set(rng.integers(0, len(names), size=25).tolist()))
+        keys = [(names[i], "kernel") for i in picked]
+        calls = rng.integers(1, 50, size=len(keys)).tolist()
+        lo = rng.integers(0, scale, size=len(keys)).tolist()
+        hi = [x + int(d) for x, d in zip(lo, rng.integers(0, scale, size=len(keys)).tolist())]
+        total = [h * c for h, c in zip(hi, calls)] if big else [x + h for x, h in zip(lo, hi)]
+        sq = (rng.random(len(keys)) * 1e9).tolist()
+        cats = ["compute" if i % 3 else "communication" for i in picked]
+        new = [k for k in keys if k not in sums.slot]
+        sums.create(new, [c for k, c in zip(keys, cats) if k in new])
+        sums.add(keys, calls, total, lo, hi, sq)
+        for key, cat, *group in zip(keys, cats, calls, total, lo, hi, sq):
+            _fold(want, key, cat, *group)
+    expected = [t.row(5, name, kind, t.total_ns) for (name, kind), t in want.items()]
+    got = sums.rows(5)
+    assert got == expected
+    assert [type(v) for v in got[0]] == [type(v) for v in expected[0]]
+    assert (sums.total.dtype == object) is big
+    if big:
+        assert max(r[5] for r in got) >= 1 << 63  # (beyond int64: exact Python integers)
