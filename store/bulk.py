@@ -18,7 +18,6 @@ Here too: ``Writer`` (ingest's rows, names, summaries and steps within one trans
 from __future__ import annotations
 
 import io
-import os
 import re
 import sqlite3
 import struct
@@ -28,11 +27,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext, suppress
 from itertools import chain, repeat
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
+from .batches import LAUNCHES_KEPT, ORIGIN_COLS, SHAPE_TABLES, Coded, Interned, cores
 from .errors import ProfdbError, StoreError
 from .fact_spans import Spans
 
@@ -418,16 +418,6 @@ def _insert_returning(
     return out
 
 
-#: an activity's launch shape (table ``launch``, migrations 0005 and 0011), in its key's order
-LAUNCH_COLS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
-#: where an activity ran and was launched from (table ``origin``, migration 0011), in its key's order
-ORIGIN_COLS = ("device", "stream", "pid", "tid")
-#: the interned tables of an activity's per-launch columns, each with its columns in its key's order
-SHAPE_TABLES: dict[str, tuple[str, ...]] = {"launch": LAUNCH_COLS, "origin": ORIGIN_COLS}
-#: the per-launch columns of an activity as a record-reading worker asks for them (``Writer.answer_names``):
-#: one tuple, the origin's values then the launch shape's
-SHAPE_COLS = ORIGIN_COLS + LAUNCH_COLS
-
 #: a key without NULLs, as one format per tuple length (0.76 us for ten values, against 1.5 us joining
 #: them one by one)
 _KEY_FORMAT = {len(cols): "|".join(["%s"] * len(cols)) for cols in SHAPE_TABLES.values()}
@@ -582,32 +572,7 @@ def hold_run(
     return run_id
 
 
-class Interned(NamedTuple):
-    """A column of interned values (names, or launch shapes or origins as tuples in their
-    ``SHAPE_TABLES`` order) as a worker sends it, before their ids are known: row i holds the id of
-    ``values[index[i]]`` (``index`` a numpy integer array; None: every row holds ``values[0]``'s). The
-    writer interns the values in ``table`` and maps the rows (``Writer.insert_columns``), so the worker
-    never waits for ids."""
 
-    values: list[Any]
-    index: Any
-    table: str = "name"
-
-
-class Coded(NamedTuple):
-    """A column of a few distinct strings (a batch's categories): row i holds ``values[codes[i]]``,
-    ``codes`` a numpy integer array. SQLite binds the code and the statement maps it back (a CASE), so
-    the column travels with the integer ones (``insert_block``)."""
-
-    codes: Any
-    values: tuple[str, ...]
-
-    def decoded(self) -> list[str]:
-        return [self.values[i] for i in self.codes.tolist()]
-
-    def case(self, mark: str = "?") -> str:
-        whens = " ".join(f"WHEN {i} THEN {sql_literal(v)}" for i, v in enumerate(self.values))
-        return f"CASE {mark} {whens} END"
 
 
 def _length(column: Any) -> int:
@@ -927,13 +892,6 @@ class Writer:
         self.spans.write()
 
 
-#: launch shapes and origins whose ids the writer (and each parsing worker, ``ingest_workers._Names``)
-#: keeps in memory, of each table; past this many the table starts again, and a shape met again is
-#: looked up in the store. Each rank has origins of its own (its pid and thread are part of them), so
-#: they grow with the job; until migration 0011 they were part of the launch shape: 2,048 ranks had
-#: 139k shapes, ~30 MB in each of the three processes.
-LAUNCHES_KEPT = 50_000
-
 #: complete ranks' summary rows the writer holds before writing them (``Writer.rank_done``)
 SUMMARY_ROWS = 50_000
 
@@ -1077,11 +1035,6 @@ def rebuild_indexes(conn: Connection, statements: Sequence[str]) -> None:
     finally:
         conn.exec_driver_sql(f"PRAGMA cache_size={int(before or 0)}")
         conn.exec_driver_sql(f"PRAGMA threads={threads}")
-
-
-def cores() -> int:
-    """CPU cores this process may run on (its affinity mask: a job's launcher often pins it)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 # --------------------------------------------------------------------------- database errors during a load

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from . import classify, columnar
-from .bulk import SHAPE_TABLES, Coded, Interned
+from .batches import SHAPE_TABLES, Coded, Interned
 from .ingest_workers import Columns, NamedSummaryRow, RowsMsg, Task, _Channel
 
 

@@ -25,15 +25,15 @@ import os
 import re
 import traceback
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
 from operator import itemgetter, mul
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, TypeVar, cast
 
 from . import classify, lifetime, readers, validate
-from .bulk import LAUNCHES_KEPT, SHAPE_COLS, cores
+from .batches import LAUNCHES_KEPT, SHAPE_COLS, cores
 from .collectives import RankTimeline, TimelineBuilder
 from .intervals import SelfTotals
 from .readers.base import ColumnReader
@@ -172,7 +172,20 @@ class ExitMsg(NamedTuple):
     pass
 
 
+class IdsMsg(NamedTuple):
+    """Writer -> worker, the writer's first message (``Parsers.send_ids``): per task index, the file's
+    (rank id, source id) in the store, or None for a file not to read (its content is stored already)."""
+
+    ids: list[tuple[int, int] | None]
+
+
 Message = NamesMsg | RowsMsg | DoneMsg | ErrorMsg | ExitMsg
+
+#: a task's rank and source id until the writer has sent them (``IdsMsg``; the store's ids start at 1)
+NO_ID = 0
+#: messages a worker holds while the store's ids have not come (``_Late``): at most this many batches
+#: of ~1 MB of CSV each
+HOLD = 48
 
 
 def worker_count(total_bytes: int, files: int) -> int:
@@ -246,6 +259,95 @@ class _Channel(Protocol):
 
     def recv(self) -> Any: ...
 
+    def ready(self, task: Task) -> Task:
+        """``task`` with its store ids (a worker waits for them if they have not come)."""
+        ...
+
+
+class _Skipped(Exception):
+    """The task's file is not to be read after all (its content is stored already: ``IdsMsg``)."""
+
+
+class _Late:
+    """A worker's channel to the writer, whose ids for the tasks may not have come yet. The workers
+    fork before the writer has imported SQLAlchemy and opened the store (``ingest.ingest_paths``: ~0.4
+    s on the benchmarks' machine, with a core idle), so they start parsing meanwhile with ``NO_ID`` for
+    the ids. A column file's batches go on being parsed, up to ``HOLD`` of its messages held here; when
+    the ids come (``IdsMsg``), the held messages, and every later one built before (a summary row, a
+    batch's constant columns), get them, and those of a file the writer does not want (already stored)
+    are dropped. A file read as records waits for them first (``ready``): its batches need name ids
+    from the writer anyway."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.ids: list[tuple[int, int] | None] | None = None
+        self.held: list[RowsMsg | DoneMsg] = []
+
+    def ready(self, task: Task) -> Task:
+        self.wait()
+        if self.skipped(task):
+            raise _Skipped()
+        return self._with_ids(task)
+
+    def _with_ids(self, task: Task) -> Task:
+        assert self.ids is not None
+        got = self.ids[task.index]
+        assert got is not None
+        return replace(task, rank_id=got[0], source_id=got[1])
+
+    def skipped(self, task: Task) -> bool:
+        """The writer does not want ``task`` read (False while the ids have not come)."""
+        return self.ids is not None and self.ids[task.index] is None
+
+    def send(self, msg: Message) -> None:
+        if self.ids is None:
+            # (the ids may have come: ``poll`` looks without waiting, so the writer is never kept idle)
+            if isinstance(msg, (RowsMsg, DoneMsg)) and len(self.held) < HOLD and not self.conn.poll():
+                self.held.append(msg)
+                return
+            self.wait()
+        if isinstance(msg, (RowsMsg, DoneMsg)):
+            if self.ids is not None and self.ids[msg.task] is None:
+                raise _Skipped()
+            msg = self._complete(msg)
+        self.conn.send(msg)
+
+    def recv(self) -> Any:
+        return self.conn.recv()
+
+    def wait(self) -> None:
+        """Take the ids (the writer's first message) if they have not come, and send what was held."""
+        if self.ids is not None:
+            return
+        msg = self.conn.recv()
+        if not isinstance(msg, IdsMsg):
+            raise RuntimeError(f"the writer sent {type(msg).__name__} before the store's ids")
+        self.ids = msg.ids
+        held, self.held = self.held, []
+        for m in held:
+            if self.ids[m.task] is not None:
+                self.conn.send(self._complete(m))
+
+    def _complete(self, msg: RowsMsg | DoneMsg) -> RowsMsg | DoneMsg:
+        """``msg`` with the store's ids where it was built with ``NO_ID``."""
+        assert self.ids is not None
+        got = self.ids[msg.task]
+        assert got is not None
+        rank_id, source_id = got
+        if isinstance(msg, RowsMsg):
+            rows = msg.rows
+            if isinstance(rows, dict):  # a batch as columns: its ids are constants
+                if rows["rank_id"] == NO_ID:
+                    return msg._replace(rows={**rows, "rank_id": rank_id, "source_id": source_id})
+            elif rows and rows[0][0] == NO_ID:  # (tuples: only when read before the ids came, not today)
+                return msg._replace(rows=[(rank_id, source_id, *r[2:]) for r in rows])
+            return msg
+        p = msg.parsed
+        if p.summary and p.summary[0][0] == NO_ID:
+            summary: Any = [(rank_id, *r[1:]) for r in p.summary]
+            return msg._replace(parsed=p._replace(summary=summary))
+        return msg
+
 
 class _Names:
     """The worker's copy of the writer's name table, filled on demand."""
@@ -283,6 +385,9 @@ def _parse(
     """Parse one file and send its rows, then its ``Parsed`` (``batches``: its column batches, already
     read with other small files' by ``_read_group``; None: the reader reads the file)."""
     reader = readers.by_name(task.reader)
+    column_reader = _column_reader(task)
+    if column_reader is None:  # (records need name ids from the writer, which come after the store's ids)
+        task = conn.ready(task)
     rank_id, source_id = task.rank_id, task.source_id
     counts: dict[str, int] = {}
     summary: dict[tuple[int, str], Totals] = {}
@@ -353,7 +458,6 @@ def _parse(
         counts["counter"] = counts.get("counter", 0) + len(rows)
         conn.send(RowsMsg(task.index, table, rows))
 
-    column_reader = _column_reader(task)
     if column_reader is not None:
         # (no nesting, steps or aggregates among these kinds: self time is the total)
         from . import columnar, ingest_columns  # (numpy: loaded by the ingests that read columns only)
@@ -432,6 +536,9 @@ class _Here:
         reply, self.reply = self.reply, None
         return reply
 
+    def ready(self, task: Task) -> Task:
+        return task
+
 
 def parse_here(
     task: Task,
@@ -482,7 +589,8 @@ def _worker(tasks: list[Task], counter: Any, conn: Connection, current: Any = No
     lifetime.leave_signals_to_parent()
     lifetime.die_with_parent()
     os.nice(WORKER_NICE)
-    names = _Names(conn)
+    late = _Late(conn)
+    names = _Names(late)
     cats: dict[tuple[str, str], str] = {}
     task: Task | None = None
     try:
@@ -492,22 +600,33 @@ def _worker(tasks: list[Task], counter: Any, conn: Connection, current: Any = No
                 counter.value = end = _group_end(tasks, i)
             if i >= len(tasks):
                 break
-            task = tasks[i]
-            if current is not None:
-                current[slot] = task.index  # so the writer can name the file if this process dies
-            if end == i + 1:
-                _parse(task, conn, names, cats)
-                continue
-            for task, batches in zip(tasks[i:end], _read_group(tasks[i:end])):
+            group = [t for t in tasks[i:end] if not late.skipped(t)]
+            # (tasks begun before the ids came carry NO_ID: ``_Late`` completes their messages)
+            group = [late._with_ids(t) if late.ids is not None else t for t in group]
+            read = [None] * len(group) if len(group) < 2 else _read_group(group)
+            for task, batches in zip(group, read):
                 if current is not None:
-                    current[slot] = task.index
-                _parse(task, conn, names, cats, batches)
+                    current[slot] = task.index  # so the writer can name the file if this process dies
+                try:
+                    _parse(task, late, names, cats, batches)
+                except _Skipped:
+                    continue
+                except Exception:
+                    if late.ids is None:
+                        late.wait()  # (a file the writer does not want is not this ingest's error)
+                    if late.skipped(task):
+                        continue
+                    raise
+        late.wait()  # (what is held goes before the end)
         conn.send(ExitMsg())
     except BaseException as e:  # reported to the writer, which rolls back and raises it
         try:
             conn.send(ErrorMsg(task.index if task else -1, e, traceback.format_exc()))
+        except OSError:  # the writer closed its end: it stopped (e.g. the store refused the run) and says why
+            pass
         except Exception:  # the exception itself does not pickle
-            conn.send(ErrorMsg(task.index if task else -1, RuntimeError(repr(e)), traceback.format_exc()))
+            with suppress(OSError):
+                conn.send(ErrorMsg(task.index if task else -1, RuntimeError(repr(e)), traceback.format_exc()))
     finally:
         conn.close()
 
@@ -551,6 +670,8 @@ class Parsers:
         # is read as columns: the other ingests do not load numpy and pyarrow)
         for name in sorted({t.reader for t in tasks if _column_reader(t) is not None}):
             cast(ColumnReader, readers.by_name(name)).warm_up()
+            from . import ingest_columns  # noqa: F401  (numpy's half of a worker, loaded once for all)
+        self.ids_sent = False
         try:
             with lifetime.starting_workers():
                 for slot in range(max(1, workers)):
@@ -566,9 +687,22 @@ class Parsers:
             self.close()
             raise
 
+    def send_ids(self, ids: list[tuple[int, int] | None]) -> None:
+        """Tell every worker each task's (rank id, source id) in the store, None for a file not to read
+        (``IdsMsg``): the writer's first message, once the store is open; the workers hold what they
+        parsed until then (``_Late``)."""
+        for c in self.conns:
+            try:
+                c.send(IdsMsg(ids))
+            except OSError:  # (a worker that died: ``messages`` says so when it finds its end closed)
+                pass
+        self.ids_sent = True
+
     def messages(self, answer_names: Callable[[list[str]], list[int]]) -> Iterator[RowsMsg | DoneMsg]:
         """Row batches and per-file results as workers send them; name requests are answered here
-        with ``answer_names(list_of_names) -> list_of_ids``. Raises WorkerError on a worker's error."""
+        with ``answer_names(list_of_names) -> list_of_ids``. Raises WorkerError on a worker's error.
+        After ``send_ids``."""
+        assert self.ids_sent, "the workers wait for the store's ids (send_ids) before they send anything"
         live = {c: p for c, p in zip(self.conns, self.procs)}
         slots = {c: i for i, c in enumerate(self.conns)}
         while live:

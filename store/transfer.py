@@ -21,6 +21,7 @@ from sqlalchemy import Connection, Engine, Float, cast, func, insert, select
 from sqlalchemy.exc import DBAPIError
 
 from . import bulk, fact_spans, reclassify, runs, timeline
+from .batches import SHAPE_TABLES
 from .collectives import RankTimeline, TimelineBuilder
 from .db import display_url, load_target, open_db, resolve_url, sqlite_path
 from .errors import ProfdbError, QueryError, StoreError
@@ -312,8 +313,8 @@ class _NameMap:
     def __init__(self, s: Connection, d: Connection) -> None:
         self.s, self.d = s, d
         self.ids: dict[int, int] = {}
-        #: "launch" and "origin" (bulk.SHAPE_TABLES) -> source id -> destination id
-        self.shape_ids: dict[str, dict[int, int]] = {t: {} for t in bulk.SHAPE_TABLES}
+        #: "launch" and "origin" (SHAPE_TABLES) -> source id -> destination id
+        self.shape_ids: dict[str, dict[int, int]] = {t: {} for t in SHAPE_TABLES}
         self.names_conn = bulk.names_connection(d)
 
     def ensure(self, src_ids: Iterable[int]) -> None:
@@ -338,7 +339,7 @@ class _NameMap:
         t = Base.metadata.tables[table]
         shapes: dict[int, tuple[Any, ...]] = {}
         for i in range(0, len(missing), 500):
-            q = select(t.c.id, *[t.c[c] for c in bulk.SHAPE_TABLES[table]]).where(t.c.id.in_(missing[i : i + 500]))
+            q = select(t.c.id, *[t.c[c] for c in SHAPE_TABLES[table]]).where(t.c.id.in_(missing[i : i + 500]))
             shapes.update((int(r[0]), tuple(r[1:])) for r in self.s.execute(q))
         got = bulk.intern_shapes(self.d, table, list(shapes.values()), self.names_conn)
         for sid, shape in shapes.items():
@@ -472,7 +473,7 @@ def _stream(
     ri, si = cols.index("rank_id"), cols.index("source_id")
     ni = [cols.index(c) for c in name_cols]
     # (launch shapes and origins: their columns' positions)
-    shaped = [(cols.index(f"{t}_id"), t) for t in bulk.SHAPE_TABLES if f"{t}_id" in cols]
+    shaped = [(cols.index(f"{t}_id"), t) for t in SHAPE_TABLES if f"{t}_id" in cols]
     frm, cond = fact_spans.scoped(s, table, sources=[src_source_id])
     q = select(*[table.c[c] for c in cols]).select_from(frm).where(*cond).order_by(table.c.id)
     total = 0

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from sqlalchemy import create_engine
 
-from profdb.store import bulk
+from profdb.store import batches, bulk
 from profdb.store.columnar import Ints
 
 COLS = "id INTEGER PRIMARY KEY, rank_id INTEGER, category VARCHAR(20), name_id INTEGER, start_ns BIGINT, " \
@@ -37,14 +37,14 @@ def _batch(n: int, seed: int) -> dict[str, Any]:
     return {
         "name_id": rng.integers(1, 50, n),
         "start_ns": rng.integers(-(2**62), 2**62, n),  # beyond float precision: stays exact
-        "category": bulk.Coded(rng.integers(0, 3, n), ("compute", "communication", "it's memory")),
+        "category": batches.Coded(rng.integers(0, 3, n), ("compute", "communication", "it's memory")),
         "value": rng.random(n) * 1e6,
         "dispatch_id": Ints(np.where(null, 0, rng.integers(0, 2**40, n)), null),
     }
 
 
 def _one_per_row(raw: sqlite3.Connection, cols: dict[str, Any], literals: dict[str, Any]) -> None:
-    lists = {c: (v.decoded() if isinstance(v, bulk.Coded) else v.tolist()) for c, v in cols.items()}
+    lists = {c: (v.decoded() if isinstance(v, batches.Coded) else v.tolist()) for c, v in cols.items()}
     n = len(next(iter(lists.values())))
     names = [*lists, *literals]
     rows = [tuple(lists[c][i] for c in lists) + tuple(literals.values()) for i in range(n)]
@@ -126,7 +126,7 @@ def test_interned_names_launch_shapes_and_origins_get_their_own_ids(n: int, tmp_
     }
     with engine.begin() as conn:
         conn.exec_driver_sql("CREATE TABLE name (id INTEGER PRIMARY KEY, value TEXT UNIQUE)")
-        for table, cols in bulk.SHAPE_TABLES.items():
+        for table, cols in batches.SHAPE_TABLES.items():
             conn.exec_driver_sql(f"CREATE TABLE {table} (id INTEGER PRIMARY KEY, key TEXT UNIQUE, {', '.join(cols)})")
         first = dict((v, i) for i, v in bulk.intern_names(conn, names[: n // 2 + 1]))
         got = dict((v, i) for i, v in bulk.intern_names(conn, names))
@@ -135,7 +135,7 @@ def test_interned_names_launch_shapes_and_origins_get_their_own_ids(n: int, tmp_
         stored = dict(conn.exec_driver_sql("SELECT value, id FROM name").all())
         keys = {t: dict(conn.exec_driver_sql(f"SELECT key, id FROM {t}").all()) for t in shapes}
         rows = {t: {r[0]: tuple(r[1:]) for r in conn.exec_driver_sql(f"SELECT id, {', '.join(cols)} FROM {t}")}
-                for t, cols in bulk.SHAPE_TABLES.items()}
+                for t, cols in batches.SHAPE_TABLES.items()}
     assert got == stored and len(stored) == n and all(got[v] == i for v, i in first.items())
     for t in shapes:
         assert {bulk.shape_key(s): i for s, i in interned[t].items()} == keys[t] and len(keys[t]) == n

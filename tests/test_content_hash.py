@@ -14,7 +14,7 @@ from conftest import Invoke
 from profdb.store import inputs
 from profdb.store.db import alembic_config, make_engine
 from profdb.store.identity import Identity, RankClaim
-from profdb.store.ingest import _already_stored
+from profdb.store.ingest_load import _already_stored
 
 #: BLAKE3 of no bytes (the BLAKE3 paper's test vectors; ``b3sum /dev/null``)
 EMPTY_BLAKE3 = "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"
@@ -70,7 +70,7 @@ def test_an_input_is_stored_by_its_digest_or_by_the_sha256_of_a_stored_file_of_i
         calls.append((path, algorithm))
         return plain(path, algorithm)
 
-    import profdb.store.ingest as ingest
+    import profdb.store.ingest_load as ingest
 
     ingest.digest_of = counting  # type: ignore[assignment]
     try:

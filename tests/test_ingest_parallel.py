@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from profdb.store import bulk, ingest, ingest_workers
+from profdb.store import bulk, ingest, ingest_load, ingest_workers
 from profdb.store.readers import rocprof_csv
 from profdb.store.errors import InputError
 from profdb.store.identity import IdentityFlags
@@ -204,7 +204,7 @@ def test_parsed_files_merge_in_order_within_each_rank_not_across_ranks() -> None
     """Workers take the largest files first, so files finish out of order. A file's results merge
     once its rank's earlier files have: one rank's slow first file holds back only that rank (held
     across the run, every timeline parsed meanwhile waited in memory: ingest._parse_in_workers)."""
-    order = ingest.InOrderPerRank([7, 7, 9, 9, 7])
+    order = ingest_load.InOrderPerRank([7, 7, 9, 9, 7])
     assert order.done(2, "b0") == [(2, "b0")]  # rank 9 goes on while rank 7's first file is parsed
     assert order.done(4, "a2") == []  # rank 7's third file waits for its first two
     assert order.done(3, "b1") == [(3, "b1")]
@@ -351,3 +351,70 @@ def test_kernel_names_that_decode_alike_are_summed_as_one(
         db, "select n.value, calls, total_ns from summary s join name n on n.id = s.name_id where kind = 'kernel'")}
     assert got == want
     assert sql(db, "select count(*) from activity")[0][0] == sum(c for c, _t in want.values())
+
+
+@pytest.mark.parametrize("hold", [0, 1, ingest_workers.HOLD])
+def test_workers_forked_before_the_store_store_what_the_plain_path_stores(
+    inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hold: int
+) -> None:
+    """The workers fork before SQLAlchemy is imported and the store opened (``ingest._early_workers``):
+    they parse with no ids (``NO_ID``), holding up to ``HOLD`` messages until the writer sends the
+    store's (``IdsMsg``), which complete what was built before. Holding none, one or many, the store is
+    the in-process path's, for CSV (kernel traces and counters, several batches a file) and Kineto; and a
+    second ingest adding ranks to the run skips the files stored already (the workers drop what they
+    parsed of them) and stores the new ones as the plain path does."""
+    gen = _generate()
+    run = tmp_path / "run"
+    gen.generate_csv(run, dispatches=4000, ranks=4, hosts=2, counters=2)
+    first, rest = sorted(run.glob("rank*"))[:2], sorted(run.glob("rank*"))
+    monkeypatch.setattr(rocprof_csv, "BLOCK", 1 << 14)  # (many batches a file: messages held and completed)
+    monkeypatch.setattr(ingest_workers, "HOLD", hold)
+    stores = {}
+    for on in (False, True):
+        _bulk(monkeypatch, on)
+        db = tmp_path / f"early{on}.db"
+        ingest.ingest_paths(first, str(db), run="csv")
+        report = ingest.ingest_paths(rest, str(db), run="csv")
+        assert len(report.duplicates) == 2 * 2 and len(report.ingested) == 2 * 2  # (kernel + counter files)
+        ingest.ingest_paths(sorted((inputs / "kineto").glob("rank-*.json")), str(db), run="kineto")
+        stores[on] = _content(db)
+    assert stores[True] == stores[False]
+    assert len(stores[True]["activity"]) > 4000 and stores[True]["counter"]
+
+
+_SPY = """
+import os, sys
+from pathlib import Path
+from profdb.store import ingest_workers
+seen = Path(sys.argv[1])
+plain = ingest_workers._parse
+
+def spy(task, conn, *args):
+    early = getattr(conn, "ids", "in-process") is None
+    (seen / f"{os.getpid()}-{task.index}").write_text(f"{'sqlalchemy' in sys.modules} {early}")
+    plain(task, conn, *args)
+
+ingest_workers._parse = spy
+from profdb.cli.main import main
+sys.argv = ["profdb", "ingest", "--db", sys.argv[2], *sys.argv[3:]]
+main()
+"""
+
+
+def test_workers_fork_before_sqlalchemy_is_imported(inputs: Path, tmp_path: Path) -> None:
+    """What the early fork is for, in a `profdb ingest` process: each worker starts without SQLAlchemy
+    (the writer had not imported it when they forked), and files are parsed before the writer's ids
+    came."""
+    import os
+    import subprocess
+
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    env = {**os.environ, ingest_workers.ENV_WORKERS: "2"}
+    r = subprocess.run([sys.executable, "-c", _SPY, str(seen), str(tmp_path / "s.db"),
+                        *map(str, sorted((inputs / "csv").glob("rank*")))], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    got = [f.read_text().split() for f in seen.iterdir()]
+    assert len(got) == len(list((inputs / "csv").glob("rank*/*/*.csv")))
+    assert all(loaded == "False" for loaded, _early in got), got
+    assert any(early == "True" for _loaded, early in got), got

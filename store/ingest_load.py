@@ -1,0 +1,415 @@
+"""Phase 2 of ``ingest.ingest_paths``: the store, in one transaction. Creates the run and ranks and a
+source_file row per new file, sends the workers the store's ids (``Parsers.send_ids``: they forked
+before, ``ingest._early_workers``), inserts their rows as they come (or parses the files here, for a
+small input), merges each file's summaries, steps and timelines, stores the run's analysis, and
+commits once."""
+
+from __future__ import annotations
+
+import gc
+import json
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from sqlalchemy import Connection, Engine, bindparam, insert, select, update
+
+from . import bulk, classify, ingest_workers, reclassify, runs, timeline
+from .db import display_url, load_target, resolve_url
+from .errors import InputError, ProfdbError
+from .identity import Identity, IdentityFlags, RankPlan, missing_ranks
+from .ingest import FileResult, IngestReport, Progress, task_of
+from .inputs import ALGORITHM, ALGORITHMS, InputFile, algorithm_of, digest_of
+from .manifest import RankEnd, rank_end
+from .models import SourceFile
+from .validate import READ_FAILURES
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from .collectives import RankTimeline
+
+
+def _new_run(name: str, plan: RankPlan, inputs: list[InputFile]) -> runs.NewRun:
+    manifest = next((i.claim.identity.manifest for i in inputs if i.claim and i.claim.identity.manifest), None)
+    return runs.NewRun(
+        name=name,
+        created_at=runs.now(),
+        world_size=plan.world_size,
+        launcher=manifest.launcher if manifest else None,
+        command=json.dumps(manifest.command) if manifest and manifest.command else None,
+    )
+
+
+def _world_conflict(name: str) -> runs.WorldConflict:
+    def message(stored: int, incoming: int) -> str:
+        return (
+            f"run {name!r} has world size {stored} but these inputs say {incoming}; "
+            "they come from another job: pick another name with --run"
+        )
+
+    return message
+
+
+def _rank_conflict(name: str, plan: RankPlan) -> runs.RankConflict:
+    def message(g: int, f: str, have: Any, new: Any) -> str:
+        return (
+            f"rank {g} of run {name!r} is stored with {f} {have!r}, but the new input says {new!r} "
+            f"({plan.ranks[g].origin}); fix the input, override with --{f.replace('_', '-')}, or use another --run"
+        )
+
+    return message
+
+
+def _facts(ident: Identity) -> runs.RankFacts:
+    end = rank_end(ident.manifest) if ident.manifest else RankEnd()
+    return runs.RankFacts(
+        ident.hostname, ident.local_rank, ident.node_rank, ident.pid, ident.device, **asdict(end)
+    )
+
+
+def load(
+    inputs: list[InputFile],
+    unknown: list[Path],
+    plan: RankPlan,
+    run_name: str,
+    run_derived: bool,
+    db: str | None,
+    flags: IdentityFlags,
+    progress: Progress | None,
+    parsers: ingest_workers.Parsers | None,
+) -> IngestReport:
+    """Phase 2 of ``ingest.ingest_paths`` over what phase 1 found; ``parsers``: the workers already
+    forked (None: parse the files in this process)."""
+    gc.freeze()  # (the store's modules, imported since ``quiet_gc`` froze the rest: kept out of collections too)
+    report = IngestReport(
+        run=run_name,
+        run_derived=run_derived,
+        db=display_url(resolve_url(db)),
+        unknown_files=[str(u) for u in unknown],
+        world_size=plan.world_size,
+    )
+    report.notes = list(
+        dict.fromkeys(str(i.info.metadata["rank_by"]["note"]) for i in inputs if "rank_by" in i.info.metadata)
+    )
+    named: dict[int, str] = {}  # source_file id -> input path: a refused row's file is named
+    with bulk.db_errors_explained(report.db, [str(i.path) for i in inputs], named):
+        with load_target(db) as target:
+            _load(
+                target.engine, run_name, inputs, plan, report, progress, flags.allow_duplicate_ranks, target.created,
+                named, parsers,
+            )
+    return report
+
+
+def _load(
+    engine: Engine,
+    run_name: str,
+    inputs: list[InputFile],
+    plan: RankPlan,
+    report: IngestReport,
+    progress: Progress | None,
+    allow_dupes: bool = False,
+    new_store: bool = False,
+    named: dict[int, str] | None = None,
+    parsers: ingest_workers.Parsers | None = None,
+) -> None:
+    total = sum(i.size for i in inputs)
+    done = 0
+    if progress:
+        progress("start", "", 0, total)
+    new_run = _new_run(run_name, plan, inputs)
+
+    def find_or_create(c: Connection) -> tuple[int, bool]:
+        return runs.find_or_create_run(c, new_run, _world_conflict(run_name))
+
+    # PostgreSQL: the run is made and committed first, then held with this ingest's ranks (bulk.hold_run)
+    with bulk.run_scope(engine, find_or_create) as early_id, bulk.load_transaction(
+        engine, bulk_load=total >= bulk.DEFER_INDEXES_MIN_BYTES, new_store=new_store
+    ) as conn:
+        run_id = bulk.hold_run(conn, early_id, plan.ranks, find_or_create)
+        present = runs.stored_files(conn, run_id)
+        stored = _already_stored(present, inputs)
+        todo = [i for i, there in zip(inputs, stored) if i.claim and not there]
+        for i, there in zip(inputs, stored):
+            if i.claim and there:
+                assert i.claim is not None
+                report.files.append(
+                    FileResult(str(i.path), i.info.format, i.info.kind, i.claim.identity.global_rank, 0, skipped=True)
+                )
+        todo_ranks = {t.claim.identity.global_rank for t in todo if t.claim}  # (once: per rank, it was ranks x files)
+        todo_plan = RankPlan(
+            ranks={g: ident for g, ident in plan.ranks.items() if g in todo_ranks},
+            world_size=plan.world_size,
+        )
+        _check_store_duplicates(conn, run_id, run_name, todo, allow_dupes)
+        created: set[int] = set()
+        rank_ids = runs.rank_ids(
+            conn, run_id, {g: _facts(i) for g, i in todo_plan.ranks.items()}, _rank_conflict(run_name, todo_plan),
+            created,
+        )
+        fresh = {rid: g for g, rid in rank_ids.items() if rid in created}  # (nothing stored for them yet)
+        rules = reclassify.rules_id(conn, classify.active()) if todo else None
+        recreate = bulk.defer_indexes(conn, sum(i.size for i in todo))
+        writer = bulk.Writer(conn)
+        sources = _add_sources(conn, run_id, todo, rank_ids, rules)
+        if named is not None:
+            named.update((source_id, str(inp.path)) for inp, _rank_id, source_id in sources)
+        row_counts: list[dict[str, int]] = []  # (written in one statement once every file is read)
+
+        def file_done(inp: InputFile, source_id: int, counts: dict[str, int]) -> None:
+            nonlocal done
+            assert inp.claim is not None
+            rows = sum(counts.values())
+            row_counts.append({"sid": source_id, "n": rows})
+            for k, v in counts.items():
+                report.rows_by_kind[k] = report.rows_by_kind.get(k, 0) + v
+            report.files.append(
+                FileResult(str(inp.path), inp.info.format, inp.info.kind, inp.claim.identity.global_rank, rows)
+            )
+            if rows == 0:
+                report.empty.append(f"{inp.path}: no rows ingested ({why_empty(inp)})")
+            done += inp.size
+            if progress:
+                progress("file", str(inp.path), done, total)
+
+        files_left = Counter(rank_id for _inp, rank_id, _sid in sources)
+
+        ready: dict[int, list[RankTimeline]] = {}  # complete ranks' timelines, not stored yet
+        ready_calls = 0
+
+        def save_ready() -> None:
+            nonlocal ready_calls
+            timeline.save_timelines(conn, run_id, ready, fresh)
+            ready.clear()
+            ready_calls = 0
+
+        def merged(rank_id: int) -> None:
+            """A file of ``rank_id`` is merged: when it was the rank's last, its timelines are stored
+            soon and let go, with other complete ranks' once they hold ``timeline.SAVE_CALLS`` calls (a
+            run's calls grow with its input: holding every rank's until the end was ~85 MB of the
+            ingest's peak at 4x the benchmark's 1M dispatches)."""
+            nonlocal ready_calls
+            files_left[rank_id] -= 1
+            if files_left[rank_id]:
+                return
+            writer.rank_done(rank_id)  # (its summary rows: written soon and let go too)
+            if rank_id in writer.timelines:
+                ready[rank_id] = parts = writer.timelines.pop(rank_id)
+                ready_calls += sum(len(calls) for t in parts for calls in t.calls.values()) + 1  # (+ its row)
+                if ready_calls >= timeline.SAVE_CALLS:
+                    save_ready()
+
+        if parsers is not None:
+            for (inp, source_id), counts in zip(
+                [(i, sid) for i, _, sid in sources], _parse_in_workers(writer, inputs, sources, parsers, merged)
+            ):
+                file_done(inp, source_id, counts)
+        cats: dict[tuple[str, str], str] = {}
+        for index, (inp, rank_id, source_id) in enumerate(sources if parsers is None else []):
+            try:
+                parsed = ingest_workers.parse_here(
+                    task_of(index, inp, rank_id, source_id), writer.answer_names, writer.insert, cats
+                )
+            except Exception as e:
+                err = _read_error(inp, e)
+                if err is e:
+                    raise
+                raise err from e
+            writer.merge(rank_id, source_id, parsed)
+            merged(rank_id)
+            file_done(inp, source_id, parsed.counts)
+        if row_counts:
+            conn.execute(update(SourceFile).where(SourceFile.id == bindparam("sid")).values(rows=bindparam("n")),
+                         row_counts)
+        save_ready()
+        writer.finish()
+        assert not writer.timelines  # (each rank's were stored as its last file was merged: merged())
+        bulk.rebuild_indexes(conn, recreate)  # (temporary storage is in files meanwhile: bulk.load_transaction)
+        scope = timeline.store_analysis(conn, run_name)  # (reads ix_collective_call_match: after recreate)
+        report.ranks, report.world_size = runs.ranks_of(conn, run_id)
+        report.missing_ranks = missing_ranks([r[0] for r in report.ranks], report.world_size)
+        report.ended_badly = [f"rank {r.global_rank} {r.end()}" for r in scope.ended_abnormally()]
+
+
+def _already_stored(present: dict[tuple[int, str], int], inputs: list[InputFile]) -> list[bool]:
+    """For each input, whether its rank already stores its content in the run (``present``: (global rank, content
+    hash) -> size, ``runs.stored_files``): by their digest, or, for a file stored with a digest of
+    another algorithm (sha256, before migration 0013) and of the input's size, by that algorithm's
+    digest of the input, computed here (only for inputs of such a size: usually none)."""
+    other: dict[tuple[int, int], set[str]] = {}  # (rank, size) -> algorithms of stored files not blake3
+    for (g, digest), size in present.items():
+        algorithm = algorithm_of(digest)
+        if algorithm != ALGORITHM:
+            other.setdefault((g, size), set()).add(algorithm)
+    out: list[bool] = []
+    for i in inputs:
+        g = i.claim.identity.global_rank if i.claim else -1
+        out.append((g, i.digest) in present or any(
+            (g, digest_of(i.path, a)) in present for a in sorted(other.get((g, i.size), ())) if a in ALGORITHMS
+        ))
+    return out
+
+
+def _add_sources(
+    conn: Connection, run_id: int, todo: list[InputFile], rank_ids: dict[int, int], rules: int | None
+) -> list[tuple[InputFile, int, int]]:
+    """A source_file row for every input to read, in one statement (a run of 512 files spent ~0.5 s
+    CPU in one compiled INSERT per file); returns (input, rank id, source id) in ``todo`` order. The
+    ids are read back by the rows' unique key (rank, content hash): inputs were made unique by it, and
+    files already stored were left out of ``todo``."""
+    rows: list[dict[str, object]] = []
+    keys: list[tuple[int, str]] = []
+    for inp in todo:
+        assert inp.claim is not None
+        ident: Identity = inp.claim.identity
+        keys.append((rank_ids[ident.global_rank], inp.digest))
+        rows.append(dict(
+            run_id=run_id,
+            rank_id=keys[-1][0],
+            path=str(inp.path.resolve()),
+            content_hash=inp.digest,
+            size_bytes=inp.size,
+            format=inp.info.format,
+            content_kind=inp.info.kind,
+            rows=0,
+            time_base_ns=inp.info.time_base_ns,
+            identity_origin=ident.origin,
+            ingested_at=runs.now(),
+            rules_id=rules,
+        ))
+    if not rows:
+        return []
+    conn.execute(insert(SourceFile), rows)
+    ids = {
+        (int(rank_id), str(sha)): int(sid)
+        for sid, rank_id, sha in conn.execute(
+            select(SourceFile.id, SourceFile.rank_id, SourceFile.content_hash).where(SourceFile.run_id == run_id)
+        )
+    }
+    return [(inp, key[0], ids[key]) for inp, key in zip(todo, keys)]
+
+
+def why_empty(inp: InputFile) -> str:
+    """Why ``inp`` produced no rows: what its reader found (``SourceInfo.metadata["why_empty"]``), else
+    what the format holds that profdb reads."""
+    why = inp.info.metadata.get("why_empty") or getattr(inp.reader, "EMPTY_WHY", None)
+    if why:
+        return str(why)
+    section = f" (rank section {inp.section})" if inp.section is not None else ""
+    return (
+        f"its {inp.info.format} {inp.info.kind or 'content'}{section} holds no events profdb reads "
+        f"(see `profdb formats`); it is recorded as a source with 0 rows"
+    )
+
+
+def _read_error(inp: InputFile, e: BaseException) -> BaseException:
+    """What a failure while reading ``inp`` becomes: profdb's own errors as they are, a reader's
+    unexpected ValueError & co. an InputError naming the file, anything else unchanged."""
+    if isinstance(e, ProfdbError):
+        return e
+    if isinstance(e, READ_FAILURES):
+        return InputError(
+            f"{inp.path}: cannot read it as {inp.info.format} ({type(e).__name__}: {e}); "
+            "the file is damaged or of an unsupported variant: re-copy it or pass --format"
+        )
+    return e
+
+
+T = TypeVar("T")
+
+
+class InOrderPerRank(Generic[T]):
+    """Items done in any order (files parsed by workers), handed out in their order within each rank:
+    item ``i`` of rank ``ranks[i]`` comes out once every earlier item of that rank has."""
+
+    def __init__(self, ranks: list[int]) -> None:
+        self.rank = ranks
+        self.queues: dict[int, list[int]] = {}  # per rank: its items' indexes, in order
+        for i, r in enumerate(ranks):
+            self.queues.setdefault(r, []).append(i)
+        self.heads = dict.fromkeys(self.queues, 0)
+        self.pending: dict[int, T] = {}
+
+    def done(self, index: int, item: T) -> list[tuple[int, T]]:
+        """Item ``index`` is done: the items (index, item) now ready, in order."""
+        self.pending[index] = item
+        r = self.rank[index]
+        queue, out = self.queues[r], []
+        while self.heads[r] < len(queue) and queue[self.heads[r]] in self.pending:
+            i = queue[self.heads[r]]
+            self.heads[r] += 1
+            out.append((i, self.pending.pop(i)))
+        return out
+
+
+def _parse_in_workers(
+    writer: bulk.Writer,
+    inputs: list[InputFile],
+    sources: list[tuple[InputFile, int, int]],
+    parsers: ingest_workers.Parsers,
+    merged: Callable[[int], None],
+) -> list[dict[str, int]]:
+    """Parse every source in the worker processes (forked over ``inputs``, whose numbers are their
+    tasks'); this process inserts their rows (see ingest_workers). The workers learn here which inputs
+    to read and their ids in the store (``Parsers.send_ids``; the others, stored already, they leave).
+    Returns each source's row counts, in ``sources`` order. Each file's summaries, steps and timeline
+    are merged into ``writer`` as soon as its rank's files before it (in ``sources`` order) are, then
+    ``merged(rank_id)`` is called. Per rank, not over the whole run: the workers take the largest
+    files first, so the run's first file in ``sources`` order may finish late, and every timeline
+    parsed meanwhile waited for it (at 4x the benchmark's long-counters input, the kernel traces of 25
+    ranks: the ingest's peak grew 104 -> 158 MB). A rank's figures depend only on its own files, merged
+    in the same order as before."""
+    number = {id(inp): i for i, inp in enumerate(inputs)}
+    ids: list[tuple[int, int] | None] = [None] * len(inputs)
+    at: dict[int, int] = {}  # task (input number) -> its place in sources
+    for k, (inp, rank_id, source_id) in enumerate(sources):
+        ids[number[id(inp)]] = (rank_id, source_id)
+        at[number[id(inp)]] = k
+    order = InOrderPerRank[ingest_workers.Parsed]([rank_id for _inp, rank_id, _sid in sources])
+    counts: dict[int, dict[str, int]] = {}
+
+    def merge_ready(index: int, parsed: ingest_workers.Parsed) -> None:
+        for i, p in order.done(index, parsed):
+            rank_id = sources[i][1]
+            writer.merge(rank_id, sources[i][2], p)
+            counts[i] = p.counts
+            merged(rank_id)
+
+    parsers.send_ids(ids)
+    try:
+        for msg in parsers.messages(writer.answer_names):
+            if isinstance(msg, ingest_workers.RowsMsg):
+                writer.insert(msg.table, msg.rows)
+            else:
+                merge_ready(at[msg.task], msg.parsed)
+    except ingest_workers.WorkerError as e:
+        if isinstance(e.error, ingest_workers.WorkerDied):
+            where = f" while parsing {inputs[e.index].path}" if 0 <= e.index < len(inputs) else ""
+            raise InputError(
+                f"{e.error}{where}; nothing was written (the ingest was rolled back): check memory limits "
+                "(dmesg, the job's log), or ingest that file alone with PROFDB_INGEST_WORKERS=0 to see its error"
+            ) from None
+        if 0 <= e.index < len(inputs):
+            err = _read_error(inputs[e.index], e.error)
+            if err is e.error and not isinstance(err, ProfdbError):
+                raise RuntimeError(f"{inputs[e.index].path}: {e.error!r}\n{e.trace}") from e.error
+            raise err from e.error
+        raise RuntimeError(f"{e.error}\n{e.trace}") from e.error
+    assert len(counts) == len(sources)
+    return [counts[i] for i in range(len(sources))]
+
+
+def _check_store_duplicates(conn: Connection, run_id: int, run_name: str, todo: list[InputFile], allow: bool) -> None:
+    """A rank already holding a different file of the same format and kind in this run is a conflict."""
+    if allow:
+        return
+    runs.check_duplicate_kinds(
+        conn,
+        run_id,
+        run_name,
+        [(str(i.path), i.claim.identity.global_rank, i.info.format, i.info.kind) for i in todo if i.claim],
+        advice="ingest this one into another run (--run NAME), or pass --allow-duplicate-ranks if it is another "
+        "window or process of the same rank",
+    )
