@@ -50,7 +50,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 from pg_fixtures import PgServer, PgUnavailable, get_server, kernel_names, write_rocprof_run  # noqa: E402
 from sqlalchemy import create_engine, text  # noqa: E402
 
-from profdb.store import batches, bulk  # noqa: E402
+from profdb.store import bulk  # noqa: E402
+from profdb.store.batches import SHAPE_TABLES  # noqa: E402
 from profdb.store.db import open_db  # noqa: E402
 from profdb.store.ingest import ingest_paths  # noqa: E402
 
@@ -117,7 +118,7 @@ def node_rows(global_rank: int, dispatches: int, seed: int) -> tuple[list[tuple[
 
 
 def launch_shape(global_rank: int) -> dict[str, tuple[Any, ...]]:
-    """The launch shape and origin of every dispatch of a rank (bulk.SHAPE_TABLES: "launch": grid, block;
+    """The launch shape and origin of every dispatch of a rank (batches.SHAPE_TABLES: "launch": grid, block;
     "origin": device, stream, pid, tid)."""
     return {"launch": (65536, 1, 1, 256, 1, 1), "origin": (4 + global_rank % 8, 1, 4000 + global_rank, 4000 + global_rank)}
 
@@ -153,7 +154,7 @@ def load_node(
             try:
                 ids = {v: i for i, v in bulk.intern_names(conn, names, side)}
                 shape_ids = {t: bulk.intern_shapes(conn, t, [launch_shape(g)[t] for g in ranks], side)
-                             for t in batches.SHAPE_TABLES}
+                             for t in SHAPE_TABLES}
             finally:
                 side.close()
             name_id = [ids[n] for n in names]
@@ -171,7 +172,7 @@ def load_node(
                 for table, rows, cols in (("activity", acts, bulk.Writer.ACTIVITY_COLS),
                                           ("counter", ctrs, bulk.Writer.COUNTER_COLS)):
                     ni = [cols.index(c) for c in bulk.FACT_REFS[table] if c.endswith("name_id")]
-                    shaped = [(cols.index(f"{t}_id"), t) for t in batches.SHAPE_TABLES if f"{t}_id" in cols]
+                    shaped = [(cols.index(f"{t}_id"), t) for t in SHAPE_TABLES if f"{t}_id" in cols]
                     out = []
                     for r in rows:  # (a parsing worker's job: the ids into the row)
                         r2 = list(r)
