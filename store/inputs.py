@@ -118,9 +118,11 @@ def _walk(folder: Path) -> list[Path]:
 #: ~4.4 GB/s a core with AVX-512 where sha256 makes ~190-370 MB/s without SHA instructions (0013)
 ALGORITHM = "blake3"
 _BLAKE3_BYTES = 28
-#: the algorithms ``digest_of`` knows: ours, and sha256, whose digests (of the files stored before
-#: migration 0013) are 64 hex digits with no prefix; an input is compared with such a file of its size
-ALGORITHMS = (ALGORITHM, "sha256")
+#: the digest of the files stored before migration 0013: 64 hex digits with no prefix
+LEGACY_ALGORITHM = "sha256"
+#: the algorithms ``digest_of`` knows: ours, and the legacy one, with which an input is compared to a
+#: stored file of that algorithm and of the input's size
+ALGORITHMS = (ALGORITHM, LEGACY_ALGORITHM)
 
 
 def digest_of(path: Path, algorithm: str = ALGORITHM) -> str:
@@ -139,7 +141,7 @@ def digest_of_bytes(data: bytes) -> str:
 
 def algorithm_of(digest: str) -> str:
     """The algorithm of a stored ``content_hash``."""
-    return digest.partition(":")[0] if ":" in digest else "sha256"
+    return digest.partition(":")[0] if ":" in digest else LEGACY_ALGORITHM
 
 
 def _written(h: Any, algorithm: str) -> str:
@@ -155,7 +157,7 @@ INLINE_HASH_BYTES = 1 << 20
 
 class Scan:
     """Phase 1's first step: the inputs expanded (``expand``), and their hashes under way on two
-    threads (hashing reads every byte; hashlib and file reads release the GIL, so both cores work).
+    threads (hashing reads every byte; BLAKE3 and file reads release the GIL, so both cores work).
     ``prepare`` takes the hashes where it needs them. The CLI scans before it imports the store's
     modules (SQLAlchemy, numpy, pyarrow: ~0.3 s in one thread), so the hashing runs meanwhile instead
     of after. Files smaller than ``INLINE_HASH_BYTES`` are hashed at once by this thread instead, as
