@@ -335,12 +335,10 @@ class _Late:
         assert got is not None
         rank_id, source_id = got
         if isinstance(msg, RowsMsg):
+            # (row tuples always carry the ids: a file read as records waits for them, ``ready``)
             rows = msg.rows
-            if isinstance(rows, dict):  # a batch as columns: its ids are constants
-                if rows["rank_id"] == NO_ID:
-                    return msg._replace(rows={**rows, "rank_id": rank_id, "source_id": source_id})
-            elif rows and rows[0][0] == NO_ID:  # (tuples: only when read before the ids came, not today)
-                return msg._replace(rows=[(rank_id, source_id, *r[2:]) for r in rows])
+            if isinstance(rows, dict) and rows["rank_id"] == NO_ID:  # a batch as columns: ids are constants
+                return msg._replace(rows={**rows, "rank_id": rank_id, "source_id": source_id})
             return msg
         p = msg.parsed
         if p.summary and p.summary[0][0] == NO_ID:
