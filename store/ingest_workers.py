@@ -184,8 +184,10 @@ Message = NamesMsg | RowsMsg | DoneMsg | ErrorMsg | ExitMsg
 #: a task's rank and source id until the writer has sent them (``IdsMsg``; the store's ids start at 1)
 NO_ID = 0
 #: messages a worker holds while the store's ids have not come (``_Late``): at most this many batches
-#: of ~1 MB of CSV each
-HOLD = 48
+#: of ~4 MB of CSV each (rocprof_csv.BLOCK; ~1.5 MB of columns for a batch of short-name rows), or
+#: half as many small files (a batch and the file's summary each). A worker parses ~5-10 batches in
+#: the ~0.4 s the writer takes to open the store
+HOLD = 12
 
 
 def worker_count(total_bytes: int, files: int) -> int:

@@ -275,8 +275,14 @@ def _truncated(path: Path, lineno: int, n: int, width: int) -> InputError:
 # cell); a line pyarrow cannot split (a field count not the header's, a cut last line) is located and
 # reported by one pass of the csv module over the file (``_diagnose``), never silently skipped.
 
-#: bytes of CSV per record batch (a batch is parsed by one thread; ~6k long-name or ~6k short-name rows)
-BLOCK = 1 << 20
+#: bytes of CSV per record batch (a batch is parsed by one thread; ~7.7k long-name or ~23k short-name
+#: rows). Each batch costs some work per distinct name it holds, whatever its rows (a batch of a kernel
+#: trace holds nearly every kernel: decoding, categories, summary keys, the names sent to the writer),
+#: so batches of 1 MB spent ~3 ms each on the 320 names of the benchmark's long rows. Measured with 4
+#: MB (interleaved pairs, `profdb ingest` with its workers): long 4.9-5.4 -> 3.9-4.2 s wall, workers'
+#: CPU 4.8-5.0 -> 3.4-3.6 s; short workers' CPU 2.3-2.6 -> 1.8-2.5 s; 8 and 16 MB gained nothing more
+#: and held more memory.
+BLOCK = 4 << 20
 #: pyarrow's threads parse a file's blocks in parallel; a file of one block gains nothing from them and
 #: pays their start-up (2,048 files of 122 rows: 0.82 -> 0.75 ms per file read without; 1,953 rows:
 #: 3.3 -> 2.7 ms), so only files larger than a block are read with threads
