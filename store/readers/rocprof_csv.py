@@ -275,7 +275,7 @@ def _truncated(path: Path, lineno: int, n: int, width: int) -> InputError:
 # cell); a line pyarrow cannot split (a field count not the header's, a cut last line) is located and
 # reported by one pass of the csv module over the file (``_diagnose``), never silently skipped.
 
-#: bytes of CSV per record batch (a batch is parsed by one thread; ~7.7k long-name or ~23k short-name
+#: bytes of CSV per record batch (a batch is parsed by one thread; ~7.8k long-name or ~25k short-name
 #: rows). Each batch costs some work per distinct name it holds, whatever its rows (a batch of a kernel
 #: trace holds nearly every kernel: decoding, categories, summary keys, the names sent to the writer),
 #: so batches of 1 MB spent ~3 ms each on the 320 names of the benchmark's long rows. Measured with 4
