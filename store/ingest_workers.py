@@ -183,11 +183,12 @@ Message = NamesMsg | RowsMsg | DoneMsg | ErrorMsg | ExitMsg
 
 #: a task's rank and source id until the writer has sent them (``IdsMsg``; the store's ids start at 1)
 NO_ID = 0
-#: messages a worker holds while the store's ids have not come (``_Late``): at most this many batches
-#: of ~4 MB of CSV each (rocprof_csv.BLOCK; ~1.5 MB of columns for a batch of short-name rows), or
-#: half as many small files (a batch and the file's summary each). A worker parses ~5-10 batches in
-#: the ~0.4 s the writer takes to open the store
-HOLD = 12
+#: rows a worker holds while the store's ids have not come (``_Late``; a message's rows: ``_weight``):
+#: ~10 batches of ~4 MB of short-name CSV (rocprof_csv.BLOCK: ~25k rows, ~1.5 MB as columns), 32 of
+#: long-name rows, or ~100 small files of 2,000 rows, ~15 MB of columns at most. A worker parses ~5-10
+#: such batches, or ~70 such files, in the 0.4-0.8 s the writer takes to open the store (a budget of 12
+#: messages was 6 small files: the workers then waited for the ids most of that time, a core idle)
+HOLD_ROWS = 250_000
 
 
 def worker_count(total_bytes: int, files: int) -> int:
@@ -274,16 +275,17 @@ class _Late:
     """A worker's channel to the writer, whose ids for the tasks may not have come yet. The workers
     fork before the writer has imported SQLAlchemy and opened the store (``ingest.ingest_paths``: ~0.4
     s on the benchmarks' machine, with a core idle), so they start parsing meanwhile with ``NO_ID`` for
-    the ids. A column file's batches go on being parsed, up to ``HOLD`` of its messages held here; when
-    the ids come (``IdsMsg``), the held messages, and every later one built before (a summary row, a
-    batch's constant columns), get them, and those of a file the writer does not want (already stored)
-    are dropped. A file read as records waits for them first (``ready``): its batches need name ids
+    the ids. A column file's batches go on being parsed, their messages held here up to ``HOLD_ROWS``
+    rows; when the ids come (``IdsMsg``), the held messages, and every later one built before (a
+    summary row, a batch's constant columns), get them, and those of a file the writer does not want
+    (already stored) are dropped. A file read as records waits for them first (``ready``): its batches need name ids
     from the writer anyway."""
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self.ids: list[tuple[int, int] | None] | None = None
         self.held: list[RowsMsg | DoneMsg] = []
+        self.held_rows = 0
 
     def ready(self, task: Task) -> Task:
         self.wait()
@@ -304,8 +306,9 @@ class _Late:
     def send(self, msg: Message) -> None:
         if self.ids is None:
             # (the ids may have come: ``poll`` looks without waiting, so the writer is never kept idle)
-            if isinstance(msg, (RowsMsg, DoneMsg)) and len(self.held) < HOLD and not self.conn.poll():
+            if isinstance(msg, (RowsMsg, DoneMsg)) and self.held_rows < HOLD_ROWS and not self.conn.poll():
                 self.held.append(msg)
+                self.held_rows += _weight(msg)
                 return
             self.wait()
         if isinstance(msg, (RowsMsg, DoneMsg)):
@@ -325,7 +328,7 @@ class _Late:
         if not isinstance(msg, IdsMsg):
             raise RuntimeError(f"the writer sent {type(msg).__name__} before the store's ids")
         self.ids = msg.ids
-        held, self.held = self.held, []
+        held, self.held, self.held_rows = self.held, [], 0
         for m in held:
             if self.ids[m.task] is not None:
                 self.conn.send(self._complete(m))
@@ -347,6 +350,18 @@ class _Late:
             summary: Any = [(rank_id, *r[1:]) for r in p.summary]
             return msg._replace(parsed=p._replace(summary=summary))
         return msg
+
+
+def _weight(msg: RowsMsg | DoneMsg) -> int:
+    """The rows a message carries, as ``HOLD_ROWS`` counts them: a batch's rows (as columns or tuples),
+    a file's summary rows and collective calls."""
+    if isinstance(msg, DoneMsg):
+        tl = msg.parsed.timeline
+        return len(msg.parsed.summary) + (sum(map(len, tl.calls.values())) if tl is not None else 0)
+    rows = msg.rows
+    if isinstance(rows, dict):
+        return len(rows["start_ns"] if "start_ns" in rows else rows["value"])
+    return len(rows)
 
 
 class _Names:

@@ -353,22 +353,23 @@ def test_kernel_names_that_decode_alike_are_summed_as_one(
     assert sql(db, "select count(*) from activity")[0][0] == sum(c for c, _t in want.values())
 
 
-@pytest.mark.parametrize("hold", [0, 1, ingest_workers.HOLD])
+@pytest.mark.parametrize("hold", [0, 1, 5000, ingest_workers.HOLD_ROWS])
 def test_workers_forked_before_the_store_store_what_the_plain_path_stores(
     inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hold: int
 ) -> None:
     """The workers fork before SQLAlchemy is imported and the store opened (``ingest._early_workers``):
-    they parse with no ids (``NO_ID``), holding up to ``HOLD`` messages until the writer sends the
-    store's (``IdsMsg``), which complete what was built before. Holding none, one or many, the store is
-    the in-process path's, for CSV (kernel traces and counters, several batches a file) and Kineto; and a
-    second ingest adding ranks to the run skips the files stored already (the workers drop what they
-    parsed of them) and stores the new ones as the plain path does."""
+    they parse with no ids (``NO_ID``), holding messages of up to ``HOLD_ROWS`` rows until the writer
+    sends the store's (``IdsMsg``), which complete what was built before. Holding none, one or many
+    messages (a batch here is a few dozen rows), the store is the in-process path's, for CSV (kernel
+    traces and counters, several batches a file) and Kineto; and a second ingest adding ranks to the
+    run skips the files stored already (the workers drop what they parsed of them) and stores the new
+    ones as the plain path does."""
     gen = _generate()
     run = tmp_path / "run"
     gen.generate_csv(run, dispatches=4000, ranks=4, hosts=2, counters=2)
     first, rest = sorted(run.glob("rank*"))[:2], sorted(run.glob("rank*"))
     monkeypatch.setattr(rocprof_csv, "BLOCK", 1 << 14)  # (many batches a file: messages held and completed)
-    monkeypatch.setattr(ingest_workers, "HOLD", hold)
+    monkeypatch.setattr(ingest_workers, "HOLD_ROWS", hold)
     stores = {}
     for on in (False, True):
         _bulk(monkeypatch, on)
