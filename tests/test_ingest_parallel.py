@@ -419,3 +419,57 @@ def test_workers_fork_before_sqlalchemy_is_imported(inputs: Path, tmp_path: Path
     assert len(got) == len(list((inputs / "csv").glob("rank*/*/*.csv")))
     assert all(loaded == "False" for loaded, _early in got), got
     assert any(early == "True" for _loaded, early in got), got
+
+
+_SPY_RECORDS = """
+import sys
+from pathlib import Path
+from profdb.store import ingest_workers
+from profdb.store.readers import kineto_json
+seen = Path(sys.argv[1])
+came = []  # (in each worker: the store's ids came)
+plain_wait, plain_read = ingest_workers._Late.wait, kineto_json.read
+
+def wait(self):
+    plain_wait(self)
+    came.append(True)
+
+def read(path, info):
+    first = True
+    for rec in plain_read(path, info):
+        if first:
+            (seen / Path(path).name).write_text("late" if came else "early")
+            first = False
+        yield rec
+
+ingest_workers._Late.wait = wait
+kineto_json.read = read
+from profdb.cli.main import main
+sys.argv = ["profdb", "ingest", "--db", sys.argv[2], *sys.argv[3:]]
+main()
+"""
+
+
+def test_records_are_read_before_the_store_ids_come(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file read as records (real Kineto traces: four ranks of a torchrun job, tests/data/SOURCES.txt)
+    is read while the writer opens the store, before its ids come: a worker waits for them at its first
+    batch of rows (``_parse``'s ``with_ids``), not before it opens the file. The store is the in-process
+    path's."""
+    import os
+    import subprocess
+
+    traces = sorted((ROOT / "tests/data/kineto/torchrun4_cpu").glob("rank*.json.gz"))
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    env = {**os.environ, ingest_workers.ENV_WORKERS: "2"}
+    db = tmp_path / "workers.db"
+    r = subprocess.run([sys.executable, "-c", _SPY_RECORDS, str(seen), str(db), *map(str, traces)], env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    got = {f.name: f.read_text() for f in seen.iterdir()}
+    assert sorted(got) == [t.name for t in traces]
+    assert "early" in got.values(), got  # (the writer imports SQLAlchemy and opens the store meanwhile: ~0.3 s)
+    _bulk(monkeypatch, False)
+    here = tmp_path / "here.db"
+    ingest.ingest_paths(traces, str(here))
+    assert _content(db) == _content(here)
