@@ -22,8 +22,8 @@ Optional, for kinds read as columns (rocprofv3 kernel and counter CSV; ``store/c
 
 ``COLUMNAR_KINDS``                    the ``SourceInfo.kind`` values ``read_columns`` takes
 ``read_columns(path, info) -> Iterator[columnar.Batch]``   the rows as numpy/pyarrow column batches
-``warm_up()``                         imports what ``read_columns`` needs (numpy, pyarrow); the ingest
-                                      calls it before forking its workers, when a file is read as columns
+``warm_up()``                         imports what ``read_columns`` needs (numpy, pyarrow); each ingest
+                                      worker calls it as it starts, when a file is read as columns
 ``read_group(paths, info) -> list[list[columnar.Batch]] | None``
                                       several small files of one kind at once: each file's batches, as
                                       ``read_columns`` gives them, or None when they cannot be read
