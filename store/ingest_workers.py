@@ -278,8 +278,8 @@ class _Late:
     the ids. A column file's batches go on being parsed, their messages held here up to ``HOLD_ROWS``
     rows; when the ids come (``IdsMsg``), the held messages, and every later one built before (a
     summary row, a batch's constant columns), get them, and those of a file the writer does not want
-    (already stored) are dropped. A file read as records is read up to its first batch of rows meanwhile, and waits
-    for them there (``ready``): its rows need name ids from the writer anyway."""
+    (already stored) are dropped. A file read as records is read up to its first batch of rows
+    meanwhile, and waits for them there (``ready``): its rows need name ids from the writer anyway."""
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -615,15 +615,15 @@ def _worker(tasks: list[Task], counter: Any, conn: Connection, current: Any = No
     lifetime.leave_signals_to_parent()
     lifetime.die_with_parent()
     os.nice(WORKER_NICE)
-    # (while the writer opens the store; only when some file is read as columns: the other ingests do
-    # not load pyarrow)
-    for name in sorted({t.reader for t in tasks if _column_reader(t) is not None}):
-        cast(ColumnReader, readers.by_name(name)).warm_up()
     late = _Late(conn)
     names = _Names(late)
     cats: dict[tuple[str, str], str] = {}
     task: Task | None = None
     try:
+        # (while the writer opens the store; only when some file is read as columns: the other ingests
+        # do not load pyarrow)
+        for name in sorted({t.reader for t in tasks if _column_reader(t) is not None}):
+            cast(ColumnReader, readers.by_name(name)).warm_up()
         while True:
             with counter.get_lock():
                 i = counter.value
