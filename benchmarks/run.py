@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -225,6 +226,13 @@ GROUP BY per.name_id ORDER BY imbalance DESC LIMIT 10;
 """
 
 
+def pair_note(pairs: list[float]) -> str:
+    """The ratio of each repetition's two runs, taken back to back (the headline ratio divides the best
+    of each side, which on a host whose speed drifts may come from different moments)."""
+    return (f"pair ratios (repetition k of both sides, back to back): {', '.join(fmt_ratio(r) for r in pairs)}; "
+            f"median {fmt_ratio(statistics.median(pairs))}")
+
+
 def fmt_ratio(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.3f}"
 
@@ -343,7 +351,8 @@ def bench_csv_ingest(b: Bench, shape: CsvShape) -> Measured:
         f"{ing.wall_s:.2f} s ({ing.cpu_s:.1f} s CPU, {ing.cores:.2f} cores, {ing.tree_peak_mb:.0f} MB)",
         f"{imp.wall_s:.2f} s ({imp.cpu_s:.1f} s CPU)",
         f"{' '.join(cmd[:5])} {c1}/rank*  vs  sqlite3 DB '.import --csv FILE table' per file",
-        [f"CPU-time ratio {fmt_ratio(cpu_ratio)} (profdb's CPU seconds, all processes / sqlite3's)"],
+        [f"CPU-time ratio {fmt_ratio(cpu_ratio)} (profdb's CPU seconds, all processes / sqlite3's)",
+         pair_note([i.wall_s / m.wall_s for i, m in zip(ingests, imps)])],
         cpu_ratio=cpu_ratio))
     return ing
 
@@ -407,7 +416,8 @@ def bench_kineto(b: Bench, many: bool = False) -> None:
         f"{hta_res['load_s']:.2f} s load ({hta.wall_s:.2f} s process, {hta.cpu_s:.1f} s CPU with imports, "
         f"{hta.tree_peak_mb:.0f} MB)",
         f"{' '.join(cmd[:5])} {kdir}/rank-*.json  vs  TraceAnalysis(trace_dir={kdir})",
-        [f"CPU-time ratio {fmt_ratio(ki.cpu_s / hta.cpu_s if hta.cpu_s else None)} (HTA's process, imports included)"],
+        [f"CPU-time ratio {fmt_ratio(ki.cpu_s / hta.cpu_s if hta.cpu_s else None)} (HTA's process, imports included)",
+         pair_note([k.wall_s / r["load_s"] for k, (_m, r) in zip(kis, htas)])],
         cpu_ratio=ki.cpu_s / hta.cpu_s if hta.cpu_s else None))
 
 
