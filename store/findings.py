@@ -23,7 +23,7 @@ from .units import fmt_ns
 
 #: the version of what ``run_analysis`` holds and how it is computed: raise it when either changes (the
 #: verdict's thresholds are in the fingerprint already), and every stored row is then stale
-ANALYSIS_VERSION = 1
+ANALYSIS_VERSION = 2  # 2: the cause weighs extra work against extra idle time (store/verdict.py, rule 4)
 #: the analysis's tuning, part of the fingerprint: a row computed with other thresholds is stale
 _TUNING = (verdict.TIE_RATIO, verdict.MATERIAL, verdict.LATE_SHARE, verdict.ALPHA, verdict.COMPUTE_RATIO,
            verdict.EXPLAINED, collectives.TIE_NS, collectives.END_SPREAD_FLOOR_NS, collectives.END_SPREAD_SHARE,

@@ -24,14 +24,19 @@ The rule, from ``Analysis`` (a_{i,r}, wait, wait caused as defined in store/coll
       at least COMPUTE_RATIO (1.5x) the peers' work before its collectives (below). With few
       collectives (3 steps of DDP: one all_reduce each) (a) can never pass, and a rank doing half
       again as much work as every peer before the collectives it is last at is the straggler.
-4. **Cause**: work ratio = median over instances (the first left out when there are 3 or more: its
-   window starts where the rank's profile does) of c's busy time in the window before the collective
-   over the median of the other ranks' busy time in theirs (``work_ratio``). >= COMPUTE_RATIO: "device
-   compute" (or "CPU compute" when the ranks have no device work): its own work is longer. Also
-   compute when its extra work explains at least EXPLAINED (half) of its lateness (``extra_work``: the
-   median over instances of c's busy time before the collective minus the peers' median, against the
-   median of how late c arrives): a rank 1.2x slower in every step is late by exactly that. Else
-   "host side": it does no more work, it starts late (data loading, host code, launches).
+4. **Cause**: what most of c's longer time before its collectives is. Per instance (the first left
+   out when there are 3 or more: its window starts where the rank's profile does), c's window
+   before the collective is its busy time plus its idle time; ``extra_work`` takes the medians of
+   c's busy time minus the peers' median busy time (extra work) and of its idle time minus theirs
+   (extra idle). "device compute" (or "CPU compute" when the ranks have no device work) when the
+   extra work is at least EXPLAINED (half) of the two together: its own work is longer (a rank
+   1.2x slower in every step is late by exactly that); else "host side": it sits idle before its
+   work (data loading, host code, launches), even when its work is also longer (a rank that sleeps
+   before each block and then computes 1.6x slower, seen on CI: 28% of its lateness is its work,
+   and a work ratio alone had named "compute"). Only when c's window is not longer than the peers'
+   (its lateness is not in its own window) does the work ratio decide: >= COMPUTE_RATIO, or extra
+   work at least EXPLAINED of how late it arrives, is compute. The line gives the work ratio (c's
+   busy time over the peers' median, ``work_ratio``) and, for host side, the two extras.
 
 Confidence reported with every verdict: k_c of n instances, the p-value of 3a, c's share of all the
 wait, the share of the others' time spent waiting on it."""
@@ -39,6 +44,7 @@ wait, the share of the others' time spent waiting on it."""
 from __future__ import annotations
 
 import bisect
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple
@@ -112,6 +118,8 @@ class Seen(NamedTuple):
     arrival: int
     peers_arrival: float
     window: int
+    #: the median of the others' idle time in their windows (window minus busy)
+    peers_idle: float
 
 
 def rank_view(analysis: Analysis, rank: int) -> list[Seen]:
@@ -124,8 +132,10 @@ def rank_view(analysis: Analysis, rank: int) -> list[Seen]:
             arrived = sorted(i.times)
             mine = i.times[p]
             # without one arrival equal to the rank's (which one does not change the median)
+            idle = sorted(map(operator.sub, i.window, i.busy_before))
             out.append(Seen(i.busy_before[p], _others_median(i.busy_before, p), mine,
-                            _sorted_median_without(arrived, bisect.bisect_left(arrived, mine)), i.window[p]))
+                            _sorted_median_without(arrived, bisect.bisect_left(arrived, mine)), i.window[p],
+                            _sorted_median_without(idle, bisect.bisect_left(idle, i.window[p] - i.busy_before[p]))))
     return out
 
 
@@ -146,14 +156,33 @@ def work_ratio(analysis: Analysis, rank: int, view: list[Seen] | None = None) ->
     return _median(ratios) if ratios else None
 
 
-def extra_work(analysis: Analysis, rank: int, view: list[Seen] | None = None) -> tuple[float, float] | None:
-    """(median extra busy time of ``rank`` before its collectives over the peers' median, median of
-    how late it arrives vs the others' median arrival), in ns; the first instance left out when there
-    are 3 or more (as ``work_ratio``). None when unknown."""
+class Extra(NamedTuple):
+    """A rank against the others before its collectives (``extra_work``), medians over instances."""
+
+    #: its busy time in the window before the collective minus the others' median
+    work: float
+    #: its idle time in that window (window minus busy) minus the others' median
+    idle: float
+    #: its arrival minus the others' median arrival
+    late: float
+
+    def work_explains(self) -> bool | None:
+        """Whether the extra work is at least EXPLAINED of the extra window (extra work plus extra
+        idle); None when the window is not longer (the lateness is not in the rank's own window)."""
+        longer = self.work + self.idle
+        return self.work >= EXPLAINED * longer if longer > 0 else None
+
+
+def extra_work(analysis: Analysis, rank: int, view: list[Seen] | None = None) -> Extra | None:
+    """How much more ``rank`` works and idles before its collectives than the others, and how late it
+    arrives (``Extra``: medians over instances, in ns); the first instance left out when there are 3
+    or more (as ``work_ratio``). None when unknown."""
     seen = _skip_first(rank_view(analysis, rank) if view is None else view)
     if not seen:
         return None
-    return _median([x.busy - x.peers_busy for x in seen]), _median([x.arrival - x.peers_arrival for x in seen])
+    return Extra(_median([x.busy - x.peers_busy for x in seen]),
+                 _median([x.window - x.busy - x.peers_idle for x in seen]),
+                 _median([x.arrival - x.peers_arrival for x in seen]))
 
 
 def _median(values: list[float] | list[int]) -> float:
@@ -218,8 +247,6 @@ def decide(analysis: Analysis, identities: Mapping[int, RankIdentity]) -> Verdic
                        "others' time)")
     plurality = len(counts) >= 1 and c.last == counts[0] and (len(counts) == 1 or counts[1] < c.last)
     compute = ratio is not None and ratio >= COMPUTE_RATIO
-    explained = extra_work(analysis, c.rank, view)
-    explains = explained is not None and explained[1] > 0 and explained[0] >= EXPLAINED * explained[1]
     if not (p <= ALPHA or (plurality and compute)):
         return replace(base, line=f"no clear straggler: {spread}; rank {c.rank} entered last at {c.last} of {n} and "
                        "caused the most wait, but "
@@ -227,15 +254,27 @@ def decide(analysis: Analysis, identities: Mapping[int, RankIdentity]) -> Verdic
                        + (f"{ratio:.2f}x" if ratio is not None else "unknown vs") + " the others'")
     domain = c.work_domain or "device"
     what = "device" if domain == "device" else "CPU"
-    if compute or explains:
+    extra = extra_work(analysis, c.rank, view)
+    explains = extra.work_explains() if extra is not None else None
+    if explains is None:  # its window is not longer than the others': the work ratio and the lateness
+        explains = compute or (extra is not None and extra.late > 0 and extra.work >= EXPLAINED * extra.late)
+    shown = f"{ratio:.2f}x" if ratio is not None else "unknown vs"
+    if explains:
         cause = "compute"
         why = f"cause: {what} compute: it did {ratio or 0:.2f}x the others' {what} work before its collectives"
-        if explained is not None and not compute:
-            why += (f" ({fmt_ns(explained[0])} more per collective, against {fmt_ns(explained[1])} late: the extra "
+        if extra is not None and not compute and extra.late > 0 and extra.work >= EXPLAINED * extra.late:
+            why += (f" ({fmt_ns(extra.work)} more per collective, against {fmt_ns(extra.late)} late: the extra "
                     "work explains the lateness)")
+        elif extra is not None and not compute:
+            why += (f" ({fmt_ns(extra.work)} more per collective, against {fmt_ns(max(extra.idle, 0))} more idle: "
+                    "the extra work is most of its longer time before them)")
+    elif extra is not None and extra.work + extra.idle > 0:
+        cause = "host"
+        more = f"against {fmt_ns(extra.work)} more" if extra.work > 0 else "with no more"
+        why = (f"cause: host side: before each collective it is idle {fmt_ns(extra.idle)} longer than the others, "
+               f"{more} {what} work ({shown} theirs); it reaches them late (data loading, host code, launches)")
     else:
         cause = "host"
-        shown = f"{ratio:.2f}x" if ratio is not None else "no"
         why = (f"cause: host side: no longer {what} work on this rank ({shown} the others' before its collectives); "
                "it reaches them late (data loading, host code, launches)")
     return replace(base, rank=c.rank, line=f"likely straggler: {label(c.rank, ident(c.rank))}: {evidence}; {why}",

@@ -348,6 +348,39 @@ def test_a_rank_always_last_by_milliseconds_is_named_host_side() -> None:
     assert v.line.startswith("likely straggler: rank 1 (host n1, local_rank 1): entered last at 20 of 20 collectives")
 
 
+def _slow_rank_1(work_ns: int, idle_ns: int, blocks: int = 20) -> Analysis:
+    """Two CPU ranks, one all_reduce after each block of one op; rank 0's op takes 5 ms, rank 1's
+    ``work_ns``, and rank 1 idles ``idle_ns`` before it (a data loader's wait)."""
+    acts: dict[int, list[Activity]] = {0: [], 1: []}
+    t = 0
+    for _ in range(blocks):
+        arrive = {0: t + 5_000_000, 1: t + idle_ns + work_ns}
+        leave = max(arrive.values()) + 100_000
+        for r, work in ((0, 5_000_000), (1, work_ns)):
+            acts[r].append(Activity("cpu_op", "aten::mm", arrive[r] - work, work, pid=1, tid=1))
+            acts[r].append(Activity("annotation", "gloo:all_reduce", arrive[r], leave - arrive[r], pid=1, tid=2))
+        t = leave
+    return analyze([summarize_rank(r, acts[r]) for r in (0, 1)], {r: RankIdentity("h", r) for r in (0, 1)})
+
+
+@pytest.mark.parametrize(("work_ms", "idle_ms", "cause"), [
+    (8, 10, "host"),     # 1.6x the work, but idle 10 ms more: 3 of its 13 ms late are work (CI's late:0, 23%)
+    (16, 0, "compute"),  # 3.2x the work, no idle
+    (8, 2, "compute"),   # 1.6x the work, 3 of its 5 ms late
+    (6, 0, "compute"),   # 1.2x the work, all of its lateness: below the ratio, the extra work explains it
+    (5, 4, "host"),      # the same work, late by its idle time
+])
+def test_the_cause_is_what_most_of_the_longer_time_before_the_collectives_is(work_ms: int, idle_ms: int,
+                                                                              cause: str) -> None:
+    v = straggler_verdict(_slow_rank_1(work_ms * 1_000_000, idle_ms * 1_000_000), {})
+    assert v.rank == 1 and v.cause == cause, v.line
+    assert v.work_ratio == pytest.approx(work_ms / 5)
+    more = f"against {work_ms - 5} ms more" if work_ms > 5 else "with no more"
+    if cause == "host":
+        assert (f"cause: host side: before each collective it is idle {idle_ms} ms longer than the others, {more} "
+                f"CPU work ({work_ms / 5:.2f}x theirs); it reaches them late") in v.line, v.line
+
+
 # --- what marks a collective, per format -------------------------------------------------------------
 
 

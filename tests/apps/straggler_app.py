@@ -8,7 +8,11 @@ Every step does ``LAYERS`` blocks of (matmuls, then a blocking all_reduce), so t
 - ``compute:R``: rank R does 3x the matmuls of each block (its ops are longer: a compute straggler);
 - ``late:R``: rank R sleeps before each block, as long as its previous block's compute took (at least
   LATE_S): a slow data loader; its ops are the same length, it is only late to every collective, by
-  about half its time between collectives however fast the machine is at the moment.
+  about half its time between collectives however fast the machine is at the moment;
+- ``mixed:R``: both, rank R does 2x the matmuls and sleeps as long as its previous block took: its
+  ops are 2x longer, but two thirds of its lateness is the sleep (a host-side straggler whose work is
+  also longer: seen on CI as ``late:R`` on a machine where the sleeping rank's core then ran 1.6x
+  slower).
 
 Each rank pins itself to one core (``local_rank % cores``) and uses one intra-op thread, so on a
 two-core machine the two ranks do not take each other's time. Other processes can still take a
@@ -49,8 +53,8 @@ def parse_plant(text: str) -> tuple[str, int | None]:
     if text == "none":
         return "none", None
     kind, _, rank = text.partition(":")
-    if kind not in ("compute", "late") or not rank.isdigit():
-        raise SystemExit(f"--plant {text!r}: expected none, compute:R or late:R")
+    if kind not in ("compute", "late", "mixed") or not rank.isdigit():
+        raise SystemExit(f"--plant {text!r}: expected none, compute:R, late:R or mixed:R")
     return kind, int(rank)
 
 
@@ -62,14 +66,15 @@ def train(steps: int, rank: int, plant: tuple[str, int | None], prof: profile) -
     w = torch.randn(SIZE, SIZE) / SIZE**0.5
     x = torch.randn(SIZE, SIZE)
     kind, who = plant
-    matmuls = MATMULS * 3 if kind == "compute" and who == rank else MATMULS
+    planted = who == rank
+    matmuls = MATMULS * {"compute": 3, "mixed": 2}.get(kind, 1) if planted else MATMULS
     block_s = LATE_S
     wall = cpu = 0.0
     enter: list[int] = []
     compute: list[int] = []
     for _ in range(steps):
         for layer in range(LAYERS):
-            if kind == "late" and who == rank:
+            if kind in ("late", "mixed") and planted:
                 time.sleep(max(LATE_S, block_s))
             t0, c0 = time.perf_counter(), time.thread_time()
             with record_function(f"block{layer}"):
