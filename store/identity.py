@@ -167,7 +167,7 @@ def resolve_file(
     ``section``: the hint is one rank section of a file holding several ranks (a merged Metrix
     file): the file's own path and manifest speak for the file as a whole, not for this section."""
     cache = manifest_cache if manifest_cache is not None else {}
-    mpath = None if section else find_manifest(path, stop)
+    mpath = None if section else find_manifest(path, stop, is_file=True)
     manifest = None
     if mpath is not None:
         if mpath not in cache:

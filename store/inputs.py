@@ -18,10 +18,10 @@ import blake3
 from . import readers
 from .errors import InputError, RankIdentityError
 from .identity import RANK_DIR, IdentityFlags, RankClaim, RankPlan, check_claims, resolve_file
-from .manifest import MANIFEST_NAME, RankManifest, remembered_folders
+from .manifest import MANIFEST_NAME, RankManifest, real_path, remembered_folders
 from .readers.base import Reader, has_rank_sections, remembered_heads, whole_file
 from .records import SourceInfo
-from .validate import check_readable, inspect_file, regular_file, unreadable_folder
+from .validate import check_readable, inspect_file, unreadable_folder
 
 
 @dataclass
@@ -62,7 +62,7 @@ def expand(
                 folder_files = _walk(q)
                 hits = 0
                 for f in folder_files:
-                    check_readable(f)
+                    check_readable(f, INLINE_HASH_BYTES)
                     r = forced if (forced and forced.detect(f)) else (None if forced else readers.detect(f))
                     if r is None:
                         unknown.append(f)
@@ -78,7 +78,7 @@ def expand(
                         f"supported formats: {', '.join(n for n, _ in readers.formats())} (see `profdb formats`)"
                     )
             elif q.is_file():
-                check_readable(q)
+                check_readable(q, INLINE_HASH_BYTES)
                 r = forced or readers.detect(q)
                 if r is None:
                     raise InputError(
@@ -92,10 +92,11 @@ def expand(
             else:
                 raise InputError(f"{q}: not a regular file or folder")
     # the same file named twice (a folder and a file inside it) is read once
-    seen: set[Path] = set()
+    seen: set[str] = set()
     unique = []
+    folders: dict[str, str] = {}
     for f, r in found:
-        key = f.resolve()
+        key = real_path(f, folders)
         if key not in seen:
             seen.add(key)
             unique.append((f, r))
@@ -103,13 +104,36 @@ def expand(
 
 
 def _walk(folder: Path) -> list[Path]:
-    out = []
-    for root, dirs, files in os.walk(folder, onerror=unreadable_folder):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in sorted(files):
-            if name.startswith(".") or name == MANIFEST_NAME or not regular_file(Path(root) / name):
+    """The regular files below ``folder`` (symlinks to files followed, to folders not walked; names
+    starting with a dot and manifests left out), in ``os.walk``'s top-down order with names sorted.
+    Its own walk over ``os.scandir``: an entry's type comes with the listing, so a regular file
+    costs no ``stat`` (a link one), where ``os.walk`` and a ``stat`` per file took ~0.1 ms a file
+    (2,048 rank folders: 0.2 -> 0.1 s)."""
+    out: list[Path] = []
+    stack = [(os.fspath(folder), folder)]
+    while stack:
+        top, base = stack.pop()
+        try:
+            with os.scandir(top) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as e:
+            unreadable_folder(e)
+            continue
+        folders = []
+        for entry in entries:
+            name = entry.name
+            if name.startswith("."):
                 continue
-            out.append(Path(root) / name)
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                is_dir = False
+            if is_dir:
+                if not entry.is_symlink():
+                    folders.append((entry.path, base / name))
+            elif name != MANIFEST_NAME and entry.is_file():  # a regular file, links followed (a FIFO
+                out.append(base / name)  # named *.csv would block, or never end, its first read)
+        stack.extend(reversed(folders))
     return out
 
 
@@ -160,8 +184,8 @@ class Scan:
     threads (hashing reads every byte; BLAKE3 and file reads release the GIL, so both cores work).
     ``prepare`` takes the hashes where it needs them. The CLI scans before it imports the store's
     modules (SQLAlchemy, numpy, pyarrow: ~0.3 s in one thread), so the hashing runs meanwhile instead
-    of after. Files smaller than ``INLINE_HASH_BYTES`` are hashed at once by this thread instead, as
-    each is found (from the bytes its detection read when that was all of it, ``HEAD_READ``): on
+    of after. Files up to ``INLINE_HASH_BYTES`` are hashed at once by this thread instead, as each
+    is found, from the bytes its readability check read (the whole file, ``check_readable``): on
     2,048 files of 80 kB the threads' opens and reads, each taking and giving back the GIL, slowed
     this thread's own work on every file (phase 1 before the store is opened: 1.30 -> 1.06 s, CPU
     -0.45 s). A context manager: leaving it stops the hashing not yet begun."""

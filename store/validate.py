@@ -167,23 +167,15 @@ def rank_hint(hint: RankHint, path: Path, origin: str, skip: set[str] | frozense
         )
 
 
-def regular_file(path: Path) -> bool:
-    """True for a regular file (symlinks followed). Folder expansion walks only these: a FIFO, a
-    socket or a device named ``*.csv`` would block (or never end) the first read of its content."""
-    import stat
-
-    try:
-        return stat.S_ISREG(path.stat().st_mode)
-    except OSError:
-        return False
-
-
-def check_readable(path: Path) -> None:
+def check_readable(path: Path, whole_up_to: int = 0) -> None:
     """An input file profdb cannot open (permissions, a vanished file) is an error naming it, before
-    detection would call it 'not a profiler output' or a folder's walk would skip it quietly."""
+    detection would call it 'not a profiler output' or a folder's walk would skip it quietly. The
+    head read is kept for detection (``readers.base.read_head``: the whole file when it is at most
+    ``whole_up_to`` bytes)."""
+    from .readers.base import read_head
+
     try:
-        with open(path, "rb") as f:
-            f.read(1)
+        read_head(path, whole_up_to)
     except OSError as e:
         raise InputError(
             f"{path}: cannot read it ({e.strerror or e}); check its permissions (ls -l), "

@@ -418,3 +418,59 @@ def test_unreadable_inputs_are_named(tmp_path: Path, db_path: Path, seeded: byte
             locked.chmod(0o755 if locked.is_dir() else 0o644)
         assert r.returncode == 1 and message in r.stderr and "Traceback" not in r.stderr, (given, r.stderr)
         assert file_bytes(db_path) == seeded
+
+
+def test_folder_walk_keeps_os_walks_files_and_order(tmp_path: Path) -> None:
+    # inputs._walk lists a folder with os.scandir (no stat per file); what it keeps, and in which
+    # order, is what os.walk and a stat per file kept: regular files and links to them, sorted, top
+    # down; no FIFO (or link to one), no dot names, no manifest, no walk into a linked folder
+    import stat
+
+    from profdb.store import inputs
+    from profdb.store.manifest import MANIFEST_NAME
+
+    root = tmp_path / "job"
+    for folder in ("b/z", "a", "a/c", ".hidden", "a/c/d"):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+    for f in ("b/z/1.csv", "b/0.csv", "a/x.csv", "a/c/d/deep.csv", ".hidden/h.csv", "a/.dot.csv", "Z.csv",
+              "a/c/" + MANIFEST_NAME, "B.csv"):
+        (root / f).write_text("x")
+    os.mkfifo(root / "a" / "fifo.csv")
+    (root / "a" / "link.csv").symlink_to(root / "b" / "0.csv")
+    (root / "a" / "fifo_link.csv").symlink_to(root / "a" / "fifo.csv")
+    (root / "a" / "dangling.csv").symlink_to(root / "nowhere.csv")
+    (root / "linked_folder").symlink_to(root / "b")
+    expected = []
+    for top, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(files):
+            p = Path(top) / name
+            try:
+                regular = stat.S_ISREG(p.stat().st_mode)
+            except OSError:
+                regular = False
+            if not name.startswith(".") and name != MANIFEST_NAME and regular:
+                expected.append(p)
+    got = inputs._walk(root)
+    assert got == expected
+    assert [p.relative_to(root).as_posix() for p in got] == [
+        "B.csv", "Z.csv", "a/link.csv", "a/x.csv", "a/c/d/deep.csv", "b/0.csv", "b/z/1.csv"]
+
+
+def test_real_path_with_remembered_folders_is_realpath(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the same file named twice (through a linked folder, a link to it, a relative path, "..") is
+    # read once: inputs.expand keys files by manifest.real_path, which remembers resolved folders
+    from profdb.store.manifest import real_path
+
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "f.csv").write_text("x")
+    (tmp_path / "l").symlink_to(tmp_path / "a" / "b")
+    (tmp_path / "a" / "lf.csv").symlink_to(tmp_path / "a" / "b" / "f.csv")
+    (tmp_path / "up").symlink_to(tmp_path / "a" / "b")  # up/.. is a/, not tmp_path
+    monkeypatch.chdir(tmp_path / "a")
+    folders: dict[str, str] = {}
+    names = [tmp_path / "a" / "b" / "f.csv", tmp_path / "l" / "f.csv", Path("lf.csv"), Path("b/f.csv"),
+             tmp_path / "up" / ".." / "b" / "f.csv", tmp_path / "l" / "missing.csv"]
+    for p in names + names:  # the second time from the remembered folders
+        assert real_path(p, folders) == os.path.realpath(p), p
+    assert len({real_path(p, folders) for p in names[:5]}) == 1

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import zlib
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -160,6 +161,29 @@ def head(path: Path, size: int = 65536) -> bytes:
         while len(heads) > _HEADS_KEPT:
             heads.popitem(last=False)
     return data[:size]
+
+
+def read_head(path: Path, whole_up_to: int = 0) -> None:
+    """Open and read ``path`` (raising ``OSError`` when it cannot be), keeping its head for ``head``
+    while heads are remembered: the whole file when it is at most ``whole_up_to`` bytes (for
+    ``whole_file``), else ``HEAD_READ`` bytes. One open then serves the readability check, every
+    reader's ``detect`` and the hash of a small file (three opens and reads before: ~0.1 ms a file
+    on 2,048 small CSV files)."""
+    heads = _heads
+    with open(path, "rb") as f:
+        if heads is None:
+            f.read(1)
+            return
+        size = os.fstat(f.fileno()).st_size
+        want = size + 1 if size <= whole_up_to else HEAD_READ
+        data = f.read(max(want, HEAD_READ))
+    if data[:2] == GZIP_MAGIC:  # its head is the decompressed content: ``head`` reads it
+        return
+    key = str(path)
+    heads[key] = (data, len(data) < max(want, HEAD_READ), True)
+    heads.move_to_end(key)
+    while len(heads) > _HEADS_KEPT:
+        heads.popitem(last=False)
 
 
 def whole_file(path: Path) -> bytes | None:
