@@ -14,7 +14,6 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from ..columnar import ActivityColumns, Batch, CounterColumns, Ints
@@ -227,6 +226,10 @@ def _as_ints(path: Path, col: pa.Array, first_row: int, field: str) -> Ints:
     """An int64 column (parsed by pyarrow) or one read as text after an odd cell came up: the text is
     converted by pyarrow where it can be, else cell by cell as ``_int`` reads it (``64.0`` -> 64)."""
     if col.type != pa.int64():
+        # (pyarrow.compute only here, for a column with an odd cell: importing it costs each worker
+        # ~75 ms as it starts, before its first parse)
+        import pyarrow.compute as pc
+
         try:
             col = pc.cast(pc.if_else(pc.equal(col, ""), pa.scalar(None, pa.string()), col), pa.int64())
         except pa.ArrowInvalid:
