@@ -188,7 +188,8 @@ def read_head(path: Path, whole_up_to: int = 0) -> None:
 
 def whole_file(path: Path) -> bytes | None:
     """The whole content of ``path`` as its remembered head holds it (``remembered_heads``: a file
-    smaller than ``HEAD_READ`` whose head was read, not gzip-compressed), else None."""
+    read whole by ``read_head``, or smaller than ``HEAD_READ`` when its head was read; not
+    gzip-compressed), else None."""
     remembered = _heads.get(str(path)) if _heads is not None else None
     if remembered is None:
         return None
