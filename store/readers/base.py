@@ -156,11 +156,18 @@ def head(path: Path, size: int = 65536) -> bytes:
     except (OSError, EOFError, zlib.error):
         return b""
     if heads is not None:
-        heads[key] = (data, len(data) < want, raw)
-        heads.move_to_end(key)
-        while len(heads) > _HEADS_KEPT:
-            heads.popitem(last=False)
+        _remember(heads, key, data, want, raw)
     return data[:size]
+
+
+def _remember(heads: OrderedDict[str, tuple[bytes, bool, bool]], key: str, data: bytes, asked: int,
+              raw: bool) -> None:
+    """Keep ``data``, read asking for ``asked`` bytes, as ``key``'s head (the whole content when fewer
+    came), dropping the least recently used beyond ``_HEADS_KEPT``."""
+    heads[key] = (data, len(data) < asked, raw)
+    heads.move_to_end(key)
+    while len(heads) > _HEADS_KEPT:
+        heads.popitem(last=False)
 
 
 def read_head(path: Path, whole_up_to: int = 0) -> None:
@@ -175,15 +182,11 @@ def read_head(path: Path, whole_up_to: int = 0) -> None:
             f.read(1)
             return
         size = os.fstat(f.fileno()).st_size
-        want = size + 1 if size <= whole_up_to else HEAD_READ
-        data = f.read(max(want, HEAD_READ))
+        want = max(size + 1 if size <= whole_up_to else 0, HEAD_READ)
+        data = f.read(want)
     if data[:2] == GZIP_MAGIC:  # its head is the decompressed content: ``head`` reads it
         return
-    key = str(path)
-    heads[key] = (data, len(data) < max(want, HEAD_READ), True)
-    heads.move_to_end(key)
-    while len(heads) > _HEADS_KEPT:
-        heads.popitem(last=False)
+    _remember(heads, str(path), data, want, True)
 
 
 def whole_file(path: Path) -> bytes | None:

@@ -1,7 +1,8 @@
 """rocprofv3 kernel_trace and counter_collection CSV read as column batches by pyarrow (see the comment
 above ``rocprof_csv.BLOCK``). Imported by rocprof_csv when such a file is read (or by ``warm_up`` as
-an ingest's worker starts), not with the readers: numpy and pyarrow with its compute functions cost
-~0.1-0.2 s of the start-up of every ingest, and only these two kinds need them."""
+an ingest's worker starts), not with the readers: numpy and pyarrow cost ~0.1-0.2 s of the start-up
+of every ingest, and only these two kinds need them (pyarrow's compute functions, ~75 ms more, only
+for a column with an odd cell: ``_as_ints``)."""
 
 from __future__ import annotations
 
