@@ -800,8 +800,11 @@ class Writer:
         raw = self.conn.connection.driver_connection  # (the same connection, in the same transaction)
         assert raw is not None
         insert_block(raw, table, bound, arrays, literals)
-        # (a column batch is one file's: its rank and source ids are one int each, ingest_columns)
-        self.spans.added(table, columns["rank_id"], columns["source_id"], _length(arrays[0]))
+        # (a batch is one file's, its rank and source ids one int each, or several small files' in
+        # order, ``segments`` naming them: ingest_columns.concat)
+        self.spans.added_runs(
+            table, columns.get("segments") or [(columns["rank_id"], columns["source_id"], _length(arrays[0]))]
+        )
 
     def _ids_of(self, column: Interned) -> Any:
         """An ``Interned`` column's ids: one int when every row has one value, else an int64 array."""

@@ -44,26 +44,35 @@ class Spans:
 
     def added(self, table: str, rank_id: int, source_id: int, rows: int) -> None:
         """``rows`` rows of one file (``rank_id``, ``source_id``) were just appended to ``table``."""
-        if not self.on or rows <= 0:
+        self.added_runs(table, [(rank_id, source_id, rows)])
+
+    def added_runs(self, table: str, runs: Iterable[tuple[int, int, int]]) -> None:
+        """Rows were just appended to ``table`` in one batch: ``runs`` says whose, in their order, as
+        (rank_id, source_id, rows) (a batch of several small files' rows: ``ingest_columns.concat``)."""
+        if not self.on:
             return
+        runs = [r for r in runs if r[2] > 0]
         first = self._next.get(table)
-        if first is None:
-            first = self._next[table] = self._max_id(table) - rows + 1
-        last = first + rows - 1
-        self._next[table] = last + 1
+        if first is None:  # (the batch's rows end at the table's largest id)
+            first = self._max_id(table) - sum(r[2] for r in runs) + 1
         spans = self._spans[table]
-        if spans and spans[-1][1] == source_id and spans[-1][3] == first - 1:
-            spans[-1][3] = last  # (the file's previous batch came just before: one span)
-        else:
-            spans.append([rank_id, source_id, first, last])
+        for rank_id, source_id, rows in runs:
+            last = first + rows - 1
+            if spans and spans[-1][1] == source_id and spans[-1][3] == first - 1:
+                spans[-1][3] = last  # (the file's previous rows came just before: one span)
+            else:
+                spans.append([rank_id, source_id, first, last])
+            first = last + 1
+        if runs:
+            self._next[table] = first
 
     def added_rows(self, table: str, rows: Sequence[Sequence[Any]]) -> None:
         """Rows (rank_id and source_id first, as ``Writer`` and ``transfer`` build them) were just
         appended to ``table``, in this order."""
         if not self.on or not rows:
             return
-        for (rank_id, source_id), run in groupby(map(_RANK_SOURCE, rows)):
-            self.added(table, int(rank_id), int(source_id), sum(1 for _ in run))
+        self.added_runs(table, [(int(rank_id), int(source_id), sum(1 for _ in run))
+                                for (rank_id, source_id), run in groupby(map(_RANK_SOURCE, rows))])
 
     def write(self) -> None:
         """Insert the recorded spans, after checking that the tables end where the spans say: the

@@ -8,7 +8,8 @@ the worker sends it, does the batch's work that needs no ids, then reads the ans
 categories are classified once per name, and the per-(rank, name, kind) summary and the steps of the
 file are kept in the worker and sent when the file is done. A file read as column batches
 (``ingest_columns``) asks for nothing: its batches carry their names and launch shapes
-(``bulk.Interned``) and the writer puts the ids in. The writer only inserts rows with
+(``bulk.Interned``) and the writer puts the ids in; a run of small such files (``_group_end``) is sent
+once it is parsed, their batches joined (``ingest_columns.concat``). The writer only inserts rows with
 executemany and merges summaries. Workers never open the store: a failed or interrupted ingest
 still rolls back in one place. Messages go over one duplex pipe per worker, so a slow writer makes
 the workers wait (memory stays bounded by a few batches per worker).
@@ -286,6 +287,9 @@ class _Late:
         self.ids: list[tuple[int, int] | None] | None = None
         self.held: list[RowsMsg | DoneMsg] = []
         self.held_rows = 0
+        #: a group of small files is being parsed (``hold_group``): their messages wait in ``pending``
+        self.grouping = False
+        self.pending: list[RowsMsg | DoneMsg] = []
 
     def ready(self, task: Task) -> Task:
         self.wait()
@@ -315,7 +319,36 @@ class _Late:
             if self.ids is not None and self.ids[msg.task] is None:
                 raise _Skipped()
             msg = self._complete(msg)
+            if self.grouping:
+                self.pending.append(msg)
+                return
         self.conn.send(msg)
+
+    def hold_group(self) -> None:
+        """The files of a group (``_group_end``) are parsed next: their rows and results wait until
+        ``send_group``, which joins their column batches."""
+        self.grouping = True
+
+    def send_group(self) -> None:
+        """Send what the group's files sent (``_send_joined``)."""
+        self.grouping = False
+        pending, self.pending = self.pending, []
+        self._send_joined(pending)
+
+    def _send_joined(self, msgs: list[RowsMsg | DoneMsg]) -> None:
+        """Send ``msgs`` (complete: with the store's ids), the activity column batches of several files
+        joined (``ingest_columns.concat``): first the joined batches, then the other row batches, then
+        the files' results, so each file's rows still come before its ``DoneMsg``."""
+        batches = [m for m in msgs if isinstance(m, RowsMsg) and m.table == "activity_columns"]
+        if len(batches) > 1:
+            from .ingest_columns import concat  # (loaded already: these are column batches)
+
+            for cols in concat([m.rows for m in batches]):
+                self.conn.send(RowsMsg(batches[0].task, "activity_columns", cols))
+            msgs = [m for m in msgs if not (isinstance(m, RowsMsg) and m.table == "activity_columns")]
+            msgs.sort(key=lambda m: isinstance(m, DoneMsg))  # (stable: the files' order is kept)
+        for m in msgs:
+            self.conn.send(m)
 
     def recv(self) -> Any:
         return self.conn.recv()
@@ -329,9 +362,7 @@ class _Late:
             raise RuntimeError(f"the writer sent {type(msg).__name__} before the store's ids")
         self.ids = msg.ids
         held, self.held, self.held_rows = self.held, [], 0
-        for m in held:
-            if self.ids[m.task] is not None:
-                self.conn.send(self._complete(m))
+        self._send_joined([self._complete(m) for m in held if self.ids[m.task] is not None])
 
     def _complete(self, msg: RowsMsg | DoneMsg) -> RowsMsg | DoneMsg:
         """``msg`` with the store's ids where it was built with ``NO_ID``."""
@@ -359,9 +390,12 @@ def _weight(msg: RowsMsg | DoneMsg) -> int:
         tl = msg.parsed.timeline
         return len(msg.parsed.summary) + (sum(map(len, tl.calls.values())) if tl is not None else 0)
     rows = msg.rows
-    if isinstance(rows, dict):
-        return len(rows["start_ns"] if "start_ns" in rows else rows["value"])
-    return len(rows)
+    return batch_rows(rows) if isinstance(rows, dict) else len(rows)
+
+
+def batch_rows(columns: Columns) -> int:
+    """The rows of a batch as columns (activity or counter columns)."""
+    return len(columns["start_ns"] if "start_ns" in columns else columns["value"])
 
 
 class _Names:
@@ -634,6 +668,8 @@ def _worker(tasks: list[Task], counter: Any, conn: Connection, current: Any = No
             # (tasks begun before the ids came carry NO_ID: ``_Late`` completes their messages)
             group = [late._with_ids(t) if late.ids is not None else t for t in group]
             read = [None] * len(group) if len(group) < 2 else _read_group(group)
+            if len(group) > 1:
+                late.hold_group()
             for task, batches in zip(group, read):
                 if current is not None:
                     current[slot] = task.index  # so the writer can name the file if this process dies
@@ -647,6 +683,7 @@ def _worker(tasks: list[Task], counter: Any, conn: Connection, current: Any = No
                     if late.skipped(task):
                         continue
                     raise
+            late.send_group()
         late.wait()  # (what is held goes before the end)
         conn.send(ExitMsg())
     except BaseException as e:  # reported to the writer, which rolls back and raises it

@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import gzip
 import shutil
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
-from profdb.store import ingest, ingest_workers
+from profdb.store import columnar, ingest, ingest_columns, ingest_workers
+from profdb.store.batches import Coded, Interned
 from profdb.store.errors import InputError
 from profdb.store.readers import rocprof_csv
 from profdb.store.records import SourceInfo
 
 from conftest import sql
+from pg_fixtures import query_url
 from test_ingest_parallel import _content, _generate
 from test_rocprof_csv_fastpath import CC, CC_ROWS, KT, KT_ROWS
 
@@ -187,20 +191,28 @@ def many(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _ingest(db: Path, inputs: Path, monkeypatch: pytest.MonkeyPatch, workers: int, grouped: bool,
+def _ingest(db: Path | str, inputs: Path, monkeypatch: pytest.MonkeyPatch, workers: int, grouped: bool,
             spy: Path | None = None) -> None:
     monkeypatch.setenv(ingest_workers.ENV_WORKERS, str(workers))
     monkeypatch.setattr(rocprof_csv, "GROUP_FILE_BYTES", (256 << 10) if grouped else 0)
     monkeypatch.setattr(rocprof_csv, "GROUP_BYTES", 1 << 20)  # (several groups per worker)
     if spy is not None:
         read_group = rocprof_csv.read_group
+        concat = ingest_columns.concat
 
         def counted(paths: list[Path], info: SourceInfo) -> Any:
             with spy.open("a") as f:  # (workers are forked: they inherit this)
                 f.write(f"{len(paths)}\n")
             return read_group(paths, info)
 
+        def joined(batches: list[Any]) -> list[Any]:
+            out = concat(batches)
+            with spy.open("a") as f:
+                f.write("".join(f"joined {len(b.get('segments', [None]))}\n" for b in out))
+            return out
+
         monkeypatch.setattr(rocprof_csv, "read_group", counted)
+        monkeypatch.setattr(ingest_columns, "concat", joined)
     ingest.ingest_paths(sorted(inputs.glob("rank*")), str(db), run="many")
 
 
@@ -214,6 +226,21 @@ def _timelines(db: Path) -> dict[str, Any]:
     }
 
 
+def _spans(db: Path) -> dict[str, Any]:
+    """Each file's fact rows as its spans reach them (``fact_span``: id ranges), and the rows a span
+    reaches that are not its file's, or that no span reaches (both must be none)."""
+    path = "(select path from source_file where id = f.source_id)"
+    wrong = 0
+    for fact in ("activity", "counter"):
+        wrong += sql(db, f"select count(*) from fact_span f join {fact} a on a.id between f.first_id and f.last_id "
+                         f"where f.fact = '{fact}' and (a.rank_id != f.rank_id or a.source_id != f.source_id)")[0][0]
+        wrong += sql(db, f"select (select count(*) from {fact}) - coalesce((select sum(last_id - first_id + 1) "
+                         f"from fact_span where fact = '{fact}'), 0)")[0][0]
+    return {"spans": sorted(sql(db, f"select {path}, f.fact, sum(f.last_id - f.first_id + 1) from fact_span f "
+                                    "group by f.source_id, f.fact")),
+            "rows not in their file's spans": wrong}
+
+
 def test_grouped_ingest_stores_what_one_file_at_a_time_stores(
     many: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -223,10 +250,15 @@ def test_grouped_ingest_stores_what_one_file_at_a_time_stores(
         db = tmp_path / f"{label}.db"
         with monkeypatch.context() as m:
             _ingest(db, many, m, workers, grouped, spy if grouped else None)
-        stores[label] = _content(db) | _timelines(db)
-    sizes = [int(n) for n in spy.read_text().split()]
+        stores[label] = _content(db) | _timelines(db) | _spans(db)
+    lines = spy.read_text().splitlines()
+    sizes = [int(n) for n in lines if not n.startswith("joined")]
     assert len(sizes) >= 4 and max(sizes) > 5 and sum(sizes) == 96  # (every file, in groups of several)
+    # each group's kernel batches went to the writer joined (ingest_columns.concat)
+    joined = [int(n.split()[1]) for n in lines if n.startswith("joined")]
+    assert len(joined) >= 4 and max(joined) > 5 and sum(joined) > 24
     assert len(stores["plain"]["activity"]) == 24_000 and stores["plain"]["calls"]
+    assert stores["plain"]["rows not in their file's spans"] == 0 and len(stores["plain"]["spans"]) == 96
     for key in stores["plain"]:
         assert stores["grouped"][key] == stores["plain"][key], key
         assert stores["workers"][key] == stores["plain"][key], key
@@ -250,3 +282,85 @@ def test_a_damaged_file_in_a_group_is_named_as_when_read_alone(
         assert not db.exists()  # (a store made by the failed ingest is removed)
     assert messages[True] == messages[False]
     assert messages[True].startswith(f"{bad}: line 41 has ")
+
+
+def _rows(cols: dict[str, Any], n: int) -> list[dict[str, Any]]:
+    """A column batch's rows as plain values (what the writer stores of them, before ids)."""
+    def cell(v: Any, i: int) -> Any:
+        if isinstance(v, Interned):
+            return v.values[0] if v.index is None else v.values[int(v.index[i])]
+        if isinstance(v, Coded):
+            return v.values[int(v.codes[i])]
+        if isinstance(v, columnar.Ints):
+            return None if v.null is not None and bool(v.null[i]) else int(v.values[i])
+        if isinstance(v, np.ndarray):
+            return int(v[i])
+        return v
+    return [{k: cell(v, i) for k, v in cols.items() if k != "segments"} for i in range(n)]
+
+
+def _batch(rank: int, n: int, category: Any, correlation: Any, names: list[str], index: Any) -> dict[str, Any]:
+    return {"rank_id": rank, "source_id": 100 + rank, "kind": "kernel", "category": category,
+            "name_id": Interned(names, index), "start_ns": np.arange(n, dtype=np.int64) + 1000 * rank,
+            "duration_ns": np.full(n, rank + 1, dtype=np.int64), "correlation": correlation,
+            "launch_id": Interned([(1, 1, 1, 64, 1, 1), (rank, 1, 1, 64, 1, 1)], np.arange(n) % 2, table="launch"),
+            "origin_id": Interned([(0, 0, rank, rank)], None, table="origin"), "args": None}
+
+
+def test_small_files_column_batches_are_joined_row_for_row() -> None:
+    """``ingest_columns.concat``: every kind of column a kernel batch holds, constants that differ between
+    files, names shared or not, empty cells in one file only: the joined batch holds each file's
+    rows in order, and names the files' runs of rows (segments)."""
+    batches = [
+        _batch(1, 3, "compute", None, ["a", "b"], np.array([0, 1, 0])),
+        _batch(2, 2, Coded(np.array([1, 0]), ("compute", "communication")), 7, ["b", "c"], np.array([1, 0])),
+        _batch(3, 4, "communication", columnar.Ints(np.array([5, 0, 6, 0]), np.array([False, True, False, True])),
+               ["a"], None),
+        _batch(4, 1, "compute", np.array([9]), ["d"], np.array([0])),
+    ]
+    out = ingest_columns.concat(batches)
+    assert len(out) == 1
+    joined = out[0]
+    assert joined["segments"] == [(1, 101, 3), (2, 102, 2), (3, 103, 4), (4, 104, 1)]
+    assert joined["kind"] == "kernel" and joined["args"] is None  # (the same in every file: one constant)
+    assert isinstance(joined["rank_id"], np.ndarray) and isinstance(joined["category"], Coded)
+    assert isinstance(joined["correlation"], columnar.Ints) and joined["correlation"].null is not None
+    assert sorted(joined["name_id"].values) == ["a", "b", "c", "d"]  # (each name once)
+    expected = [r for b in batches for r in _rows(b, len(b["start_ns"]))]
+    assert _rows(joined, 10) == expected
+    # one origin for every row of every file, names met by one file only: still one value where one
+    same = ingest_columns.concat([_batch(5, 2, "compute", 1, ["x"], None), _batch(5, 3, "compute", 1, ["x"], None)])
+    assert same[0]["name_id"] == Interned(["x"], None) and same[0]["rank_id"] == 5 and same[0]["correlation"] == 1
+
+
+def test_batches_that_cannot_be_joined_go_as_they_are(monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b, c = (_batch(i, 2, "compute", None, ["a"], None) for i in (1, 2, 3))
+    del c["args"]  # (another set of columns: not joined with the others)
+    d = _batch(4, 2, "compute", "not an int", ["a"], None)  # (a column of no type concat joins)
+    out = ingest_columns.concat([a, b, c])
+    assert [len(x.get("segments", [None])) for x in out] == [2, 1] and out[1] is c
+    assert ingest_columns.concat([a, d]) == [a, d]
+    monkeypatch.setattr(ingest_columns, "CONCAT_ROWS", 4)  # (a joined batch holds this many rows at most)
+    assert [x["segments"] for x in ingest_columns.concat([a, b, b, a])] == [[(1, 101, 2), (2, 102, 2)],
+                                                                           [(2, 102, 2), (1, 101, 2)]]
+
+
+def test_joined_batches_go_into_postgresql_as_into_sqlite(
+    many: Path, tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL loads a joined batch through COPY, its rank and source ids as columns."""
+    spy = tmp_path / "groups.txt"
+    sqlite_db = tmp_path / "grouped.db"
+    for url in (str(sqlite_db), pg_url):
+        with monkeypatch.context() as m:
+            _ingest(url, many, m, 2, True, spy)
+    assert any(n.startswith("joined") and int(n.split()[1]) > 5 for n in spy.read_text().splitlines())
+    rank = "(select global_rank from rank where id = a.rank_id)"
+    src = "(select path from source_file where id = a.source_id)"
+    stored = (f"select {rank}, {src}, a.kind, a.category, n.value, a.start_ns, a.duration_ns, a.correlation "
+              "from activity a join name n on n.id = a.name_id")
+    summary = "select global_rank, kind, category, name, calls, total_ns, min_ns, max_ns from summary_v"
+    for q in (stored, summary):
+        a = sorted(query_url(f"sqlite:///{sqlite_db}", q))
+        b = sorted(tuple(int(v) if isinstance(v, Decimal) else v for v in r) for r in query_url(pg_url, q))
+        assert len(a) > 1000 and a == b
