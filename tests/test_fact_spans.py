@@ -85,6 +85,7 @@ def test_spans_when_files_interleave(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(ingest_workers, "PARALLEL_MIN_BYTES", 0)
     monkeypatch.setattr(bulk, "DEFER_INDEXES_MIN_BYTES", 0)
     monkeypatch.setattr(rocprof_csv, "BLOCK", 16 << 10)  # (column batches of 16 KiB of text)
+    monkeypatch.setattr(rocprof_csv, "GROUP_FILE_BYTES", 0)  # (each file read alone, its batches sent as made)
     monkeypatch.setattr(ingest_workers, "BATCH", 100)
     if not columns:
         monkeypatch.setattr(ingest_workers, "_column_reader", lambda task: None)
