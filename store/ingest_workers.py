@@ -163,6 +163,16 @@ class DoneMsg(NamedTuple):
     parsed: Parsed
 
 
+class GroupDoneMsg(NamedTuple):
+    """The ``DoneMsg`` of each file of a group read as columns (``_Late.send_group``), their summary rows
+    joined as columns (``ingest_columns.join_summaries``: each ``parsed`` holds none). The writer makes
+    each file's DoneMsg again, the names' ids in (``Parsers.messages``)."""
+
+    tasks: list[int]
+    parsed: list[Parsed]
+    summary: Any
+
+
 class ErrorMsg(NamedTuple):
     task: int
     error: BaseException
@@ -180,7 +190,7 @@ class IdsMsg(NamedTuple):
     ids: list[tuple[int, int] | None]
 
 
-Message = NamesMsg | RowsMsg | DoneMsg | ErrorMsg | ExitMsg
+Message = NamesMsg | RowsMsg | DoneMsg | GroupDoneMsg | ErrorMsg | ExitMsg
 
 #: a task's rank and source id until the writer has sent them (``IdsMsg``; the store's ids start at 1)
 NO_ID = 0
@@ -336,18 +346,24 @@ class _Late:
         self._send_joined(pending)
 
     def _send_joined(self, msgs: list[RowsMsg | DoneMsg]) -> None:
-        """Send ``msgs`` (complete: with the store's ids), the activity column batches of several files
-        joined (``ingest_columns.concat``): first the joined batches, then the other row batches, then
-        the files' results, so each file's rows still come before its ``DoneMsg``."""
-        batches = [m for m in msgs if isinstance(m, RowsMsg) and m.table == "activity_columns"]
-        if len(batches) > 1:
-            from .ingest_columns import concat  # (loaded already: these are column batches)
+        """Send ``msgs`` (complete: with the store's ids), several files' activity column batches joined
+        (``ingest_columns.concat``) and their summaries too (``join_summaries``): first the rows, then
+        the files' results, so each file's rows still come before its result."""
+        rows = [m for m in msgs if isinstance(m, RowsMsg)]
+        done: list[DoneMsg | GroupDoneMsg] = [m for m in msgs if isinstance(m, DoneMsg)]
+        batches = [m for m in rows if m.table == "activity_columns"]
+        named = [m for m in msgs if isinstance(m, DoneMsg) and m.parsed.named]
+        if len(batches) > 1 or len(named) > 1:
+            from . import ingest_columns  # (loaded already: these are column batches)
 
-            for cols in concat([m.rows for m in batches]):
-                self.conn.send(RowsMsg(batches[0].task, "activity_columns", cols))
-            msgs = [m for m in msgs if not (isinstance(m, RowsMsg) and m.table == "activity_columns")]
-            msgs.sort(key=lambda m: isinstance(m, DoneMsg))  # (stable: the files' order is kept)
-        for m in msgs:
+            if len(batches) > 1:
+                rows = [RowsMsg(batches[0].task, "activity_columns", cols)
+                        for cols in ingest_columns.concat([m.rows for m in batches])]
+                rows += [m for m in msgs if isinstance(m, RowsMsg) and m.table != "activity_columns"]
+            joined = ingest_columns.join_summaries(named) if len(named) > 1 else None
+            if joined is not None:
+                done = [m for m in done if not (isinstance(m, DoneMsg) and m.parsed.named)] + [joined]
+        for m in [*rows, *done]:
             self.conn.send(m)
 
     def recv(self) -> Any:
@@ -792,6 +808,10 @@ class Parsers:
                     live.pop(conn)
                 elif isinstance(msg, ErrorMsg):
                     raise WorkerError(msg.task, msg.error, msg.trace)
+                elif isinstance(msg, GroupDoneMsg):
+                    from .ingest_columns import split_summaries
+
+                    yield from split_summaries(msg, answer_names)
                 else:
                     yield msg
 

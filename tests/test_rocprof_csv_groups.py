@@ -211,8 +211,17 @@ def _ingest(db: Path | str, inputs: Path, monkeypatch: pytest.MonkeyPatch, worke
                 f.write("".join(f"joined {len(b.get('segments', [None]))}\n" for b in out))
             return out
 
+        join_summaries = ingest_columns.join_summaries
+
+        def summaries(done: list[Any]) -> Any:
+            out = join_summaries(done)
+            with spy.open("a") as f:
+                f.write(f"summaries {len(out.tasks) if out is not None else 0}\n")
+            return out
+
         monkeypatch.setattr(rocprof_csv, "read_group", counted)
         monkeypatch.setattr(ingest_columns, "concat", joined)
+        monkeypatch.setattr(ingest_columns, "join_summaries", summaries)
     ingest.ingest_paths(sorted(inputs.glob("rank*")), str(db), run="many")
 
 
@@ -252,11 +261,14 @@ def test_grouped_ingest_stores_what_one_file_at_a_time_stores(
             _ingest(db, many, m, workers, grouped, spy if grouped else None)
         stores[label] = _content(db) | _timelines(db) | _spans(db)
     lines = spy.read_text().splitlines()
-    sizes = [int(n) for n in lines if not n.startswith("joined")]
+    sizes = [int(n) for n in lines if n.isdigit()]
     assert len(sizes) >= 4 and max(sizes) > 5 and sum(sizes) == 96  # (every file, in groups of several)
     # each group's kernel batches went to the writer joined (ingest_columns.concat)
     joined = [int(n.split()[1]) for n in lines if n.startswith("joined")]
     assert len(joined) >= 4 and max(joined) > 5 and sum(joined) > 24
+    # and each group's files' summaries in one message (ingest_columns.join_summaries)
+    summaries = [int(n.split()[1]) for n in lines if n.startswith("summaries")]
+    assert len(summaries) >= 4 and max(summaries) > 5 and sum(summaries) > 48
     assert len(stores["plain"]["activity"]) == 24_000 and stores["plain"]["calls"]
     assert stores["plain"]["rows not in their file's spans"] == 0 and len(stores["plain"]["spans"]) == 96
     for key in stores["plain"]:
@@ -364,3 +376,43 @@ def test_joined_batches_go_into_postgresql_as_into_sqlite(
         a = sorted(query_url(f"sqlite:///{sqlite_db}", q))
         b = sorted(tuple(int(v) if isinstance(v, Decimal) else v for v in r) for r in query_url(pg_url, q))
         assert len(a) > 1000 and a == b
+
+
+def _named(rank: int, rows: list[tuple[str, str, str, int]]) -> Any:
+    """A column file's DoneMsg: summary rows by name (``Parsed.named``), from (name, kind, category, calls)."""
+    summary = [(rank, name, kind, cat, calls, 10 * calls, 1, 9, 100.5 * calls, 10 * calls)
+               for name, kind, cat, calls in rows]
+    return ingest_workers.DoneMsg(rank, ingest_workers.Parsed({"kernel": len(rows)}, summary, [], None, named=True))
+
+
+def test_a_groups_summaries_travel_as_columns_and_come_back_as_each_files_rows() -> None:
+    """``join_summaries`` / ``split_summaries``: each file gets back its own summary rows, the names' ids
+    in, as the writer made them from the rows by name (``Writer._with_name_ids``), with the ids the
+    writer gives (new names interned as they come)."""
+    done = [_named(1, [("b", "kernel", "compute", 3), ("a", "kernel", "communication", 1)]),
+            _named(2, []),
+            _named(3, [("c", "kernel", "compute", 2), ("a", "memcpy", "memory", 4), ("b", "kernel", "compute", 5)])]
+    joined = ingest_columns.join_summaries(done)
+    assert joined is not None and joined.tasks == [1, 2, 3] and all(not p.summary for p in joined.parsed)
+    ids = {"a": 7, "b": 3, "c": 12}
+    asked: list[list[Any]] = []
+
+    def ids_of(names: list[Any]) -> list[Any]:
+        asked.append(names)
+        return [ids[n] for n in names]
+
+    back = ingest_columns.split_summaries(joined, ids_of)
+    assert len(asked) == 1 and sorted(asked[0]) == ["a", "b", "c"]  # (each name asked once for the group)
+    for before, after in zip(done, back):
+        assert after.task == before.task and not after.parsed.named
+        assert after.parsed._replace(summary=[]) == before.parsed._replace(summary=[], named=False)
+        expected = sorted((r[0], ids[r[1]], *r[2:]) for r in before.parsed.summary)
+        assert after.parsed.summary == expected  # (in name id order)
+        assert all(type(v) is type(w) for r, e in zip(after.parsed.summary, expected) for v, w in zip(r, e))
+
+
+def test_summaries_that_do_not_fit_int64_columns_go_as_they_are() -> None:
+    a = _named(1, [("a", "kernel", "compute", 1)])
+    b = _named(2, [("a", "kernel", "compute", 1)])
+    huge = b._replace(parsed=b.parsed._replace(summary=[(2, "a", "kernel", "compute", 1, 1 << 70, 1, 1, 1.0, 1)]))
+    assert ingest_columns.join_summaries([a, huge]) is None
