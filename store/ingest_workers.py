@@ -9,14 +9,15 @@ categories are classified once per name, and the per-(rank, name, kind) summary 
 file are kept in the worker and sent when the file is done. A file read as column batches
 (``ingest_columns``) asks for nothing: its batches carry their names and launch shapes
 (``bulk.Interned``) and the writer puts the ids in; a run of small such files (``_group_end``) is sent
-once it is parsed, their batches joined (``ingest_columns.concat``). The writer only inserts rows with
-executemany and merges summaries. Workers never open the store: a failed or interrupted ingest
+once it is parsed, their batches and summaries joined (``ingest_columns``). The writer only inserts
+rows with executemany and merges summaries. Workers never open the store: a failed or interrupted ingest
 still rolls back in one place. Messages go over one duplex pipe per worker, so a slow writer makes
 the workers wait (memory stays bounded by a few batches per worker).
 
 Small ingests (or PROFDB_INGEST_WORKERS=0) run the same parsing in the writer's process
 (``parse_here``). Messages, worker -> writer (``Message``): ``NamesMsg`` (answered by the ids, a
-list), ``RowsMsg``, ``DoneMsg`` (the file's ``Parsed``), ``ErrorMsg``, ``ExitMsg``."""
+list), ``RowsMsg``, ``DoneMsg`` (the file's ``Parsed``), ``GroupDoneMsg`` (a group's), ``ErrorMsg``,
+``ExitMsg``."""
 
 from __future__ import annotations
 
