@@ -416,3 +416,33 @@ def test_summaries_that_do_not_fit_int64_columns_go_as_they_are() -> None:
     b = _named(2, [("a", "kernel", "compute", 1)])
     huge = b._replace(parsed=b.parsed._replace(summary=[(2, "a", "kernel", "compute", 1, 1 << 70, 1, 1, 1.0, 1)]))
     assert ingest_columns.join_summaries([a, huge]) is None
+
+
+@pytest.mark.parametrize("producer", ["rocm-systems_2025-08", "rocprofiler-sdk_2024-10"])
+def test_real_samples_of_many_ranks_store_the_same_joined_as_one_by_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, producer: str
+) -> None:
+    """The real kernel and counter traces (each column layout), copied as 24 ranks' files: ingested by
+    two workers (grouped, batches and summaries joined) and in the writer's process (each file alone),
+    the stores hold the same rows, summaries, timelines and spans."""
+    inputs = tmp_path / "job"
+    for r in range(24):
+        for name in ("kernel_trace.csv", "counter_collection.csv"):
+            dest = inputs / f"rank{r:04d}" / name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(DATA / producer / name, dest)
+    spy = tmp_path / "groups.txt"
+    stores = {}
+    for label, workers in (("alone", 0), ("joined", 2)):
+        db = tmp_path / f"{label}.db"
+        with monkeypatch.context() as m:
+            m.setattr(ingest_workers, "PARALLEL_MIN_BYTES", 0)
+            _ingest(db, inputs, m, workers, True, spy if workers else None)
+        stores[label] = _content(db) | _timelines(db) | _spans(db)
+    lines = spy.read_text().splitlines()
+    assert any(n.startswith("joined") and int(n.split()[1]) > 2 for n in lines)
+    assert any(n.startswith("summaries") and int(n.split()[1]) > 2 for n in lines)
+    assert stores["alone"]["activity"] and stores["alone"]["counter"] and stores["alone"]["summary"]
+    assert stores["alone"]["rows not in their file's spans"] == 0
+    for key in stores["alone"]:
+        assert stores["joined"][key] == stores["alone"][key], key
