@@ -52,6 +52,8 @@ class Spans:
         if not self.on:
             return
         runs = [r for r in runs if r[2] > 0]
+        if not runs:
+            return
         first = self._next.get(table)
         if first is None:  # (the batch's rows end at the table's largest id)
             first = self._max_id(table) - sum(r[2] for r in runs) + 1
@@ -63,8 +65,7 @@ class Spans:
             else:
                 spans.append([rank_id, source_id, first, last])
             first = last + 1
-        if runs:
-            self._next[table] = first
+        self._next[table] = first
 
     def added_rows(self, table: str, rows: Sequence[Sequence[Any]]) -> None:
         """Rows (rank_id and source_id first, as ``Writer`` and ``transfer`` build them) were just
