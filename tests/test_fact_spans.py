@@ -13,7 +13,7 @@ from alembic import command
 
 from conftest import Invoke, sql
 from pg_fixtures import write_rocprof_run
-from profdb.store import bulk, ingest_workers
+from profdb.store import bulk, ingest_columns, ingest_workers
 from profdb.store.db import alembic_config, make_engine
 from profdb.store.ingest import ingest_paths
 from profdb.store.readers import rocprof_csv
@@ -85,7 +85,10 @@ def test_spans_when_files_interleave(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(ingest_workers, "PARALLEL_MIN_BYTES", 0)
     monkeypatch.setattr(bulk, "DEFER_INDEXES_MIN_BYTES", 0)
     monkeypatch.setattr(rocprof_csv, "BLOCK", 16 << 10)  # (column batches of 16 KiB of text)
-    monkeypatch.setattr(rocprof_csv, "GROUP_FILE_BYTES", 0)  # (each file read alone, its batches sent as made)
+    # each file read alone, and its batches sent as made: not joined, neither in a group nor when the
+    # batches held until the store's ids came are sent (ingest_columns.concat)
+    monkeypatch.setattr(rocprof_csv, "GROUP_FILE_BYTES", 0)
+    monkeypatch.setattr(ingest_columns, "CONCAT_ROWS", 0)
     monkeypatch.setattr(ingest_workers, "BATCH", 100)
     if not columns:
         monkeypatch.setattr(ingest_workers, "_column_reader", lambda task: None)
