@@ -282,12 +282,13 @@ CONCAT_ROWS = 65_536
 
 
 def concat(batches: Sequence[Columns]) -> list[Columns]:
-    """Column batches of consecutive small files (``ingest_workers._Late``: one group's), as few batches
-    of their rows, in order: each sent, pickled and inserted once, not once per file (2,048 files of
-    ~490 rows: the writer spent ~0.6 ms a file in per-batch work, its shapes interned one statement
-    per file). A file's rank and source ids become columns, and each output batch names its files'
-    rows in order (``segments``: (rank id, source id, rows), for ``Writer.insert_columns``). Batches
-    whose columns differ (another table, a column left out) are not joined."""
+    """Column batches of consecutive files (``ingest_workers._Late``: a group's, or those held until the
+    store's ids came), as few batches of their rows, in order: each sent, pickled and inserted once, not
+    once per file (2,048 files of ~490 rows: the writer spent ~0.6 ms a file in per-batch work, its
+    shapes interned one statement per file). A file's rank and source ids become columns, and each
+    output batch names its files' rows in order (``segments``: (rank id, source id, rows), for
+    ``Writer.insert_columns``). Batches whose columns differ (another table, a column left out) are not
+    joined."""
     out: list[Columns] = []
     run: list[Columns] = []
     rows = 0

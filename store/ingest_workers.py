@@ -337,7 +337,7 @@ class _Late:
 
     def hold_group(self) -> None:
         """The files of a group (``_group_end``) are parsed next: their rows and results wait until
-        ``send_group``, which joins their column batches."""
+        ``send_group``, which joins their column batches and summaries."""
         self.grouping = True
 
     def send_group(self) -> None:
