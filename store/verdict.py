@@ -172,6 +172,10 @@ class Extra(NamedTuple):
         longer = self.work + self.idle
         return self.work >= EXPLAINED * longer if longer > 0 else None
 
+    def work_explains_lateness(self) -> bool:
+        """Whether it arrives late and the extra work is at least EXPLAINED of how late."""
+        return self.late > 0 and self.work >= EXPLAINED * self.late
+
 
 def extra_work(analysis: Analysis, rank: int, view: list[Seen] | None = None) -> Extra | None:
     """How much more ``rank`` works and idles before its collectives than the others, and how late it
@@ -257,12 +261,12 @@ def decide(analysis: Analysis, identities: Mapping[int, RankIdentity]) -> Verdic
     extra = extra_work(analysis, c.rank, view)
     explains = extra.work_explains() if extra is not None else None
     if explains is None:  # its window is not longer than the others': the work ratio and the lateness
-        explains = compute or (extra is not None and extra.late > 0 and extra.work >= EXPLAINED * extra.late)
+        explains = compute or (extra is not None and extra.work_explains_lateness())
     shown = f"{ratio:.2f}x" if ratio is not None else "unknown vs"
     if explains:
         cause = "compute"
         why = f"cause: {what} compute: it did {ratio or 0:.2f}x the others' {what} work before its collectives"
-        if extra is not None and not compute and extra.late > 0 and extra.work >= EXPLAINED * extra.late:
+        if extra is not None and not compute and extra.work_explains_lateness():
             why += (f" ({fmt_ns(extra.work)} more per collective, against {fmt_ns(extra.late)} late: the extra "
                     "work explains the lateness)")
         elif extra is not None and not compute:
