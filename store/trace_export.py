@@ -46,7 +46,7 @@ from .errors import QueryError
 from .identity import rank_ranges
 from .models import Activity, Launch, Name, Origin, Rank, SourceFile, Step, Summary
 from .scope import RankRef, RunScope, resolve_run, with_ranks
-from .timeline import load_timelines
+from .timeline import calls_by_family, load_timelines, match_stored
 from .units import fmt_ns
 
 _act = Activity.__table__
@@ -253,7 +253,7 @@ def plan_export(conn: Connection, run: str | RunScope | None, window: Window) ->
         events = int(conn.execute(
             select(func.coalesce(func.sum(_sum.c.calls), 0)).where(_sum.c.rank_id.in_([w.rank.id for w in windows]))
         ).scalar_one())
-    flows, flow_count = _flows(conn, windows, verdict.detail.findings.family if verdict.detail else None)
+    flows, flow_count = _flows(conn, scope.id, windows, verdict.detail.findings.family if verdict.detail else None)
     if verdict.detail is not None:
         notes.extend(verdict.detail.findings.clocks.notes)
     return Plan(scope, window, tuple(windows), origin, events, clocks.reference, offsets, verdict.line,
@@ -320,18 +320,27 @@ def _count(conn: Connection, windows: Sequence[RankWindow]) -> dict[int, int]:
 
 
 def _flows(
-    conn: Connection, windows: Sequence[RankWindow], family: str | None
+    conn: Connection, run_id: int, windows: Sequence[RankWindow], family: str | None
 ) -> tuple[dict[int, dict[tuple[str, int, int], list[tuple[int, bool, bool]]]], int]:
-    """The flow links: each matched collective instance (``collectives.match_instances`` over the stored
-    calls, the verdict's call family) whose calls fall in the ranks' windows, chained in arrival order
+    """The flow links: each matched collective instance (the store's matching of the stored calls of
+    the windows' ranks, ``timeline.match_stored``; the verdict's call family, else the one
+    ``collectives.choose_family_of`` picks) whose calls fall in the ranks' windows, chained in arrival order
     on the common clock (ties by rank). Keyed per global rank by the call's (kind, own start, own end),
     which is its activity row's (family = kind; collective_call keeps the row's times)."""
-    by_id = {w.rank.id: w for w in windows}
-    stored = load_timelines(conn, {w.rank.id: w.rank.global_rank for w in windows})
-    timelines = [t for rid, t in stored.items() if rid in by_id]
-    if len(timelines) < 2:
+    if not windows:
         return {}, 0
-    matching = collectives.match_instances(timelines, family or None)
+    rank_ids = {w.rank.id: w.rank.global_rank for w in windows}
+    ranks = sorted(rank_ids[rid] for rid in load_timelines(conn, rank_ids, with_calls=False))
+    if len(ranks) < 2:
+        return {}, 0
+    having = calls_by_family(conn, run_id, rank_ids)
+    if family:
+        used = having.get(family, ())
+    else:
+        family, used = collectives.choose_family_of(having, len(ranks))
+    if not family:
+        return {}, 0
+    matching = match_stored(conn, run_id, rank_ids, family, ranks, used)
     win = {w.rank.global_rank: w for w in windows}
     out: dict[int, dict[tuple[str, int, int], list[tuple[int, bool, bool]]]] = defaultdict(lambda: defaultdict(list))
     flow_id = 0
