@@ -263,9 +263,11 @@ def test_grouped_ingest_stores_what_one_file_at_a_time_stores(
     lines = spy.read_text().splitlines()
     sizes = [int(n) for n in lines if n.isdigit()]
     assert len(sizes) >= 4 and max(sizes) > 5 and sum(sizes) == 96  # (every file, in groups of several)
-    # each group's kernel batches went to the writer joined (ingest_columns.concat)
+    # each group's kernel batches went to the writer joined (ingest_columns.concat); in how many
+    # messages depends on the writer's pace (batches held until the store's ids come are joined too:
+    # on a loaded machine a worker's whole share can go in one), so only their size is checked
     joined = [int(n.split()[1]) for n in lines if n.startswith("joined")]
-    assert len(joined) >= 4 and max(joined) > 5 and sum(joined) > 24
+    assert max(joined) > 5 and sum(joined) > 24, joined
     # and each group's files' summaries in one message (ingest_columns.join_summaries)
     summaries = [int(n.split()[1]) for n in lines if n.startswith("summaries")]
     assert len(summaries) >= 4 and max(summaries) > 5 and sum(summaries) > 48
