@@ -38,7 +38,7 @@ import re
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from .classify import category as _category
 from .intervals import Coverage, merge, union_length
@@ -424,14 +424,6 @@ class Instance(NamedTuple):
     bytes: int | None
 
 
-def instance_of(group: str, name: str, seq: int, calls: Sequence[CollectiveCall]) -> Instance:
-    """An Instance from one call per rank (in rank order)."""
-    sizes = [c.bytes for c in calls if c.bytes is not None]
-    return Instance(group, name, seq, tuple(c.rank for c in calls), tuple(c.start_ns for c in calls),
-                    tuple(c.end_ns for c in calls), tuple(c.busy_before_ns for c in calls),
-                    tuple(c.window_ns for c in calls), max(sizes) if sizes else None)
-
-
 @dataclass(frozen=True)
 class Matching:
     family: str
@@ -499,7 +491,8 @@ def matching_notes(family: str, ranks: Sequence[int], used: Sequence[int],
 def match_instances(timelines: Sequence[RankTimeline], family: str | None = None) -> Matching:
     """Match the k-th call of each (group, collective) across ranks. Ranks with fewer calls of a
     collective than others (a truncated profile, different profiling windows) take part in the
-    instances they have; what could not be matched is said in ``notes``."""
+    instances they have; what could not be matched is said in ``notes``. (``match_calls`` on the
+    timelines' calls, each rank's numbered in list order per (group, collective).)"""
     if family is None:
         family, ranks = choose_family(timelines)
     else:
@@ -507,30 +500,130 @@ def match_instances(timelines: Sequence[RankTimeline], family: str | None = None
     if not family:
         return Matching("", (), (), no_family_notes([t.rank for t in timelines],
                                                     [t.rank for t in timelines if any(t.calls.values())]))
-    by_key: dict[tuple[str, str], dict[int, list[CollectiveCall]]] = {}
+    calls = CallColumns()
     for t in timelines:
-        mine: dict[tuple[str, str], list[CollectiveCall]] = {}
-        for c in t.calls.get(family, ()):
-            key = (c.group, c.name)
-            lst = mine.get(key)
-            if lst is None:
-                lst = mine[key] = []
-            lst.append(c)
-        for key, lst in mine.items():
-            by_key.setdefault(key, {})[t.rank] = lst
-    notes = matching_notes(family, [t.rank for t in timelines], ranks,
-                           {k: {r: len(v) for r, v in per_rank.items()} for k, per_rank in by_key.items()})
-    instances: list[Instance] = []
-    for (group, name), per_rank in sorted(by_key.items()):
-        if len(per_rank) < 2:
+        mine = t.calls.get(family, ())
+        if not mine:
             continue
-        lists = [v for _, v in sorted(per_rank.items())]
-        for k in range(max(len(v) for v in lists)):
-            calls = [v[k] for v in lists if k < len(v)]
-            if len(calls) >= 2:
-                instances.append(instance_of(group, name, k, calls))
-    instances.sort(key=time_order)
-    return Matching(family, tuple(instances), ranks, tuple(notes))
+        seqs: dict[tuple[str, str], int] = {}
+        numbered = []
+        for c in mine:
+            k = seqs.get((c.group, c.name), 0)
+            seqs[(c.group, c.name)] = k + 1
+            numbered.append(k)
+        calls.add([family] * len(mine), [c.group for c in mine], [c.name for c in mine], numbered,
+                  [t.rank] * len(mine), [c.start_ns for c in mine], [c.end_ns for c in mine],
+                  [c.bytes for c in mine], [c.busy_before_ns for c in mine], [c.window_ns for c in mine])
+    return match_calls(calls, family, {t.rank: t.rank for t in timelines}, [t.rank for t in timelines], ranks)
+
+
+#: a run's analysis matches the calls its ingest kept (``CallColumns``) instead of reading them back
+#: when numpy is loaded anyway (rocprofv3 CSV is read as columns), or when they are this many: importing
+#: numpy (~0.1-0.15 s) then costs less than reading them (~3 us a call; matching them: ~1 us)
+MATCH_IMPORT_CALLS = 50_000
+
+
+class CallColumns:
+    """Collective calls as columns, added chunk by chunk (``add``): the calls an ingest stored (so the
+    run's analysis needs not read them back: ``timeline.store_analysis``), or a timeline's
+    (``match_instances``). ``rank`` is whatever ``match_calls``'s ``rank_ids`` maps to global ranks
+    (the store's rank ids, or global ranks). ~60 bytes a call, no object per call: the columns are
+    ``array.array`` (numpy is imported only to match them: ``columns``)."""
+
+    def __init__(self) -> None:
+        from array import array
+
+        #: (family, group, collective) -> its number (``key``)
+        self.keys: dict[tuple[str, str, str], int] = {}
+        #: key, seq, rank, start, end, busy_before, window, size (0 when none), sized (0 or 1)
+        self._columns = tuple(array("q") for _ in range(8)) + (array("b"),)
+        self.rows = 0
+
+    def add(self, family: Sequence[str], group: Sequence[str], name: Sequence[str], seq: Sequence[int],
+            rank: Sequence[int], start: Sequence[int], end: Sequence[int], nbytes: Sequence[int | None],
+            busy_before: Sequence[int], window: Sequence[int]) -> None:
+        """Calls given as columns of equal length (``seq``: the k-th call of its (family, group,
+        collective) on its rank; ``nbytes``: None where the profiler gave no size)."""
+        keys = self.keys
+        key = [keys.setdefault(k, len(keys)) for k in zip(family, group, name)]
+        values: tuple[Sequence[int], ...] = (key, seq, rank, start, end, busy_before, window,
+                                             [b or 0 for b in nbytes], [b is not None for b in nbytes])
+        for column, v in zip(self._columns, values):
+            column.extend(v)
+        self.rows += len(key)
+
+    def worth_matching(self) -> bool:
+        """Whether matching these calls costs less than reading them back (MATCH_IMPORT_CALLS)."""
+        import sys
+
+        return "numpy" in sys.modules or self.rows >= MATCH_IMPORT_CALLS
+
+    def counts(self, family: str) -> dict[int, int]:
+        """rank -> its calls of ``family``."""
+        import numpy as np
+
+        key, _seq, rank = self.columns()[:3]
+        of = np.isin(key, [i for k, i in self.keys.items() if k[0] == family])
+        values, n = np.unique(rank[of], return_counts=True)
+        return dict(zip(values.tolist(), n.tolist()))
+
+    def columns(self) -> tuple[Any, ...]:
+        """(key, seq, rank, start, end, busy_before, window, size, sized) as numpy arrays (copies)."""
+        import numpy as np
+
+        *ints, sized = self._columns
+        return (*(np.array(c, dtype=np.int64) for c in ints), np.array(sized, dtype=np.bool_))
+
+
+def match_calls(calls: CallColumns, family: str, rank_ids: Mapping[int, int], ranks: Sequence[int],
+                used: Sequence[int]) -> Matching:
+    """The instances of ``family``'s calls: the calls with one (group, collective, seq) on two ranks
+    or more, each instance's columns in global-rank order. ``rank_ids``: ``calls.rank`` -> global
+    rank (calls of other ranks are left out); ``ranks``: the run's ranks with a timeline, ``used``:
+    those with calls of ``family`` (for the notes). Sorts and splits the columns in numpy, then
+    builds one Instance per instance from Python lists (no object per call)."""
+    import numpy as np
+
+    cols = calls.columns()
+    names = {i: k for k, i in calls.keys.items() if k[0] == family}
+    if not names:
+        return Matching(family, (), tuple(used), tuple(matching_notes(family, ranks, used, {})))
+    key, seq, rank, start, end, busy, window, size, sized = cols
+    ids = np.array(sorted(rank_ids), dtype=np.int64)
+    mine = np.isin(key, list(names)) & np.isin(rank, ids)
+    key, seq, rank, start, end, busy, window, size, sized = (c[mine] for c in cols)
+    glob = np.array([rank_ids[i] for i in ids.tolist()], dtype=np.int64)[np.searchsorted(ids, rank)]
+    order = np.lexsort((glob, seq, key))
+    key, seq, glob = key[order], seq[order], glob[order]
+    # calls per (group, collective) and rank, for the notes
+    low = int(glob.min()) if len(glob) else 0
+    width = int(glob.max()) - low + 1 if len(glob) else 1
+    pairs, made = np.unique(key * width + (glob - low), return_counts=True)
+    counts: dict[tuple[str, str], dict[int, int]] = {}
+    for kr, c in zip(pairs.tolist(), made.tolist()):
+        counts.setdefault(names[kr // width][1:], {})[kr % width + low] = c
+    notes = matching_notes(family, ranks, used, counts)
+    n = len(key)
+    cut = np.flatnonzero((key[1:] != key[:-1]) | (seq[1:] != seq[:-1])) + 1
+    firsts = np.concatenate([[0], cut]).astype(np.int64)
+    lasts = np.concatenate([cut, [n]]).astype(np.int64)
+    many = lasts - firsts >= 2
+    firsts, lasts = firsts[many], lasts[many]
+    if not len(firsts):
+        return Matching(family, (), tuple(used), tuple(notes))
+    big = np.where(sized[order], size[order], np.iinfo(np.int64).min)
+    largest = np.maximum.reduceat(big, firsts)
+    any_size = np.logical_or.reduceat(sized[order], firsts)
+    g, s, r0, st, en, bb, wi = (c.tolist() for c in (key[firsts], seq[firsts], glob, start[order], end[order],
+                                                      busy[order], window[order]))
+    sizes = [int(x) if y else None for x, y in zip(largest.tolist(), any_size.tolist())]
+    found = [
+        Instance(*names[k][1:], q, tuple(r0[a:b]), tuple(st[a:b]), tuple(en[a:b]), tuple(bb[a:b]), tuple(wi[a:b]),
+                 z)
+        for k, q, a, b, z in zip(g, s, firsts.tolist(), lasts.tolist(), sizes)
+    ]
+    found.sort(key=time_order)
+    return Matching(family, tuple(found), tuple(used), tuple(notes))
 
 
 def time_order(i: Instance) -> tuple[int, str, str, int]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from sqlalchemy import Connection, Engine, bindparam, insert, select, update
 
-from . import bulk, classify, ingest_workers, reclassify, runs, timeline
+from . import bulk, classify, collectives, ingest_workers, reclassify, runs, timeline
 from .db import display_url, load_target, resolve_url
 from .errors import InputError, ProfdbError
 from .identity import Identity, IdentityFlags, RankPlan, missing_ranks
@@ -178,10 +178,13 @@ def _load(
 
         ready: dict[int, list[RankTimeline]] = {}  # complete ranks' timelines, not stored yet
         ready_calls = 0
+        # the calls stored, as columns (~60 bytes a call): the run's analysis matches them instead of
+        # reading them back when they are all the run has (timeline.analyze_run)
+        kept = collectives.CallColumns()
 
         def save_ready() -> None:
             nonlocal ready_calls
-            timeline.save_timelines(conn, run_id, ready, fresh)
+            timeline.save_timelines(conn, run_id, ready, fresh, kept)
             ready.clear()
             ready_calls = 0
 
@@ -227,7 +230,7 @@ def _load(
         writer.finish()
         assert not writer.timelines  # (each rank's were stored as its last file was merged: merged())
         bulk.rebuild_indexes(conn, recreate)  # (temporary storage is in files meanwhile: bulk.load_transaction)
-        scope = timeline.store_analysis(conn, run_name)  # (reads ix_collective_call_match: after recreate)
+        scope = timeline.store_analysis(conn, run_name, kept)  # (may read ix_collective_call_match: after recreate)
         report.ranks, report.world_size = runs.ranks_of(conn, run_id)
         report.missing_ranks = missing_ranks([r[0] for r in report.ranks], report.world_size)
         report.ended_badly = [f"rank {r.global_rank} {r.end()}" for r in scope.ended_abnormally()]

@@ -270,11 +270,13 @@ def save_timelines(
     run_id: int,
     new: Mapping[int, Sequence[RankTimeline]],
     fresh: Mapping[int, int] | None = None,
+    kept: collectives.CallColumns | None = None,
 ) -> None:
     """Store the timelines ingest computed per file (rank id -> the rank's files' timelines), merged
     with what the store already holds for those ranks (``combine``). ``fresh``: rank id -> global
     rank of ranks created by the caller's transaction, which hold nothing yet: for them nothing is
-    read back or deleted first (a 512-rank ingest spent ~2 s in those six statements per rank)."""
+    read back or deleted first (a 512-rank ingest spent ~2 s in those six statements per rank).
+    ``kept``: the collective_call rows written are also added to it, as columns (``store_analysis``)."""
     if not new:
         return
     fresh = fresh or {}
@@ -306,16 +308,24 @@ def save_timelines(
         mine.sort(key=itemgetter(1, 2, 3, 4))
         call_rows += mine
         if len(call_rows) >= SAVE_CALLS:  # (bounded here too: a transfer passes every copied rank at once)
-            insert_rows(conn, "collective_call", CALL_COLS, call_rows)
+            _insert_calls(conn, call_rows, kept)
             call_rows = []
         tl_rows.append((rid, t.first_ns, t.last_ns, t.work_domain, t.busy_ns, t.comm_ns, t.exposed_comm_ns))
         step_rows.extend((rid, s.number, s.busy_ns, s.exposed_comm_ns) for s in t.steps)
     # the ranks of one call together, in inserts of SAVE_CALLS rows and one rank's more at most (ranks in
     # id order: the whole stays in key order): a run's calls grow with its input (at 4x the benchmark's
     # 1M dispatches, gathering all of them raised the ingest's peak by ~80 MB)
-    insert_rows(conn, "collective_call", CALL_COLS, call_rows)
+    _insert_calls(conn, call_rows, kept)
     insert_rows(conn, "rank_timeline", TIMELINE_COLS, tl_rows)
     insert_rows(conn, "step_timeline", STEP_TIMELINE_COLS, step_rows)
+
+
+def _insert_calls(conn: Connection, rows: list[tuple[Any, ...]], kept: collectives.CallColumns | None) -> None:
+    """Insert collective_call ``rows`` (CALL_COLS), and add them to ``kept`` as they were written."""
+    insert_rows(conn, "collective_call", CALL_COLS, rows)
+    if kept is not None and rows:
+        rid, family, group, name, seq, _run, start, end, nbytes, busy, window = zip(*rows)
+        kept.add(family, group, name, seq, rid, start, end, nbytes, busy, window)
 
 
 def stored_clocks(conn: Connection, scope: RunScope, hosts: set[str]) -> Clocks | None:
@@ -333,9 +343,14 @@ def stored_clocks(conn: Connection, scope: RunScope, hosts: set[str]) -> Clocks 
     return Clocks(refs[0], offsets)
 
 
-def analyze_run(conn: Connection, scope: RunScope, fresh_clocks: bool = False) -> Analysis:
+def analyze_run(conn: Connection, scope: RunScope, fresh_clocks: bool = False,
+                kept: collectives.CallColumns | None = None) -> Analysis:
     """Match, align and attribute the run's collectives (collectives.analyze) from the stored
-    timelines, with the stored clock offsets unless ``fresh_clocks`` (or they do not cover the run)."""
+    timelines, with the stored clock offsets unless ``fresh_clocks`` (or they do not cover the run).
+    ``kept``: collective_call rows the caller's transaction wrote (``save_timelines``); when they are
+    every stored call of the family matched (``_holds_all``), they are matched instead of the stored
+    ones, which are then not read back (on 1M CSV rows, reading their 62k calls was ~0.2 s of CPU
+    after the last file, half the analysis)."""
     rank_ids = {r.id: r.global_rank for r in scope.ranks}
     stored = load_timelines(conn, rank_ids, with_calls=False)
     timelines = [stored[r.id] for r in scope.ranks if r.id in stored]
@@ -350,7 +365,9 @@ def analyze_run(conn: Connection, scope: RunScope, fresh_clocks: bool = False) -
     timelines += [RankTimeline(r, {}, (), 0, 0, "", 0, 0, 0) for r in with_calls if r not in have]
     all_ranks = sorted(t.rank for t in timelines)
     family, used = collectives.choose_family_of(having, len(timelines))
-    if family:
+    if family and kept is not None and kept.worth_matching() and _holds_all(conn, scope.id, kept, family):
+        matching = collectives.match_calls(kept, family, rank_ids, all_ranks, used)
+    elif family:
         matching = match_stored(conn, scope.id, rank_ids, family, all_ranks, used)
     else:
         matching = collectives.Matching("", (), (), collectives.no_family_notes(all_ranks, with_calls))
@@ -366,12 +383,25 @@ def analyze_run(conn: Connection, scope: RunScope, fresh_clocks: bool = False) -
     return a
 
 
+def _holds_all(conn: Connection, run_id: int, kept: collectives.CallColumns, family: str) -> bool:
+    """Whether ``kept`` holds exactly the run's stored calls of ``family``: as many per rank (rows
+    ``kept`` has were written by this transaction, so equal counts are the same rows; a rank of an
+    earlier ingest, or on PostgreSQL of another node, makes them differ). One count per rank by the
+    primary key's index."""
+    m = _mark(conn)
+    with _raw_cursor(conn) as cur:
+        cur.execute(f"SELECT rank.id, (SELECT COUNT(*) FROM collective_call c WHERE c.rank_id = rank.id AND "
+                    f"c.family = {m}) FROM rank WHERE rank.run_id = {m}", (family, run_id))
+        stored = {int(rid): int(n) for rid, n in cur.fetchall() if n}
+    return stored == kept.counts(family)
+
+
 #: high bits of the advisory lock key under which a run's host_clock and run_analysis rows are rewritten
 #: (``store_analysis``)
 CLOCK_LOCK_SPACE = 0x70726F66 << 32
 
 
-def store_analysis(conn: Connection, run: str) -> RunScope:
+def store_analysis(conn: Connection, run: str, kept: collectives.CallColumns | None = None) -> RunScope:
     """Analyse run ``run`` from its stored timelines once, after an ingest, transfer or reclassify into
     it, in the caller's transaction: rewrite its ``host_clock`` rows (the clock offsets) and keep what
     the analysis found (``run_analysis``, ``rank_analysis``, ``step_analysis``; ``save_findings``), so
@@ -382,13 +412,14 @@ def store_analysis(conn: Connection, run: str) -> RunScope:
     primary key. A transaction advisory lock per run (one bigint key: a lock space apart from the
     (run, rank) pairs of bulk.hold_run, and taken after them, so never a deadlock) makes them take turns.
     The run is resolved after the lock is held, so the later one's statements see the earlier one's
-    committed ranks, files and timelines, and its rows cover both."""
+    committed ranks, files and timelines, and its rows cover both. ``kept``: the calls this
+    transaction stored (``analyze_run``)."""
     run_id = runs.run_id(conn, run)
     if conn.dialect.name == "postgresql":
         conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%s::int8)", (CLOCK_LOCK_SPACE | run_id,))
     scope = resolve_run(conn, run)
     conn.execute(delete(HostClock).where(HostClock.run_id == run_id))
-    a = analyze_run(conn, scope, fresh_clocks=True)
+    a = analyze_run(conn, scope, fresh_clocks=True, kept=kept)
     rows = [dict(run_id=run_id, hostname=o.host[:255], offset_ns=o.offset_ns, error_ns=o.error_ns, samples=o.samples)
             for o in a.clocks.offsets.values()]
     if rows and a.instances:

@@ -302,6 +302,36 @@ def test_unmatched_call_counts_are_matched_as_far_as_they_go(data: Path) -> None
     assert v.rank is None and v.line.startswith("no clear straggler: ranks 2, 3 tie"), v.line
 
 
+def test_instances_are_the_kth_calls_in_rank_order_whatever_order_the_ranks_come_in(dlrm: list[Path]) -> None:
+    """match_instances (columns sorted and split in numpy: collectives.match_calls) on the real DLRM
+    job's 8 ranks given in reverse, with one rank's profile cut short: each instance holds the k-th
+    call of its collective of every rank that made one, in rank order, as computed here from the
+    timelines' call lists by hand; the ranks' order does not matter."""
+    from profdb.store.collectives import match_instances
+
+    timelines, _ids = _load(dlrm)
+    t5 = timelines[5]
+    timelines[5] = replace(t5, calls={f: calls[: len(calls) - 2] for f, calls in t5.calls.items()})
+    m = match_instances(timelines[::-1])
+    in_order = match_instances(timelines)
+    assert (m.instances, m.notes, sorted(m.ranks)) == (in_order.instances, in_order.notes, list(in_order.ranks))
+    assert m.family == "kernel"
+    by_hand: dict[tuple[str, str, int], list[tuple[int, int, int]]] = {}
+    for t in timelines:
+        made: dict[tuple[str, str], int] = {}
+        for c in t.calls[m.family]:
+            k = made.get((c.group, c.name), 0)
+            made[(c.group, c.name)] = k + 1
+            by_hand.setdefault((c.group, c.name, k), []).append((t.rank, c.start_ns, c.end_ns))
+    expected = {key: calls for key, calls in by_hand.items() if len(calls) >= 2}
+    assert len(m.instances) == len(expected) and any(len(v) == 7 for v in expected.values())
+    for i in m.instances:
+        calls = sorted(expected[(i.group, i.name, i.seq)])
+        assert i.ranks == tuple(c[0] for c in calls) and list(i.ranks) == sorted(i.ranks)
+        assert i.starts == tuple(c[1] for c in calls) and i.ends == tuple(c[2] for c in calls)
+    assert [min(i.starts) for i in m.instances] == sorted(min(i.starts) for i in m.instances)
+
+
 def test_no_collectives_falls_back_to_totals_and_says_so() -> None:
     timelines = [summarize_rank(r, [Activity("kernel", "gemm", 0, 100 + r)]) for r in range(3)]
     ids = {r: RankIdentity("h", r) for r in range(3)}

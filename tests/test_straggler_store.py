@@ -288,3 +288,67 @@ def test_benchmark_generator_run_names_its_planted_rank(tmp_path: Path, run_cli:
     # the clock offsets are estimated within a few us; the waits agree within that per rank and instance
     assert int(rows[g.slow_rank]["wait_caused_ns"]) == pytest.approx(caused[g.slow_rank], abs=n * 8 * 4_000)
     assert caused[g.slow_rank] > n * 7 * gen.LATE_NS * 0.9
+
+
+def _analysis_rows(db: Path, run: str) -> dict[str, list[tuple[Any, ...]]]:
+    """What the store keeps of a run's analysis (every column but ids, when and under which
+    fingerprint; ranks by their global rank)."""
+    out = {}
+    for table in ("run_analysis", "rank_analysis", "step_analysis", "host_clock"):
+        names = [c[1] for c in sql(db, f"PRAGMA table_info({table})")]
+        cols = [c for c in names if c not in ("id", "run_id", "rank_id", "computed_at", "fingerprint")]
+        out[table] = sorted(sql(db, f"SELECT {', '.join(f't.{c}' for c in cols)}, rank.global_rank FROM {table} t "
+                                    f"JOIN run ON run.id = t.run_id LEFT JOIN rank ON rank.id = "
+                                    f"{'t.rank_id' if 'rank_id' in names else 'NULL'} WHERE run.name = ?", run),
+                            key=repr)
+    return out
+
+
+def _stored_again(db: Path, run: str) -> dict[str, list[tuple[Any, ...]]]:
+    """The run's analysis stored again from the stored calls alone (as a transfer or reclassify does)."""
+    from profdb.store import timeline
+    from profdb.store.db import open_db
+
+    engine = open_db(str(db))
+    try:
+        with engine.begin() as conn:
+            timeline.store_analysis(conn, run)
+    finally:
+        engine.dispose()
+    return _analysis_rows(db, run)
+
+
+def test_an_ingests_own_calls_are_matched_as_the_stored_ones(
+    dlrm_files: list[Path], tmp_path: Path, run_cli: Invoke, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ingest matches the calls it has just stored from its own columns (collectives.match_calls)
+    instead of reading them back, only when they are all the run has: on the real DLRM job and the
+    real torchrun + gloo job the stored analysis is the one made from the stored calls; a run whose
+    ranks came in two ingests is matched from the store the second time, and comes out as if
+    ingested at once."""
+    from profdb.store import collectives, timeline
+
+    paths: list[str] = []
+    stored, columns = timeline.match_stored, collectives.match_calls
+    monkeypatch.setattr(timeline, "match_stored", lambda *a: paths.append("stored") or stored(*a))
+    monkeypatch.setattr(collectives, "match_calls", lambda *a: paths.append("kept") or columns(*a))
+    monkeypatch.setattr(collectives, "MATCH_IMPORT_CALLS", 0)  # (small runs: kept when numpy is loaded anyway)
+    cpu = sorted((DATA / "kineto/torchrun4_cpu").glob("rank*.json.gz"))
+    db = tmp_path / "s.db"
+    for run, files in (("dlrm", dlrm_files), ("cpu", cpu)):
+        paths.clear()
+        run_cli("ingest", "--db", db, "--run", run, *files)
+        assert paths == ["kept"]
+        kept = _analysis_rows(db, run)
+        assert kept["run_analysis"] and len(kept["rank_analysis"]) == len(files)
+        paths.clear()
+        assert _stored_again(db, run) == kept
+        assert paths == ["stored"]
+    # the same real ranks in two ingests: the second one's calls are not all the run's
+    paths.clear()
+    run_cli("ingest", "--db", db, "--run", "dlrm-halves", *dlrm_files[:5])
+    run_cli("ingest", "--db", db, "--run", "dlrm-halves", *dlrm_files[5:])
+    assert paths == ["kept", "stored"]
+    whole = _analysis_rows(db, "dlrm")
+    halves = _analysis_rows(db, "dlrm-halves")
+    assert halves == whole
