@@ -544,12 +544,14 @@ class CallColumns:
             busy_before: Sequence[int], window: Sequence[int]) -> None:
         """Calls given as columns of equal length (``seq``: the k-th call of its (family, group,
         collective) on its rank; ``nbytes``: None where the profiler gave no size)."""
+        from array import array
+
         keys = self.keys
         key = [keys.setdefault(k, len(keys)) for k in zip(family, group, name)]
         values: tuple[Sequence[int], ...] = (key, seq, rank, start, end, busy_before, window,
                                              [b or 0 for b in nbytes], [b is not None for b in nbytes])
         for column, v in zip(self._columns, values):
-            column.extend(v)
+            column.extend(array(column.typecode, v))  # (faster than extend(v), whose per-item path is generic)
         self.rows += len(key)
 
     def worth_matching(self) -> bool:

@@ -324,7 +324,9 @@ def _insert_calls(conn: Connection, rows: list[tuple[Any, ...]], kept: collectiv
     """Insert collective_call ``rows`` (CALL_COLS), and add them to ``kept`` as they were written."""
     insert_rows(conn, "collective_call", CALL_COLS, rows)
     if kept is not None and rows:
-        rid, family, group, name, seq, _run, start, end, nbytes, busy, window = zip(*rows)
+        # (a column at a time: zip(*rows) was slower)
+        rid, family, group, name, seq, start, end, nbytes, busy, window = (
+            list(map(itemgetter(i), rows)) for i in (0, 1, 2, 3, 4, 6, 7, 8, 9, 10))
         kept.add(family, group, name, seq, rid, start, end, nbytes, busy, window)
 
 
