@@ -231,8 +231,8 @@ def test_a_database_error_during_a_load_is_a_message(
     run_cli("ingest", "--db", store_url, "--run", "first", kineto / "rank0_iter5_7.json.gz")
     save = timeline.save_timelines
 
-    def twice(conn: Any, run_id: int, new: Any, fresh: Any = None) -> None:
-        save(conn, run_id, new, fresh)
+    def twice(conn: Any, run_id: int, new: Any, *rest: Any) -> None:
+        save(conn, run_id, new, *rest)
         conn.execute(text("insert into rank_timeline select * from rank_timeline"))  # every key taken again
 
     monkeypatch.setattr(timeline, "save_timelines", twice)
