@@ -43,6 +43,7 @@ from typing import Any, NamedTuple, Protocol
 from .classify import category as _category
 from .intervals import Coverage, merge, union_length
 from .records import Activity
+from .units import fmt_ns
 
 #: Call families, best first: where a collective's arrival is observed. A device kernel starts when
 #: the device reaches the collective; a CPU-side annotation or c10d op when the host does.
@@ -1032,15 +1033,6 @@ def analyze_matched(
         notes.append(apart)
     steps = _steps(timelines, results, hosts, clocks)
     return Analysis(matching.family, tuple(results), ranks_out, steps, clocks, tuple(notes), spread, duration, apart)
-
-
-def fmt_ns(ns: float) -> str:
-    """``2.97 s``, ``139 us``: three significant digits in the largest unit that fits."""
-    v = float(ns)
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if abs(v) >= scale:
-            return f"{v / scale:.3g} {unit}"
-    return f"{v:.0f} ns"
 
 
 def _steps(timelines: Sequence[RankTimeline], results: Sequence[InstanceResult], hosts: Mapping[int, str],

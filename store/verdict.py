@@ -50,8 +50,8 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from .collectives import TIE_NS, Analysis, Clocks, RankIdentity, RankResult, StepResult
-from .collectives import fmt_ns as fmt_ns
 from .metrics import p_at_least
+from .units import fmt_ns
 
 TIE_RATIO = 1.25
 MATERIAL = 0.05
@@ -210,6 +210,16 @@ def lateness(analysis: Analysis, rank: int, view: list[Seen] | None = None) -> f
     return _median([x.arrival - x.peers_arrival for x in seen]) / window
 
 
+def times(ratio: float) -> str:
+    """A work ratio as the lines say it: ``0.50x``, ``2.42x``, ``12.3x``, ``123x``, ``5,000,000x``
+    (never an exponent: others who barely work before their collectives make it huge)."""
+    if ratio < 9.995:
+        return f"{ratio:.2f}x"
+    if ratio < 999.5:
+        return f"{ratio:#.3g}".rstrip(".") + "x"
+    return f"{ratio:,.0f}x"
+
+
 def decide(analysis: Analysis, identities: Mapping[int, RankIdentity]) -> Verdict:
     """The verdict from the collective timeline (module doc). ``analysis`` must have instances;
     use ``decide_from_totals`` otherwise."""
@@ -255,17 +265,19 @@ def decide(analysis: Analysis, identities: Mapping[int, RankIdentity]) -> Verdic
         return replace(base, line=f"no clear straggler: {spread}; rank {c.rank} entered last at {c.last} of {n} and "
                        "caused the most wait, but "
                        f"p={p:.2g} (> {ALPHA}) and its work before collectives is "
-                       + (f"{ratio:.2f}x" if ratio is not None else "unknown vs") + " the others'")
+                       + (f"{times(ratio)} the others'" if ratio is not None else
+                          "not comparable: the others did none"))
     domain = c.work_domain or "device"
     what = "device" if domain == "device" else "CPU"
     extra = extra_work(analysis, c.rank, view)
     explains = extra.work_explains() if extra is not None else None
     if explains is None:  # its window is not longer than the others': the work ratio and the lateness
         explains = compute or (extra is not None and extra.work_explains_lateness())
-    shown = f"{ratio:.2f}x" if ratio is not None else "unknown vs"
     if explains:
         cause = "compute"
-        why = f"cause: {what} compute: it did {ratio or 0:.2f}x the others' {what} work before its collectives"
+        why = f"cause: {what} compute: it did " + (
+            f"{times(ratio)} the others' {what} work before its collectives" if ratio is not None else
+            f"{what} work before its collectives where the others did none")
         if extra is not None and not compute and extra.work_explains_lateness():
             why += (f" ({fmt_ns(extra.work)} more per collective, against {fmt_ns(extra.late)} late: the extra "
                     "work explains the lateness)")
@@ -276,11 +288,13 @@ def decide(analysis: Analysis, identities: Mapping[int, RankIdentity]) -> Verdic
         cause = "host"
         more = f"against {fmt_ns(extra.work)} more" if extra.work > 0 else "with no more"
         why = (f"cause: host side: before each collective it is idle {fmt_ns(extra.idle)} longer than the others, "
-               f"{more} {what} work ({shown} theirs); it reaches them late (data loading, host code, launches)")
+               f"{more} {what} work ({times(ratio) + ' theirs' if ratio is not None else 'the others did none'}); "
+               "it reaches them late (data loading, host code, launches)")
     else:
         cause = "host"
-        why = (f"cause: host side: no longer {what} work on this rank ({shown} the others' before its collectives); "
-               "it reaches them late (data loading, host code, launches)")
+        why = (f"cause: host side: no longer {what} work on this rank ("
+               + (f"{times(ratio)} the others'" if ratio is not None else "the others did none") +
+               " before its collectives); it reaches them late (data loading, host code, launches)")
     return replace(base, rank=c.rank, line=f"likely straggler: {label(c.rank, ident(c.rank))}: {evidence}; {why}",
                    cause=cause)
 

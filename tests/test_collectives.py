@@ -173,7 +173,7 @@ def test_a_same_host_rank_on_a_broken_clock_names_no_rank(data: Path) -> None:
     assert [i.last_rank for i in a.instances] == [0, 0, 0]  # the broken timeline, taken at face value
     assert a.end_spread_ns is not None and a.end_spread_ns >= 4_900_000_000
     assert a.apart is not None and a.apart in a.notes
-    assert a.apart.startswith("collective ends do not line up (median end spread 5 s over 3 instances: clocks not "
+    assert a.apart.startswith("collective ends do not line up (median end spread 5.00 s over 3 instances: clocks not "
                               "comparable or collectives not blocking)")
     v = straggler_verdict(a, ids)
     assert v.rank is None and v.line.startswith("no clear straggler: collective ends do not line up"), v.line
@@ -393,6 +393,46 @@ def _slow_rank_1(work_ns: int, idle_ns: int, blocks: int = 20) -> Analysis:
     return analyze([summarize_rank(r, acts[r]) for r in (0, 1)], {r: RankIdentity("h", r) for r in (0, 1)})
 
 
+def _idle_peer(work_ns: int, idle_ns: int, peer_op_ns: int) -> Analysis:
+    """Two CPU ranks, one all_reduce per block: rank 0 arrives 1 ms into each block after an op of
+    ``peer_op_ns`` (0: no op at all), rank 1 after idling ``idle_ns`` and working ``work_ns``."""
+    acts: dict[int, list[Activity]] = {0: [], 1: []}
+    t = 0
+    for _ in range(20):
+        arrive = {0: t + 1_000_000, 1: t + idle_ns + work_ns}
+        leave = max(arrive.values()) + 100_000
+        if work_ns:
+            acts[1].append(Activity("cpu_op", "aten::mm", arrive[1] - work_ns, work_ns, pid=1, tid=1))
+        if peer_op_ns:
+            acts[0].append(Activity("cpu_op", "aten::fill_", t, peer_op_ns, pid=1, tid=1))
+        for r in (0, 1):
+            acts[r].append(Activity("annotation", "gloo:all_reduce", arrive[r], leave - arrive[r], pid=1, tid=2))
+        t = leave
+    return analyze([summarize_rank(r, acts[r]) for r in (0, 1)], {r: RankIdentity("h", r) for r in (0, 1)})
+
+
+def test_the_cause_never_states_a_ratio_to_others_who_did_no_work() -> None:
+    """When the others did no work before their collectives the work ratio is unknown: the line says
+    so, and states the extra work in time (it said "it did 0.00x the others' CPU work ... (5 ms more
+    per collective ...)"). When they barely worked the ratio is huge, written out, not as 5e+06."""
+    ids = {r: RankIdentity("h", r) for r in (0, 1)}
+    v = straggler_verdict(_idle_peer(5_000_000, 0, 0), ids)
+    assert v.rank == 1 and v.cause == "compute" and v.work_ratio is None, v.line
+    assert v.line.endswith("cause: CPU compute: it did CPU work before its collectives where the others did none "
+                           "(5.00 ms more per collective, against 4.00 ms late: the extra work explains the lateness)")
+    v = straggler_verdict(_idle_peer(1_000_000, 6_000_000, 0), ids)
+    assert v.rank == 1 and v.cause == "host", v.line
+    assert "idle 5.00 ms longer than the others, against 1.00 ms more CPU work (the others did none)" in v.line
+    v = straggler_verdict(_idle_peer(0, 6_000_000, 0), ids)
+    assert "with no more CPU work (the others did none)" in v.line, v.line
+    v = straggler_verdict(_idle_peer(5_000_000, 0, 1), ids)
+    assert v.work_ratio is not None and round(v.work_ratio) == 5_000_000
+    assert "cause: CPU compute: it did 5,000,000x the others' CPU work before its collectives" in v.line, v.line
+    # (1 ns less than a millisecond more work: 1.00 ms, one formatter for every figure, not "1e+03 us")
+    v = straggler_verdict(_idle_peer(1_000_000, 6_000_000, 1), ids)
+    assert "against 1.00 ms more CPU work (1,000,000x theirs)" in v.line, v.line
+
+
 @pytest.mark.parametrize(("work_ms", "idle_ms", "cause"), [
     (8, 10, "host"),     # 1.6x the work, but idle 10 ms more: 3 of its 13 ms late are work (CI's late:0, 23%)
     (16, 0, "compute"),  # 3.2x the work, no idle
@@ -405,9 +445,9 @@ def test_the_cause_is_what_most_of_the_longer_time_before_the_collectives_is(wor
     v = straggler_verdict(_slow_rank_1(work_ms * 1_000_000, idle_ms * 1_000_000), {})
     assert v.rank == 1 and v.cause == cause, v.line
     assert v.work_ratio == pytest.approx(work_ms / 5)
-    more = f"against {work_ms - 5} ms more" if work_ms > 5 else "with no more"
+    more = f"against {work_ms - 5:#.3g} ms more" if work_ms > 5 else "with no more"
     if cause == "host":
-        assert (f"cause: host side: before each collective it is idle {idle_ms} ms longer than the others, {more} "
+        assert (f"cause: host side: before each collective it is idle {idle_ms:#.3g} ms longer than the others, {more} "
                 f"CPU work ({work_ms / 5:.2f}x theirs); it reaches them late") in v.line, v.line
 
 
