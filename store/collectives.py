@@ -522,6 +522,9 @@ def match_instances(timelines: Sequence[RankTimeline], family: str | None = None
 #: when numpy is loaded anyway (rocprofv3 CSV is read as columns), or when they are this many: importing
 #: numpy (~0.1-0.15 s) then costs less than reading them (~3 us a call; matching them: ~1 us)
 MATCH_IMPORT_CALLS = 50_000
+#: an ingest keeps at most this many calls (~10 MB): a larger run's analysis reads them back, so the
+#: ingest's peak memory does not grow with the run's calls (a 1M-dispatch CSV run has ~62k)
+KEEP_CALLS = 150_000
 
 
 class CallColumns:
@@ -531,14 +534,21 @@ class CallColumns:
     (the store's rank ids, or global ranks). ~60 bytes a call, no object per call: the columns are
     ``array.array`` (numpy is imported only to match them: ``columns``)."""
 
-    def __init__(self) -> None:
-        from array import array
-
+    def __init__(self, most: int | None = None) -> None:
         #: (family, group, collective) -> its number (``key``)
         self.keys: dict[tuple[str, str, str], int] = {}
         #: key, seq, rank, start, end, busy_before, window, size (0 when none), sized (0 or 1)
-        self._columns = tuple(array("q") for _ in range(8)) + (array("b"),)
+        self._columns = self._empty()
         self.rows = 0
+        #: at most this many calls are kept (None: all); past it every one is let go (``dropped``)
+        self.most = most
+        self.dropped = False
+
+    @staticmethod
+    def _empty() -> tuple[Any, ...]:
+        from array import array
+
+        return tuple(array("q") for _ in range(8)) + (array("b"),)
 
     def add(self, family: Sequence[str], group: Sequence[str], name: Sequence[str], seq: Sequence[int],
             rank: Sequence[int], start: Sequence[int], end: Sequence[int], nbytes: Sequence[int | None],
@@ -547,6 +557,11 @@ class CallColumns:
         collective) on its rank; ``nbytes``: None where the profiler gave no size)."""
         from array import array
 
+        if self.dropped:
+            return
+        if self.most is not None and self.rows + len(seq) > self.most:
+            self.keys, self._columns, self.rows, self.dropped = {}, self._empty(), 0, True  # (memory back)
+            return
         keys = self.keys
         key = [keys.setdefault(k, len(keys)) for k in zip(family, group, name)]
         values: tuple[Sequence[int], ...] = (key, seq, rank, start, end, busy_before, window,
@@ -556,10 +571,11 @@ class CallColumns:
         self.rows += len(key)
 
     def worth_matching(self) -> bool:
-        """Whether matching these calls costs less than reading them back (MATCH_IMPORT_CALLS)."""
+        """Whether matching these calls costs less than reading them back (MATCH_IMPORT_CALLS), and
+        none was let go (``most``)."""
         import sys
 
-        return "numpy" in sys.modules or self.rows >= MATCH_IMPORT_CALLS
+        return not self.dropped and ("numpy" in sys.modules or self.rows >= MATCH_IMPORT_CALLS)
 
     def counts(self, family: str) -> dict[int, int]:
         """rank -> its calls of ``family``."""

@@ -178,9 +178,9 @@ def _load(
 
         ready: dict[int, list[RankTimeline]] = {}  # complete ranks' timelines, not stored yet
         ready_calls = 0
-        # the calls stored, as columns (~60 bytes a call): the run's analysis matches them instead of
-        # reading them back when they are all the run has (timeline.analyze_run)
-        kept = collectives.CallColumns()
+        # the calls stored, as columns (~65 bytes a call, at most KEEP_CALLS): the run's analysis matches
+        # them instead of reading them back when they are all the run has (timeline.analyze_run)
+        kept = collectives.CallColumns(collectives.KEEP_CALLS)
 
         def save_ready() -> None:
             nonlocal ready_calls

@@ -352,3 +352,15 @@ def test_an_ingests_own_calls_are_matched_as_the_stored_ones(
     whole = _analysis_rows(db, "dlrm")
     halves = _analysis_rows(db, "dlrm-halves")
     assert halves == whole
+    # more calls than an ingest keeps (memory stays bounded): all let go, and read back from the store
+    paths.clear()
+    monkeypatch.setattr(collectives, "KEEP_CALLS", 10)
+    run_cli("ingest", "--db", db, "--run", "dlrm-many-calls", *dlrm_files)
+    assert paths == ["stored"] and _analysis_rows(db, "dlrm-many-calls") == whole
+    calls = collectives.CallColumns(most=5)
+    calls.add(["kernel"] * 4, ["g"] * 4, ["allreduce"] * 4, [0, 1, 2, 3], [1] * 4, [1] * 4, [2] * 4, [None] * 4,
+              [0] * 4, [1] * 4)
+    assert calls.rows == 4 and calls.worth_matching()
+    calls.add(["kernel"] * 2, ["g"] * 2, ["allreduce"] * 2, [4, 5], [1] * 2, [1] * 2, [2] * 2, [None] * 2, [0] * 2,
+              [1] * 2)
+    assert calls.dropped and calls.rows == 0 and not calls.keys and not calls.worth_matching()
