@@ -531,7 +531,7 @@ class CallColumns:
     """Collective calls as columns, added chunk by chunk (``add``): the calls an ingest stored (so the
     run's analysis needs not read them back: ``timeline.store_analysis``), or a timeline's
     (``match_instances``). ``rank`` is whatever ``match_calls``'s ``rank_ids`` maps to global ranks
-    (the store's rank ids, or global ranks). ~60 bytes a call, no object per call: the columns are
+    (the store's rank ids, or global ranks). ~65 bytes a call, no object per call: the columns are
     ``array.array`` (numpy is imported only to match them: ``columns``)."""
 
     def __init__(self, most: int | None = None) -> None:
