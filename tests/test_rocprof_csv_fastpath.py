@@ -142,3 +142,76 @@ def test_reading_columns_does_not_import_pandas() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def _many_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gz: bool = False) -> tuple[Path, str]:
+    """A kernel trace of the hostile lines over and over, read in blocks of 512 bytes (~100 blocks)."""
+    import gzip
+
+    rows = [r for r in KT_ROWS if "64.0" not in r]  # (a float cell: the reader starts again, unpaced)
+    text = KT + "\n" + "\n".join(rows * 40) + "\n"
+    path = tmp_path / "1_kernel_trace.csv"
+    path.write_bytes(gzip.compress(text.encode()) if gz else text.encode())
+    monkeypatch.setattr(rocprof_csv, "BLOCK", 512)
+    return path, text
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_paced_reader_reads_a_few_blocks_ahead_of_the_batches_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gz: bool
+) -> None:
+    """pyarrow's reader would read 32 blocks ahead of what is taken from it (128 MB a file at 4 MB blocks):
+    a consumer that takes one batch and waits finds at most AHEAD + 1 more blocks read, and every line
+    is read as the csv module reads it."""
+    import time
+
+    from profdb.store.readers import rocprof_columns
+
+    path, text = _many_blocks(tmp_path, monkeypatch, gz)
+    streams: list[rocprof_columns._Paced] = []
+    real = rocprof_columns._Paced
+
+    def paced(raw: object) -> rocprof_columns._Paced:
+        streams.append(real(raw))
+        return streams[-1]
+
+    monkeypatch.setattr(rocprof_columns, "_Paced", paced)
+    batches = rocprof_csv.read_columns(path, rocprof_csv.inspect(path))
+    next(batches)
+    time.sleep(0.3)  # (time for the reader's I/O thread to read ahead, were it free to)
+    assert len(streams) == 1
+    assert streams[0]._reads <= streams[0]._taken + rocprof_columns.AHEAD + 1
+    rest = list(batches)
+    assert len(rest) > 40
+    assert list(rocprof_csv.read(path, rocprof_csv.inspect(path))) == _expected_kernels(text)
+
+
+def test_a_reader_left_mid_file_lets_its_file_go(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches left untaken (an error further on, the ingest stopped): the stream reads as at its end,
+    so the reader's I/O thread, held back by the pacing, does not wait forever, and the file is closed."""
+    import time
+
+    from profdb.store.readers import rocprof_columns
+
+    path, _text = _many_blocks(tmp_path, monkeypatch)
+    streams: list[rocprof_columns._Paced] = []
+    real = rocprof_columns._Paced
+    monkeypatch.setattr(rocprof_columns, "_Paced", lambda raw: streams.append(real(raw)) or streams[-1])
+    batches = rocprof_csv.read_columns(path, rocprof_csv.inspect(path))
+    next(batches)
+    batches.close()  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 10
+    while not streams[0]._raw.closed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert streams[0].closed and streams[0]._raw.closed
+
+
+def test_a_reader_held_back_too_far_still_reads_every_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no block ahead allowed (batch k needs block k + 1), only the STARVED rule moves the reader:
+    it never waits forever, and reads every line."""
+    from profdb.store.readers import rocprof_columns
+
+    path, text = _many_blocks(tmp_path, monkeypatch)
+    monkeypatch.setattr(rocprof_columns, "AHEAD", 0)
+    monkeypatch.setattr(rocprof_columns, "STARVED", 0.01)
+    assert list(rocprof_csv.read(path, rocprof_csv.inspect(path))) == _expected_kernels(text)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import csv
 import io
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -153,16 +155,106 @@ def _decode(values: pa.Array, cache: dict[bytes, str]) -> list[str]:
     return out
 
 
+#: blocks a file's reader may read past the batches taken from it (``_Paced``). pyarrow's streaming
+#: reader reads up to 32 blocks ahead in its I/O thread, whatever its thread settings: 128 MB of CSV a
+#: file at 4 MB blocks, ~230 MB held by each worker at 4x the benchmark's input. Batch k needs blocks k
+#: and k + 1 (a row cut by a block's end is completed from the next one), so 2 keeps a block in hand.
+#: One 206 MB counter file read alone, the batches taken at 20 ms each: peak anonymous memory 221-225 ->
+#: 69 MB, CPU 0.68 -> 0.52-0.64 s.
+AHEAD = 2
+#: a reader waiting this long for a batch while its blocks are held back gets one more (never met when
+#: batch k needs only blocks up to k + 1, as above; it keeps any other case from waiting forever)
+STARVED = 0.5
+
+
+class _Paced(io.RawIOBase):
+    """A byte stream that pyarrow's reader (through ``pa.PythonFile``, from its I/O thread) reads no
+    further than ``AHEAD`` blocks past the batches taken from it: ``read`` waits until ``took`` says a
+    batch was taken, or ``close`` that the reader is done with (then it reads as at the end of the
+    file, so the thread of a reader left mid-file never waits)."""
+
+    def __init__(self, raw: Any) -> None:
+        super().__init__()
+        self._raw = raw
+        self._cond = threading.Condition()
+        self._reads = 0  # blocks read
+        self._taken = 0  # batches taken
+        self._wanted: float | None = None  # since when a batch is awaited (None: none is)
+        self._stopped = False
+        self._busy = False  # a read of the raw stream is under way
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int | None = -1) -> bytes:
+        with self._cond:
+            while not self._stopped and self._reads > self._taken + AHEAD:
+                if not self._cond.wait(STARVED) and self._starved():
+                    break
+            if self._stopped:
+                return b""
+            self._reads += 1
+            self._busy = True
+        try:
+            if n is None or n < 0:
+                return bytes(self._raw.read())
+            parts = []  # n bytes, or what is left (a short read would make a short block)
+            while n > 0 and (part := self._raw.read(n)):
+                parts.append(part)
+                n -= len(part)
+            return b"".join(parts)
+        finally:
+            with self._cond:
+                self._busy = False
+                if self._stopped:
+                    self._raw.close()  # (closed by the reading thread once stopped: ``close``)
+
+    def _starved(self) -> bool:
+        wanted = self._wanted
+        if wanted is not None and time.monotonic() - wanted >= STARVED:
+            self._wanted = time.monotonic()
+            return True
+        return False
+
+    def want(self) -> None:
+        """A batch is awaited (from ``open_csv`` on: it reads the first batch)."""
+        with self._cond:
+            self._wanted = time.monotonic()
+
+    def took(self) -> None:
+        with self._cond:
+            self._taken += 1
+            self._wanted = None
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+            if not self._busy:
+                self._raw.close()
+        super().close()
+
+
 def _batches(path: Path, text: list[str], ints: list[str], floats: list[str]) -> Iterator[tuple[pa.RecordBatch, int]]:
     """Record batches of the named columns (text: dictionary-encoded bytes; ints: int64, or text once a
     cell pyarrow cannot read as int64 came up; floats: float64), each with the file's row index of its
-    first row."""
+    first row. A file larger than a block is read through ``_Paced``, but when read on from a row
+    (``careful``: the rows before it are skipped by the reader, whole blocks of them yielding no batch)."""
     done = 0
     careful = False
+    gz = is_gzip(path)
     threads = rocprof_csv.THREADS and path.stat().st_size > rocprof_csv.BLOCK
     while True:
+        paced = _Paced(pa.input_stream(str(path), compression="gzip") if gz else open(path, "rb")) if (
+            (threads or gz) and not done
+        ) else None
         try:
-            source: Any = pa.input_stream(str(path), compression="gzip") if is_gzip(path) else str(path)
+            source: Any = pa.PythonFile(paced, mode="r") if paced else (
+                pa.input_stream(str(path), compression="gzip") if gz else str(path)
+            )
+            if paced:
+                paced.want()
             reader = pacsv.open_csv(
                 source,
                 read_options=pacsv.ReadOptions(
@@ -172,8 +264,12 @@ def _batches(path: Path, text: list[str], ints: list[str], floats: list[str]) ->
                 convert_options=_convert(text, ints, floats, careful),
             )
             for batch in reader:
+                if paced:
+                    paced.took()
                 yield batch, done
                 done += batch.num_rows
+                if paced:
+                    paced.want()
             return
         except pa.ArrowInvalid as e:
             if "conversion error to int64" in str(e) and not careful:
@@ -182,6 +278,9 @@ def _batches(path: Path, text: list[str], ints: list[str], floats: list[str]) ->
             raise _diagnose(path, e) from None
         except (OSError, EOFError) as e:  # a damaged gzip stream, an I/O error
             raise _diagnose(path, e) from None
+        finally:
+            if paced:
+                paced.close()
 
 
 _PARSE = pacsv.ParseOptions(newlines_in_values=True)
