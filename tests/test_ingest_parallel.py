@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import platform
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -477,3 +479,27 @@ def test_records_are_read_before_the_store_ids_come(tmp_path: Path, monkeypatch:
     here = tmp_path / "here.db"
     ingest.ingest_paths(traces, str(here))
     assert _content(db) == _content(here)
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc" or not Path("/proc/self/status").exists(),
+                    reason="glibc's malloc, read through /proc")
+@pytest.mark.parametrize("give_back", [False, True])
+def test_a_worker_gives_back_a_large_block_it_freed(give_back: bool) -> None:
+    """glibc raises its mmap threshold to the size of a large block freed, so the next such block (a
+    worker's 4 MB CSV blocks) comes from its heap and stays there once freed; a worker fixes the
+    threshold (``_give_back_large_blocks``) and gets its pages back."""
+    code = f"""
+from profdb.store import ingest_workers
+if {give_back}:
+    ingest_workers._give_back_large_blocks()
+def anon():
+    for line in open("/proc/self/status"):
+        if line.startswith("RssAnon"):
+            return int(line.split()[1])
+b = bytearray(4 << 20); del b
+base = anon()
+b = bytearray(4 << 20); b[::4096] = b"x" * len(b[::4096]); del b
+print(anon() - base)
+"""
+    kept_kb = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert (kept_kb < 1024) == give_back, kept_kb
