@@ -215,3 +215,29 @@ def test_a_reader_held_back_too_far_still_reads_every_line(tmp_path: Path, monke
     monkeypatch.setattr(rocprof_columns, "AHEAD", 0)
     monkeypatch.setattr(rocprof_columns, "STARVED", 0.01)
     assert list(rocprof_csv.read(path, rocprof_csv.inspect(path))) == _expected_kernels(text)
+
+
+@pytest.mark.parametrize("ending", ["returns", "raises"])
+def test_a_process_left_with_a_reader_open_mid_file_exits_cleanly(tmp_path: Path, ending: str) -> None:
+    """A reader still open when the interpreter ends (held by a global, or by an exception's frames):
+    its stream is closed before finalization, so pyarrow's I/O thread never enters Python during it
+    (which aborted the process: "Fatal Python error: PyGILState_Release")."""
+    import subprocess
+    import sys
+
+    rows = [r for r in KT_ROWS if "64.0" not in r]
+    path = tmp_path / "1_kernel_trace.csv"
+    path.write_text(KT + "\n" + "\n".join(rows * 40) + "\n")
+    code = f"""
+from pathlib import Path
+from profdb.store.readers import rocprof_csv
+rocprof_csv.BLOCK = 512
+path = Path({str(path)!r})
+batches = rocprof_csv.read_columns(path, rocprof_csv.inspect(path))
+next(batches)
+if {ending == "raises"}:
+    raise SystemExit("stopped mid-file")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "Fatal Python error" not in done.stderr
+    assert done.returncode == (1 if ending == "raises" else 0), done.stderr[-2000:]

@@ -6,10 +6,12 @@ for a column with an odd cell: ``_as_ints``)."""
 
 from __future__ import annotations
 
+import atexit
 import csv
 import io
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -182,11 +184,22 @@ class _Paced(io.RawIOBase):
         self._wanted: float | None = None  # since when a batch is awaited (None: none is)
         self._stopped = False
         self._busy = False  # a read of the raw stream is under way
+        self._inside = 0  # threads in ``read``
+        _OPEN.add(self)
 
     def readable(self) -> bool:
         return True
 
     def read(self, n: int | None = -1) -> bytes:
+        with self._cond:
+            self._inside += 1
+        try:
+            return self._read(n)
+        finally:
+            with self._cond:
+                self._inside -= 1
+
+    def _read(self, n: int | None) -> bytes:
         with self._cond:
             while not self._stopped and self._reads > self._taken + AHEAD:
                 if not self._cond.wait(STARVED) and self._starved():
@@ -234,6 +247,26 @@ class _Paced(io.RawIOBase):
             if not self._busy:
                 self._raw.close()
         super().close()
+
+
+#: the streams not closed yet (``_close_at_exit``)
+_OPEN: weakref.WeakSet[_Paced] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """Close every stream still open, and give their readers' threads time to leave ``read``, before
+    the interpreter is finalized: a thread of pyarrow's that enters Python then (a reader left open
+    mid-file, e.g. held by an exception's frames, and closed as its frames are cleared) aborts the
+    process ("PyGILState_Release: thread state must be current")."""
+    streams = list(_OPEN)
+    for s in streams:
+        s.close()
+    deadline = time.monotonic() + 2.0
+    while any(s._inside for s in streams) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    if streams:
+        time.sleep(0.02)  # (a thread that just left ``read`` may still hold its frame, or want the GIL back)
 
 
 def _batches(path: Path, text: list[str], ints: list[str], floats: list[str]) -> Iterator[tuple[pa.RecordBatch, int]]:
