@@ -231,7 +231,9 @@ WORKER_NICE = 5
 #: (``_give_back_large_blocks``). glibc's malloc starts at 128 KB but raises the threshold to the size
 #: of any such block freed, up to 32 MB, so a worker's 4 MB CSV blocks and batch columns came from its
 #: heaps and arenas, which kept what they once held: at 4x the benchmark's input each worker's peak
-#: anonymous memory was 101-107 MB, 80-82 MB with this (tree PSS 317 -> 271 MB).
+#: anonymous memory was 101-107 MB, 80-82 MB with this (tree PSS 317 -> 271 MB). Only in workers that
+#: read column files: a Kineto worker's system time doubled with it (page faults of fresh pages for
+#: every large block; 4 interleaved pairs, `kineto-many-files` slower in 4 of 4, median +6%).
 MMAP_THRESHOLD = 1 << 20
 
 
@@ -687,7 +689,6 @@ def _worker(tasks: list[Task], counter: Any, conn: Connection, current: Any = No
     lifetime.leave_signals_to_parent()
     lifetime.die_with_parent()
     os.nice(WORKER_NICE)
-    _give_back_large_blocks()
     late = _Late(conn)
     names = _Names(late)
     cats: dict[tuple[str, str], str] = {}
@@ -695,8 +696,11 @@ def _worker(tasks: list[Task], counter: Any, conn: Connection, current: Any = No
     try:
         # (while the writer opens the store; only when some file is read as columns: the other ingests
         # do not load pyarrow)
-        for name in sorted({t.reader for t in tasks if _column_reader(t) is not None}):
+        column_readers = sorted({t.reader for t in tasks if _column_reader(t) is not None})
+        for name in column_readers:
             cast(ColumnReader, readers.by_name(name)).warm_up()
+        if column_readers:
+            _give_back_large_blocks()
         while True:
             with counter.get_lock():
                 i = counter.value
