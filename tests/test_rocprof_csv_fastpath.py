@@ -241,3 +241,32 @@ if {ending == "raises"}:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "Fatal Python error" not in done.stderr
     assert done.returncode == (1 if ending == "raises" else 0), done.stderr[-2000:]
+
+
+REAL_CSV = sorted(  # (the traces: not the *_stats.csv files beside them)
+    p for p in [*(Path(__file__).parent / "data" / "rocprofv3_csv").glob("*/*.csv"),
+                *(Path(__file__).parents[1] / "examples" / "rocprof-8ranks" / "rank0003").glob("*/*.csv")]
+    if rocprof_csv.detect(p)
+)
+
+
+@pytest.mark.parametrize("path", REAL_CSV, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_real_files_read_in_paced_blocks_as_in_one(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real rocprofv3 outputs (tests/data, the shipped example) read in blocks of 1 KB through the
+    paced stream: the same records, or the same error, as read in one block."""
+    from profdb.store.readers import rocprof_columns
+
+    def read() -> object:
+        try:
+            return list(rocprof_csv.read(path, rocprof_csv.inspect(path)))
+        except Exception as e:  # (the truncated sample's error, the same both ways)
+            return str(e)
+
+    whole = read()
+    streams: list[rocprof_columns._Paced] = []
+    real = rocprof_columns._Paced
+    monkeypatch.setattr(rocprof_columns, "_Paced", lambda raw: streams.append(real(raw)) or streams[-1])
+    monkeypatch.setattr(rocprof_csv, "BLOCK", 1024)
+    assert read() == whole
+    if path.stat().st_size > 1024 and rocprof_csv.inspect(path).kind in rocprof_csv.COLUMNAR_KINDS:
+        assert streams
