@@ -231,9 +231,9 @@ WORKER_NICE = 5
 #: (``_give_back_large_blocks``). glibc's malloc starts at 128 KB but raises the threshold to the size
 #: of any such block freed, up to 32 MB, so a worker's 4 MB CSV blocks and batch columns came from its
 #: heaps and arenas, which kept what they once held: at 4x the benchmark's input each worker's peak
-#: anonymous memory was 101-107 MB, 80-82 MB with this (tree PSS 317 -> 271 MB). Only in workers that
-#: read column files: a Kineto worker's system time doubled with it (page faults of fresh pages for
-#: every large block; 4 interleaved pairs, `kineto-many-files` slower in 4 of 4, median +6%).
+#: anonymous memory was 101-107 MB, 79-90 MB with this (tree PSS 311-317 -> 274-289 MB). Only in
+#: workers that read column files: in Kineto workers it doubled the ingest's system time (page faults
+#: of fresh pages for every large block: `kineto` 0.6-0.8 -> 1.2-1.5 s, 4 interleaved pairs).
 MMAP_THRESHOLD = 1 << 20
 
 

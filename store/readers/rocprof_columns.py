@@ -161,8 +161,8 @@ def _decode(values: pa.Array, cache: dict[bytes, str]) -> list[str]:
 #: reader reads up to 32 blocks ahead in its I/O thread, whatever its thread settings: 128 MB of CSV a
 #: file at 4 MB blocks, ~230 MB held by each worker at 4x the benchmark's input. Batch k needs blocks k
 #: and k + 1 (a row cut by a block's end is completed from the next one), so 2 keeps a block in hand.
-#: One 206 MB counter file read alone, the batches taken at 20 ms each: peak anonymous memory 221-225 ->
-#: 69 MB, CPU 0.68 -> 0.52-0.64 s.
+#: One 206 MB counter file read alone, the batches taken at 20 ms each: peak anonymous memory 184-191 ->
+#: 61-67 MB, CPU about the same (0.64-0.72 -> 0.57-0.74 s).
 AHEAD = 2
 #: a reader waiting this long for a batch while its blocks are held back gets one more (never met when
 #: batch k needs only blocks up to k + 1, as above; it keeps any other case from waiting forever)
@@ -272,21 +272,22 @@ def _close_at_exit() -> None:
 def _batches(path: Path, text: list[str], ints: list[str], floats: list[str]) -> Iterator[tuple[pa.RecordBatch, int]]:
     """Record batches of the named columns (text: dictionary-encoded bytes; ints: int64, or text once a
     cell pyarrow cannot read as int64 came up; floats: float64), each with the file's row index of its
-    first row. A file larger than a block is read through ``_Paced``, but when read on from a row
-    (``careful``: the rows before it are skipped by the reader, whole blocks of them yielding no batch)."""
+    first row. A file larger than a block, or gzipped, is read through ``_Paced``, except when read on
+    from a row (``careful``: the rows before it are skipped by the reader, whole blocks of them yielding
+    no batch, which the pacing would hold back)."""
     done = 0
     careful = False
     gz = is_gzip(path)
     threads = rocprof_csv.THREADS and path.stat().st_size > rocprof_csv.BLOCK
     while True:
-        paced = _Paced(pa.input_stream(str(path), compression="gzip") if gz else open(path, "rb")) if (
-            (threads or gz) and not done
-        ) else None
+        paced: _Paced | None = None
         try:
-            source: Any = pa.PythonFile(paced, mode="r") if paced else (
+            if (threads or gz) and not done:
+                paced = _Paced(pa.input_stream(str(path), compression="gzip") if gz else open(path, "rb"))
+            source: Any = pa.PythonFile(paced, mode="r") if paced is not None else (
                 pa.input_stream(str(path), compression="gzip") if gz else str(path)
             )
-            if paced:
+            if paced is not None:
                 paced.want()
             reader = pacsv.open_csv(
                 source,
@@ -297,11 +298,11 @@ def _batches(path: Path, text: list[str], ints: list[str], floats: list[str]) ->
                 convert_options=_convert(text, ints, floats, careful),
             )
             for batch in reader:
-                if paced:
+                if paced is not None:
                     paced.took()
                 yield batch, done
                 done += batch.num_rows
-                if paced:
+                if paced is not None:
                     paced.want()
             return
         except pa.ArrowInvalid as e:
@@ -312,7 +313,7 @@ def _batches(path: Path, text: list[str], ints: list[str], floats: list[str]) ->
         except (OSError, EOFError) as e:  # a damaged gzip stream, an I/O error
             raise _diagnose(path, e) from None
         finally:
-            if paced:
+            if paced is not None:
                 paced.close()
 
 
