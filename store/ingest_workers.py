@@ -235,6 +235,7 @@ WORKER_NICE = 5
 #: workers that read column files: in Kineto workers it doubled the ingest's system time (page faults
 #: of fresh pages for every large block: `kineto` 0.6-0.8 -> 1.2-1.5 s, 4 interleaved pairs).
 MMAP_THRESHOLD = 1 << 20
+_M_MMAP_THRESHOLD = -3  # (glibc's malloc.h)
 
 
 def _give_back_large_blocks() -> None:
@@ -246,9 +247,6 @@ def _give_back_large_blocks() -> None:
     except (OSError, AttributeError):  # (not glibc: macOS has no mallopt)
         return
     mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-
-
-_M_MMAP_THRESHOLD = -3
 
 #: the cyclic GC's first-generation threshold during an ingest (Python's default: 700 allocations)
 GC_THRESHOLD0 = 200_000

@@ -183,8 +183,7 @@ class _Paced(io.RawIOBase):
         self._taken = 0  # batches taken
         self._wanted: float | None = None  # since when a batch is awaited (None: none is)
         self._stopped = False
-        self._busy = False  # a read of the raw stream is under way
-        self._inside = 0  # threads in ``read``
+        self._inside = 0  # threads in ``read`` (the raw stream is closed once none is and it is stopped)
         _OPEN.add(self)
 
     def readable(self) -> bool:
@@ -193,22 +192,14 @@ class _Paced(io.RawIOBase):
     def read(self, n: int | None = -1) -> bytes:
         with self._cond:
             self._inside += 1
-        try:
-            return self._read(n)
-        finally:
-            with self._cond:
-                self._inside -= 1
-
-    def _read(self, n: int | None) -> bytes:
-        with self._cond:
             while not self._stopped and self._reads > self._taken + AHEAD:
                 if not self._cond.wait(STARVED) and self._starved():
                     break
-            if self._stopped:
-                return b""
-            self._reads += 1
-            self._busy = True
+            stopped = self._stopped
+            self._reads += not stopped
         try:
+            if stopped:
+                return b""
             if n is None or n < 0:
                 return bytes(self._raw.read())
             parts = []  # n bytes, or what is left (a short read would make a short block)
@@ -218,9 +209,9 @@ class _Paced(io.RawIOBase):
             return b"".join(parts)
         finally:
             with self._cond:
-                self._busy = False
-                if self._stopped:
-                    self._raw.close()  # (closed by the reading thread once stopped: ``close``)
+                self._inside -= 1
+                if self._stopped and not self._inside:
+                    self._raw.close()  # (closed by the last thread to leave once stopped: ``close``)
 
     def _starved(self) -> bool:
         wanted = self._wanted
@@ -244,7 +235,7 @@ class _Paced(io.RawIOBase):
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
-            if not self._busy:
+            if not self._inside:
                 self._raw.close()
         super().close()
 
