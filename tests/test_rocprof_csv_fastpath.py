@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -156,6 +157,21 @@ def _many_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gz: bool = Fal
     return path, text
 
 
+def _paced_streams(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The paced streams the reader makes from now on (``rocprof_columns._Paced``), as it makes them."""
+    from profdb.store.readers import rocprof_columns
+
+    streams: list[Any] = []
+    real = rocprof_columns._Paced
+
+    def paced(raw: object) -> Any:
+        streams.append(real(raw))
+        return streams[-1]
+
+    monkeypatch.setattr(rocprof_columns, "_Paced", paced)
+    return streams
+
+
 @pytest.mark.parametrize("gz", [False, True])
 def test_a_paced_reader_reads_a_few_blocks_ahead_of_the_batches_taken(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gz: bool
@@ -168,14 +184,7 @@ def test_a_paced_reader_reads_a_few_blocks_ahead_of_the_batches_taken(
     from profdb.store.readers import rocprof_columns
 
     path, text = _many_blocks(tmp_path, monkeypatch, gz)
-    streams: list[rocprof_columns._Paced] = []
-    real = rocprof_columns._Paced
-
-    def paced(raw: object) -> rocprof_columns._Paced:
-        streams.append(real(raw))
-        return streams[-1]
-
-    monkeypatch.setattr(rocprof_columns, "_Paced", paced)
+    streams = _paced_streams(monkeypatch)
     batches = rocprof_csv.read_columns(path, rocprof_csv.inspect(path))
     next(batches)
     time.sleep(0.3)  # (time for the reader's I/O thread to read ahead, were it free to)
@@ -194,9 +203,7 @@ def test_a_reader_left_mid_file_lets_its_file_go(tmp_path: Path, monkeypatch: py
     from profdb.store.readers import rocprof_columns
 
     path, _text = _many_blocks(tmp_path, monkeypatch)
-    streams: list[rocprof_columns._Paced] = []
-    real = rocprof_columns._Paced
-    monkeypatch.setattr(rocprof_columns, "_Paced", lambda raw: streams.append(real(raw)) or streams[-1])
+    streams = _paced_streams(monkeypatch)
     batches = rocprof_csv.read_columns(path, rocprof_csv.inspect(path))
     next(batches)
     batches.close()  # type: ignore[attr-defined]
@@ -263,9 +270,7 @@ def test_real_files_read_in_paced_blocks_as_in_one(path: Path, monkeypatch: pyte
             return str(e)
 
     whole = read()
-    streams: list[rocprof_columns._Paced] = []
-    real = rocprof_columns._Paced
-    monkeypatch.setattr(rocprof_columns, "_Paced", lambda raw: streams.append(real(raw)) or streams[-1])
+    streams = _paced_streams(monkeypatch)
     monkeypatch.setattr(rocprof_csv, "BLOCK", 1024)
     assert read() == whole
     if path.stat().st_size > 1024 and rocprof_csv.inspect(path).kind in rocprof_csv.COLUMNAR_KINDS:
