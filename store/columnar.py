@@ -89,6 +89,11 @@ class ActivityColumns:
             self.category,
         )
 
+    def view(self, a: int, b: int) -> ActivityColumns:
+        """Rows ``a`` to ``b`` (numpy views), with the whole dictionary."""
+        return ActivityColumns(self.kind, self.names, self.name_index[a:b], self.start_ns[a:b], self.duration_ns[a:b],
+                               {f: c.pick(slice(a, b)) for f, c in self.ints.items()}, self.category)
+
     def records(self) -> list[Activity]:
         """The same rows as Activity tuples (for callers that want records, not for the ingest)."""
         names = [self.names[i] for i in self.name_index.tolist()]
@@ -126,6 +131,31 @@ class CounterColumns:
 
 
 Batch = ActivityColumns | CounterColumns
+
+
+@dataclass
+class GroupBatches:
+    """Several small files of one kind read in one parse (``readers.rocprof_columns.read_group``): the
+    parse's batches, each file's rows following the previous file's, and each file's row count."""
+
+    batches: list[Batch]
+    counts: list[int]
+
+    def per_file(self) -> list[list[Batch]]:
+        """Each file's batches, as reading it alone makes them: its rows, with only the names they use
+        (``own_entries``)."""
+        out: list[list[Batch]] = [[] for _ in self.counts]
+        f, left = 0, self.counts[0] if self.counts else 0
+        for b in self.batches:
+            at = 0
+            while at < len(b):
+                while not left:
+                    f += 1
+                    left = self.counts[f]
+                n = min(left, len(b) - at)
+                out[f].append(b.rows(at, at + n))
+                at, left = at + n, left - n
+        return out
 
 
 def own_entries(names: list[str], index: Any) -> tuple[list[str], Any]:
@@ -205,9 +235,10 @@ class Grouped(NamedTuple):
     sq: list[float]
 
 
-def group_durations(index: npt.NDArray[np.int32], durations: I64, n: int) -> Grouped:
-    """Per dictionary entry present in the batch: (entry, calls, total, min, max, sum of squares), as
-    columns. Exact integer sums (np.add.at on int64), squares summed as floats like the row path did."""
+def sums(index: npt.NDArray[Any], durations: I64, n: int) -> tuple[Any, I64, I64, I64, Any]:
+    """Per entry 0 .. n - 1 of ``index``: calls, total, min, max and sum of squares of its rows'
+    durations, as arrays. Exact integer sums (np.add.at on int64), squares summed as floats in row
+    order, like the row path did."""
     calls = np.bincount(index, minlength=n)
     total = np.zeros(n, dtype=np.int64)
     np.add.at(total, index, durations)
@@ -216,7 +247,13 @@ def group_durations(index: npt.NDArray[np.int32], durations: I64, n: int) -> Gro
     hi = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
     np.maximum.at(hi, index, durations)
     f = durations.astype(np.float64)
-    sq = np.bincount(index, weights=f * f, minlength=n)
+    return calls, total, lo, hi, np.bincount(index, weights=f * f, minlength=n)
+
+
+def group_durations(index: npt.NDArray[np.int32], durations: I64, n: int) -> Grouped:
+    """Per dictionary entry present in the batch: (entry, calls, total, min, max, sum of squares), as
+    columns (``sums``)."""
+    calls, total, lo, hi, sq = sums(index, durations, n)
     present = np.nonzero(calls)[0]
     return Grouped(present.tolist(), calls[present].tolist(), total[present].tolist(), lo[present].tolist(),
                    hi[present].tolist(), sq[present].tolist())
@@ -281,6 +318,27 @@ class Cover:
         return result
 
 
+class EntryPlan(NamedTuple):
+    """What ``ColumnTimeline.add_columns`` makes of a batch's dictionary entries, before any row: where
+    each entry's intervals go (``classify_interval``: ``where``, and the codes among them), the entries
+    that are steps (``special``), and the collective calls of the others (entry -> (family, collective))."""
+
+    where: npt.NDArray[np.int8]
+    distinct: set[int]
+    special: list[int]
+    calls: dict[int, tuple[str, str] | None]
+
+
+def entry_plan(kind: str, names: Sequence[str], category: str | None) -> EntryPlan:
+    how = [classify_interval(kind, n, category) for n in names]  # (where, is_call, step) per entry
+    # a collective call without args (all rows of a column batch) is (family, "", collective, None)
+    # by its name alone (collectives.collective_of): its calls are taken per name, as columns; only
+    # steps (annotations) go through add_many
+    where = [h[0] for h in how]
+    return EntryPlan(np.array(where, dtype=np.int8), set(where), [e for e, h in enumerate(how) if h[2] is not None],
+                     {e: call_name(kind, names[e]) for e, h in enumerate(how) if h[1]})
+
+
 #: intervals kept per bucket before their chunks are folded into one union (bounds memory)
 _FOLD = 1 << 20
 
@@ -297,14 +355,13 @@ class ColumnTimeline(TimelineBuilder):
         self.chunks: dict[int, list[tuple[I64, I64]]] = {}
         self.sizes: dict[int, int] = {}
 
-    def add_columns(self, b: ActivityColumns) -> None:
-        kind, category, names = b.kind, b.category, b.names
-        how = [classify_interval(kind, n, category) for n in names]  # (where, is_call, step) per entry
-        # a collective call without args (all rows of a column batch) is (family, "", collective, None)
-        # by its name alone (collectives.collective_of): its calls are taken per name, as columns; only
-        # steps (annotations) go through add_many
-        special = [e for e, h in enumerate(how) if h[2] is not None]
-        calls = {e: call_name(kind, names[e]) for e, h in enumerate(how) if h[1]}
+    def add_columns(self, b: ActivityColumns, plan: EntryPlan | None = None) -> None:
+        """Add a batch's rows (``plan``: ``entry_plan`` of its names, made once for the batches of several
+        files that share one dictionary; else made here)."""
+        kind, names = b.kind, b.names
+        if plan is None:
+            plan = entry_plan(kind, names, b.category)
+        special, calls = plan.special, plan.calls
         idx = b.name_index
         # (rows are picked through per-entry lookup tables indexed by the rows' entries: np.isin on a
         # small batch cost ~20 us a call, a third of a 122-row file's timeline)
@@ -330,9 +387,8 @@ class ColumnTimeline(TimelineBuilder):
                         family, coll = found
                         self.raw[family].extend(zip(starts[mask].tolist(), ends[mask].tolist(), repeat("", n),
                                                     repeat(coll, n), repeat(None, n)))
-            where = [h[0] for h in how]
-            distinct = set(where)
-            row_where = np.array(where, dtype=np.int8)[pidx] if len(distinct) > 1 else None
+            distinct = plan.distinct
+            row_where = plan.where[pidx] if len(distinct) > 1 else None
             buckets = self.buckets()
             for code in sorted(distinct - {0}):
                 if row_where is None:  # (every entry goes to this one bucket)
@@ -353,7 +409,7 @@ class ColumnTimeline(TimelineBuilder):
             sub = ActivityColumns(
                 kind, names, idx[rows], b.start_ns[rows], b.duration_ns[rows],
                 {f: c.pick(rows) for f, c in b.ints.items()},
-                category,
+                b.category,
             )
             self.add_many(sub.records())
 

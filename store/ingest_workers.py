@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
 from operator import itemgetter, mul
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar, cast
 
 from . import classify, lifetime, readers, validate
 from .batches import LAUNCHES_KEPT, SHAPE_COLS, cores
@@ -41,6 +41,9 @@ from .intervals import SelfTotals
 from .readers.base import ColumnReader
 from .records import NESTED_KINDS as NESTED_KINDS  # (defined where the kinds are)
 from .records import Activity, Aggregate, Counter, SourceInfo
+
+if TYPE_CHECKING:
+    from .columnar import GroupBatches  # (numpy: loaded by the ingests that read columns only)
 
 BATCH = 20000
 _N = TypeVar("_N", int, str)  # a summary key's name: its id, or the name itself (NamedSummaryRow)
@@ -411,7 +414,8 @@ class _Late:
         if isinstance(msg, RowsMsg):
             # (row tuples always carry the ids: a file read as records waits for them, ``ready``)
             rows = msg.rows
-            if isinstance(rows, dict) and rows["rank_id"] == NO_ID:  # a batch as columns: ids are constants
+            # (a batch as columns: ids are constants, or arrays with the ids in: ``parse_group``)
+            if isinstance(rows, dict) and type(rows["rank_id"]) is int and rows["rank_id"] == NO_ID:
                 return msg._replace(rows={**rows, "rank_id": rank_id, "source_id": source_id})
             return msg
         p = msg.parsed
@@ -674,13 +678,12 @@ def _group_end(tasks: list[Task], i: int) -> int:
     return end
 
 
-def _read_group(group: list[Task]) -> list[list[Any] | None]:
-    """Each task's column batches, read in one parse (``reader.read_group``); None for every task when
-    the files cannot be read together (each is then read on its own, as if never grouped)."""
+def _read_group(group: list[Task]) -> GroupBatches | None:
+    """The tasks' column batches, read in one parse (``reader.read_group``); None when the files cannot
+    be read together (each is then read on its own, as if never grouped)."""
     reader = _column_reader(group[0])
     assert reader is not None
-    got = reader.read_group([t.path for t in group], group[0].info)
-    return list(got) if got is not None else [None] * len(group)
+    return reader.read_group([t.path for t in group], group[0].info)
 
 
 def _worker(tasks: list[Task], counter: Any, conn: Connection, current: Any = None, slot: int = 0) -> None:
@@ -708,7 +711,16 @@ def _worker(tasks: list[Task], counter: Any, conn: Connection, current: Any = No
             group = [t for t in tasks[i:end] if not late.skipped(t)]
             # (tasks begun before the ids came carry NO_ID: ``_Late`` completes their messages)
             group = [late._with_ids(t) if late.ids is not None else t for t in group]
-            read = [None] * len(group) if len(group) < 2 else _read_group(group)
+            got = _read_group(group) if len(group) > 1 else None
+            if got is not None and late.ids is not None:  # (the ids known: one batch for all, if it can)
+                from . import ingest_columns
+
+                task = group[0]
+                if current is not None:
+                    current[slot] = task.index
+                if ingest_columns.parse_group(group, got, late, cats):
+                    continue
+            read: list[list[Any] | None] = [None] * len(group) if got is None else list(got.per_file())
             if len(group) > 1:
                 late.hold_group()
             for task, batches in zip(group, read):

@@ -49,7 +49,8 @@ def _alone(path: Path) -> list[Any]:
 def _grouped(paths: list[Path]) -> list[list[Any]]:
     got = rocprof_csv.read_group(paths, _info(paths[0]))
     assert got is not None
-    return [[(b.records(), getattr(b, "names", None) or (b.kernels, b.counters)) for b in batches] for batches in got]
+    return [[(b.records(), getattr(b, "names", None) or (b.kernels, b.counters)) for b in batches]
+            for batches in got.per_file()]
 
 
 def _flat(batches: list[Any]) -> list[Any]:
@@ -109,8 +110,10 @@ def test_files_cut_across_record_batches(tmp_path: Path, monkeypatch: pytest.Mon
         monkeypatch.setattr(rocprof_csv, "BLOCK", 1 << 20)
         alone = [_flat(_alone(p)) for p in paths]
         monkeypatch.setattr(rocprof_csv, "BLOCK", 7000)
-        got = rocprof_csv.read_group(paths, _info(paths[0]))
-        assert got is not None and sum(len(b) for b in got) > len(paths)  # (files cut in parts)
+        group = rocprof_csv.read_group(paths, _info(paths[0]))
+        assert group is not None and len(group.batches) > 1
+        got = group.per_file()
+        assert sum(len(b) for b in got) > len(paths)  # (files cut in parts)
         assert [[r for b in batches for r in b.records()] for batches in got] == alone, kind
 
 
@@ -192,10 +195,19 @@ def many(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _ingest(db: Path | str, inputs: Path, monkeypatch: pytest.MonkeyPatch, workers: int, grouped: bool,
-            spy: Path | None = None) -> None:
+            spy: Path | None = None, as_one: bool = True) -> None:
+    """Ingest ``inputs`` (``grouped``: small files read in groups; ``as_one``: a group's files parsed as
+    one batch where they can be, ``ingest_columns.parse_group``, else each on its own and their batches
+    and summaries joined)."""
     monkeypatch.setenv(ingest_workers.ENV_WORKERS, str(workers))
     monkeypatch.setattr(rocprof_csv, "GROUP_FILE_BYTES", (256 << 10) if grouped else 0)
     monkeypatch.setattr(rocprof_csv, "GROUP_BYTES", 1 << 20)  # (several groups per worker)
+    # (a worker sends nothing before the store's ids come: it waits for them at its first message, so
+    # its later groups are parsed knowing them, which parse_group needs)
+    monkeypatch.setattr(ingest_workers, "HOLD_ROWS", 0)
+    parse_group = ingest_columns.parse_group
+    if not as_one:
+        monkeypatch.setattr(ingest_columns, "parse_group", lambda *a: False)
     if spy is not None:
         read_group = rocprof_csv.read_group
         concat = ingest_columns.concat
@@ -219,9 +231,16 @@ def _ingest(db: Path | str, inputs: Path, monkeypatch: pytest.MonkeyPatch, worke
                 f.write(f"summaries {len(out.tasks) if out is not None else 0}\n")
             return out
 
+        def as_one_batch(tasks: list[Any], *a: Any) -> bool:
+            done = as_one and parse_group(tasks, *a)
+            with spy.open("a") as f:
+                f.write(f"as one {len(tasks) if done else 0}\n")
+            return done
+
         monkeypatch.setattr(rocprof_csv, "read_group", counted)
         monkeypatch.setattr(ingest_columns, "concat", joined)
         monkeypatch.setattr(ingest_columns, "join_summaries", summaries)
+        monkeypatch.setattr(ingest_columns, "parse_group", as_one_batch)
     ingest.ingest_paths(sorted(inputs.glob("rank*")), str(db), run="many")
 
 
@@ -233,6 +252,14 @@ def _timelines(db: Path) -> dict[str, Any]:
         "timeline": sorted(sql(db, f"select {rank}, first_ns, last_ns, work_domain, busy_ns, comm_ns, exposed_comm_ns "
                                    "from rank_timeline")),
     }
+
+
+def _summary(db: Path) -> dict[str, Any]:
+    """Every summary row exactly: self time, and sums of squares as stored (floats summed in row order)."""
+    rank = "(select global_rank from rank where id = s.rank_id)"
+    return {"summary, exactly": sorted(sql(db, f"select {rank}, n.value, s.kind, s.category, s.calls, s.total_ns, "
+                                               "s.min_ns, s.max_ns, s.self_ns, s.sum_sq_ns from summary s "
+                                               "join name n on n.id = s.name_id"))}
 
 
 def _spans(db: Path) -> dict[str, Any]:
@@ -253,29 +280,39 @@ def _spans(db: Path) -> dict[str, Any]:
 def test_grouped_ingest_stores_what_one_file_at_a_time_stores(
     many: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    spy = tmp_path / "groups.txt"
     stores = {}
-    for label, workers, grouped in (("plain", 0, False), ("workers", 2, False), ("grouped", 2, True)):
+    spies = {}
+    for label, workers, grouped, as_one in (("plain", 0, False, False), ("workers", 2, False, False),
+                                            ("grouped", 2, True, True), ("grouped, files joined", 2, True, False)):
         db = tmp_path / f"{label}.db"
+        spy = spies[label] = tmp_path / f"{label}.txt"
+        spy.touch()
         with monkeypatch.context() as m:
-            _ingest(db, many, m, workers, grouped, spy if grouped else None)
-        stores[label] = _content(db) | _timelines(db) | _spans(db)
-    lines = spy.read_text().splitlines()
-    sizes = [int(n) for n in lines if n.isdigit()]
-    assert len(sizes) >= 4 and max(sizes) > 5 and sum(sizes) == 96  # (every file, in groups of several)
-    # each group's kernel batches went to the writer joined (ingest_columns.concat); in how many
-    # messages depends on the writer's pace (batches held until the store's ids come are joined too:
-    # on a loaded machine a worker's whole share can go in one), so only their size is checked
-    joined = [int(n.split()[1]) for n in lines if n.startswith("joined")]
-    assert max(joined) > 5 and sum(joined) > 24, joined
-    # and each group's files' summaries in one message (ingest_columns.join_summaries)
-    summaries = [int(n.split()[1]) for n in lines if n.startswith("summaries")]
-    assert len(summaries) >= 4 and max(summaries) > 5 and sum(summaries) > 48
+            _ingest(db, many, m, workers, grouped, spy if grouped else None, as_one)
+        stores[label] = _content(db) | _summary(db) | _timelines(db) | _spans(db)
+    for label in ("grouped", "grouped, files joined"):
+        lines = spies[label].read_text().splitlines()
+        sizes = [int(n) for n in lines if n.isdigit()]
+        assert len(sizes) >= 4 and max(sizes) > 5 and sum(sizes) == 96  # (every file, in groups of several)
+        # once the store's ids have come, a group's kernel files are parsed as one batch
+        # (ingest_columns.parse_group); before, or when that is off, each on its own, and their batches
+        # and summaries go to the writer joined (ingest_columns.concat, join_summaries): in how many
+        # messages depends on the writer's pace (batches held until the store's ids come are joined
+        # too: on a loaded machine a worker's whole share can go in one), so only sizes are checked
+        as_one = [int(n.split()[2]) for n in lines if n.startswith("as one")]
+        joined = [int(n.split()[1]) for n in lines if n.startswith("joined")]
+        summaries = [int(n.split()[1]) for n in lines if n.startswith("summaries")]
+        if label == "grouped":
+            assert max(as_one) > 5 and sum(as_one) >= 12, as_one
+        else:
+            assert not any(as_one)
+            assert max(joined) > 5 and sum(joined) > 24, joined
+            assert len(summaries) >= 4 and max(summaries) > 5 and sum(summaries) > 48
     assert len(stores["plain"]["activity"]) == 24_000 and stores["plain"]["calls"]
     assert stores["plain"]["rows not in their file's spans"] == 0 and len(stores["plain"]["spans"]) == 96
     for key in stores["plain"]:
-        assert stores["grouped"][key] == stores["plain"][key], key
-        assert stores["workers"][key] == stores["plain"][key], key
+        for label in stores:
+            assert stores[label][key] == stores["plain"][key], (label, key)
 
 
 def test_a_damaged_file_in_a_group_is_named_as_when_read_alone(
@@ -359,16 +396,19 @@ def test_batches_that_cannot_be_joined_go_as_they_are(monkeypatch: pytest.Monkey
                                                                            [(2, 102, 2), (1, 101, 2)]]
 
 
+@pytest.mark.parametrize("as_one", [True, False], ids=["group as one batch", "files joined"])
 def test_joined_batches_go_into_postgresql_as_into_sqlite(
-    many: Path, tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+    many: Path, tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch, as_one: bool
 ) -> None:
-    """PostgreSQL loads a joined batch through COPY, its rank and source ids as columns."""
+    """PostgreSQL loads a batch of several files (``parse_group``'s, or ``concat``'s) through COPY, its
+    rank and source ids as columns."""
     spy = tmp_path / "groups.txt"
     sqlite_db = tmp_path / "grouped.db"
     for url in (str(sqlite_db), pg_url):
         with monkeypatch.context() as m:
-            _ingest(url, many, m, 2, True, spy)
-    assert any(n.startswith("joined") and int(n.split()[1]) > 5 for n in spy.read_text().splitlines())
+            _ingest(url, many, m, 2, True, spy, as_one)
+    made = "as one" if as_one else "joined"
+    assert any(n.startswith(made) and int(n.split()[-1]) > 5 for n in spy.read_text().splitlines())
     rank = "(select global_rank from rank where id = a.rank_id)"
     src = "(select path from source_file where id = a.source_id)"
     stored = (f"select {rank}, {src}, a.kind, a.category, n.value, a.start_ns, a.duration_ns, a.correlation "

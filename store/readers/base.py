@@ -24,9 +24,10 @@ Optional, for kinds read as columns (rocprofv3 kernel and counter CSV; ``store/c
 ``read_columns(path, info) -> Iterator[columnar.Batch]``   the rows as numpy/pyarrow column batches
 ``warm_up()``                         imports what ``read_columns`` needs (numpy, pyarrow); each ingest
                                       worker calls it as it starts, when a file is read as columns
-``read_group(paths, info) -> list[list[columnar.Batch]] | None``
-                                      several small files of one kind at once: each file's batches, as
-                                      ``read_columns`` gives them, or None when they cannot be read
+``read_group(paths, info) -> columnar.GroupBatches | None``
+                                      several small files of one kind at once: their batches and each
+                                      file's row count (``per_file``: each file's batches, as
+                                      ``read_columns`` gives them), or None when they cannot be read
                                       together (the ingest then reads each on its own)
 ``GROUP_FILE_BYTES``, ``GROUP_BYTES``   the largest file ``read_group`` takes, and the most bytes in all
 (``ColumnReader``)
@@ -51,7 +52,7 @@ from ..errors import InputError
 from ..records import Record, SourceInfo
 
 if TYPE_CHECKING:
-    from ..columnar import Batch
+    from ..columnar import Batch, GroupBatches
 
 
 class Reader(Protocol):
@@ -80,7 +81,7 @@ class ColumnReader(Reader, Protocol):
 
     def read_columns(self, path: Path, info: SourceInfo) -> Iterator[Batch]: ...
 
-    def read_group(self, paths: Sequence[Path], info: SourceInfo) -> list[list[Batch]] | None: ...
+    def read_group(self, paths: Sequence[Path], info: SourceInfo) -> GroupBatches | None: ...
 
     def warm_up(self) -> None: ...
 

@@ -21,7 +21,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from ..columnar import ActivityColumns, Batch, CounterColumns, Ints
+from ..columnar import ActivityColumns, Batch, CounterColumns, GroupBatches, Ints
 from ..errors import InputError
 from ..records import SourceInfo
 from ..validate import INT64_MAX, INT64_MIN
@@ -60,9 +60,10 @@ def _columns_of(path: Path) -> list[str]:
     return cols
 
 
-def read_group(paths: Sequence[Path], info: SourceInfo) -> list[list[Batch]] | None:
-    """The column batches of several small files of one kind (``info.kind``) and one header, as
-    ``read_columns`` reads each, in one pyarrow parse of their bytes joined: pyarrow's set-up costs
+def read_group(paths: Sequence[Path], info: SourceInfo) -> GroupBatches | None:
+    """The column batches of several small files of one kind (``info.kind``) and one header, in one
+    pyarrow parse of their bytes joined (``GroupBatches.per_file``: each file's as ``read_columns``
+    reads it): pyarrow's set-up costs
     about as much as parsing a 480-row file (2,048 of them: ~0.35-0.7 ms each). None when they cannot
     be read together as they are: another header, gzip, a cell that is not an int64, any line pyarrow
     refuses, a value spanning lines; the caller then reads each file on its own, which also reports
@@ -108,7 +109,7 @@ def read_group(paths: Sequence[Path], info: SourceInfo) -> list[list[Batch]] | N
     if sum(b.num_rows for b in batches) != sum(counts):
         return None
     # each batch's columns made once (a damaged cell: the files are read one by one instead, which names
-    # the file and line), then cut into each file's rows
+    # the file and line)
     names = (_Names(), _Names())
     made: list[Batch] = []
     try:
@@ -122,18 +123,7 @@ def read_group(paths: Sequence[Path], info: SourceInfo) -> list[list[Batch]] | N
                 made.append(b)
     except InputError:
         return None
-    out: list[list[Batch]] = [[] for _ in paths]
-    f, left = 0, counts[0] if counts else 0
-    for b in made:
-        at = 0
-        while at < len(b):
-            while not left:
-                f += 1
-                left = counts[f]
-            n = min(left, len(b) - at)
-            out[f].append(b.rows(at, at + n))
-            at, left = at + n, left - n
-    return out
+    return GroupBatches(made, counts)
 
 
 def _lines(body: bytes) -> int:

@@ -39,7 +39,7 @@ from .base import display_name, head, open_binary
 os.environ.setdefault("MIMALLOC_PURGE_DELAY", "10")
 
 if TYPE_CHECKING:
-    from ..columnar import Batch
+    from ..columnar import Batch, GroupBatches
 
 NAME = "rocprof-csv"
 DESCRIPTION = (
@@ -311,9 +311,9 @@ GROUP_FILE_BYTES = 1 << 20
 GROUP_BYTES = 2 << 20
 
 
-def read_group(paths: Sequence[Path], info: SourceInfo) -> list[list[Batch]] | None:
-    """``read_columns`` of several small files of one kind in one parse, or None when they cannot be
-    read together (``rocprof_columns.read_group``)."""
+def read_group(paths: Sequence[Path], info: SourceInfo) -> GroupBatches | None:
+    """Several small files of one kind read in one parse, or None when they cannot be read together
+    (``rocprof_columns.read_group``)."""
     from .rocprof_columns import read_group
 
     return read_group(paths, info)
