@@ -195,13 +195,13 @@ def many(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _ingest(db: Path | str, inputs: Path, monkeypatch: pytest.MonkeyPatch, workers: int, grouped: bool,
-            spy: Path | None = None, as_one: bool = True) -> None:
+            spy: Path | None = None, as_one: bool = True, group_bytes: int = 1 << 20) -> None:
     """Ingest ``inputs`` (``grouped``: small files read in groups; ``as_one``: a group's files parsed as
     one batch where they can be, ``ingest_columns.parse_group``, else each on its own and their batches
     and summaries joined)."""
     monkeypatch.setenv(ingest_workers.ENV_WORKERS, str(workers))
     monkeypatch.setattr(rocprof_csv, "GROUP_FILE_BYTES", (256 << 10) if grouped else 0)
-    monkeypatch.setattr(rocprof_csv, "GROUP_BYTES", 1 << 20)  # (several groups per worker)
+    monkeypatch.setattr(rocprof_csv, "GROUP_BYTES", group_bytes)  # (several groups per worker)
     # (a worker sends nothing before the store's ids come: it waits for them at its first message, so
     # its later groups are parsed knowing them, which parse_group needs)
     monkeypatch.setattr(ingest_workers, "HOLD_ROWS", 0)
@@ -313,6 +313,54 @@ def test_grouped_ingest_stores_what_one_file_at_a_time_stores(
     for key in stores["plain"]:
         for label in stores:
             assert stores[label][key] == stores["plain"][key], (label, key)
+
+
+@pytest.mark.parametrize("which", ["rocm-systems_2025-08", "rocprofiler-sdk_2024-10", "hostile lines"])
+def test_real_and_hostile_files_parsed_as_one_batch_store_what_each_alone_stores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, which: str
+) -> None:
+    """``parse_group`` on real rocprofv3 kernel traces (40 copies of a sample's, each a rank of its
+    own, with its counter files) or on the hostile lines (quotes, commas in names, empty cells, blank
+    lines, a last line without its line end, a file without a row): the store is the one the
+    in-process path makes of each file alone."""
+    files: list[tuple[str, bytes]] = []
+    empty = (KT + "\n").encode()
+    if which == "hostile lines":
+        for first in range(len(KT_PLAIN)):
+            rows = KT_PLAIN[first:] + KT_PLAIN[:first]
+            body = "\n".join(rows[: first + 1] + [""] + rows[first + 1 :]) + ("\n" if first % 2 else "")
+            files += [("kernel_trace.csv", (KT + "\n" + body).encode())] * 5
+        files.append(("kernel_trace.csv", empty))  # (the smallest: in the last group)
+    else:
+        for sample in (DATA / which / "kernel_trace.csv", DATA / which / "counter_collection.csv"):
+            files += [(sample.name, sample.read_bytes())] * 40
+    inputs = tmp_path / "inputs"
+    for rank, (name, data) in enumerate(files):
+        p = inputs / f"rank{rank:04d}" / "node-a" / f"{1000 + rank}_{name}"
+        p.parent.mkdir(parents=True)
+        p.write_bytes(data)
+    stores = {}
+    spy = tmp_path / "spy.txt"
+    spy.touch()
+    parse_group = ingest_columns.parse_group
+
+    def recorded(tasks: list[Any], *a: Any) -> bool:
+        done = parse_group(tasks, *a)
+        with spy.open("a") as f:  # (workers are forked: they inherit this)
+            f.write("".join(f"{t.path}\n" for t in tasks if done))
+        return done
+
+    for label, workers, grouped in (("alone", 0, False), ("as one", 2, True)):
+        db = tmp_path / f"{label}.db"
+        with monkeypatch.context() as m:  # (groups of a few files, many per worker: its first goes file by file)
+            m.setattr(ingest_columns, "parse_group", recorded)
+            _ingest(db, inputs, m, workers, grouped, group_bytes=8 << 10)
+        stores[label] = _content(db) | _summary(db) | _timelines(db) | _spans(db)
+    as_one = [p.read_bytes() for p in map(Path, spy.read_text().splitlines())]
+    assert len(as_one) > 12 and files[0][1] in as_one and (empty in as_one) == (which == "hostile lines")
+    assert len(stores["alone"]["activity"]) > 40 and stores["alone"]["rows not in their file's spans"] == 0
+    for key in stores["alone"]:
+        assert stores["as one"][key] == stores["alone"][key], key
 
 
 def test_a_damaged_file_in_a_group_is_named_as_when_read_alone(
