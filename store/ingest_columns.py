@@ -109,7 +109,7 @@ def parse_group(
     the files' rows in order: one batch of rows (``segments`` naming each file's), one ``GroupDoneMsg``
     with their summaries as columns (grouped by file and name at once) and each file's timeline. What
     each file read on its own gives, without the per-file steps that cost 2,048 files of ~490 rows
-    ~2.5 ms each (a summary, launch shapes and categories per file, then joined again). The tasks carry
+    ~2.6 ms each (a summary, launch shapes and categories per file, then joined again). The tasks carry
     their store ids. False, having sent nothing, when the group is not one batch of activities whose
     names are distinct and valid: the caller then parses each file on its own (which names a file at
     fault)."""
