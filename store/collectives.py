@@ -377,6 +377,10 @@ class TimelineBuilder:
             out.append(CollectiveCall(rank, family, group, coll, k, start, end, nbytes, w, start - lo))
         return tuple(out)
 
+    def file_timeline(self) -> RankTimeline | None:
+        """The timeline of one file's activities (its rank filled in later: -1), None when it had none."""
+        return self.finish(-1) if self.first is not None else None
+
     def finish(self, rank: int) -> RankTimeline:
         domain, work, both, comm_ns = self._coverage()
         first_ns = self.first if self.first is not None else 0

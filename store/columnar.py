@@ -82,12 +82,9 @@ class ActivityColumns:
 
     def rows(self, a: int, b: int) -> ActivityColumns:
         """Rows ``a`` to ``b`` (numpy views), with only the names they use (``own_entries``)."""
-        names, index = own_entries(self.names, self.name_index[a:b])
-        return ActivityColumns(
-            self.kind, names, index, self.start_ns[a:b], self.duration_ns[a:b],
-            {f: c.pick(slice(a, b)) for f, c in self.ints.items()},
-            self.category,
-        )
+        out = self.view(a, b)
+        out.names, out.name_index = own_entries(self.names, out.name_index)
+        return out
 
     def view(self, a: int, b: int) -> ActivityColumns:
         """Rows ``a`` to ``b`` (numpy views), with the whole dictionary."""

@@ -145,8 +145,7 @@ def parse_group(
         timeline = columnar.ColumnTimeline(t.info.time_base_ns)
         if n:
             timeline.add_columns(b.view(at, at + n), plan)
-        tl = timeline.finish(-1) if timeline.first is not None else None
-        parsed.append(Parsed({kind: n} if n else {}, [], [], tl))
+        parsed.append(Parsed({kind: n} if n else {}, [], [], timeline.file_timeline()))
         at += n
     cols = _activity_columns(b, entry_cats, np.repeat(rank_ids, counts),
                              np.repeat(np.array([t.source_id for t in tasks], dtype=np.int64), counts))

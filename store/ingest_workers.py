@@ -571,8 +571,7 @@ def _parse(
         ingest_columns.parse_columns(task, batches, conn, cats, counts, by_name, done, columns)
         named = list(done.values())
         named += by_name.rows(rank_id)
-        tl = columns.finish(-1) if columns.first is not None else None
-        conn.send(DoneMsg(task.index, Parsed(counts, named, steps, tl, named=True)))
+        conn.send(DoneMsg(task.index, Parsed(counts, named, steps, columns.file_timeline(), named=True)))
         return
     if task.section is not None:
         records = reader.read_rank(task.path, task.info, task.section)  # type: ignore[attr-defined]
@@ -610,8 +609,7 @@ def _parse(
     own = nested.totals()
     rows = [t.row(rank_id, nid, kind, own.get((nid, kind), t.total_ns) if kind in NESTED_KINDS else t.total_ns)
             for (nid, kind), t in summary.items()]
-    tl = timeline.finish(-1) if timeline.first is not None else None
-    conn.send(DoneMsg(task.index, Parsed(counts, rows, steps, tl)))
+    conn.send(DoneMsg(task.index, Parsed(counts, rows, steps, timeline.file_timeline())))
 
 
 class _Here:

@@ -454,7 +454,7 @@ def _from_activity(s: Connection, f: Any) -> tuple[RankTimeline | None, dict[tup
         if a.kind in NESTED_KINDS:
             nested.add((a.kind, a.pid, a.tid, a.device), a.start_ns, a.duration_ns, (int(r[11]), a.kind))
     own = {k: v for k, v in nested.totals().items() if isinstance(k, tuple)}
-    return (b.finish(-1) if b.first is not None else None), own
+    return b.file_timeline(), own
 
 
 def _stream(

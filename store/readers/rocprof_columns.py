@@ -63,8 +63,8 @@ def _columns_of(path: Path) -> list[str]:
 def read_group(paths: Sequence[Path], info: SourceInfo) -> GroupBatches | None:
     """The column batches of several small files of one kind (``info.kind``) and one header, in one
     pyarrow parse of their bytes joined (``GroupBatches.per_file``: each file's as ``read_columns``
-    reads it): pyarrow's set-up costs
-    about as much as parsing a 480-row file (2,048 of them: ~0.35-0.7 ms each). None when they cannot
+    reads it): pyarrow's set-up costs about as much as parsing a 480-row file (2,048 of them:
+    ~0.35-0.7 ms each). None when they cannot
     be read together as they are: another header, gzip, a cell that is not an int64, any line pyarrow
     refuses, a value spanning lines; the caller then reads each file on its own, which also reports
     precisely what is wrong with a damaged one.
