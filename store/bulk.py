@@ -25,7 +25,7 @@ import weakref
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext, suppress
-from itertools import chain, repeat
+from itertools import chain, groupby, repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, cast
 
@@ -38,7 +38,7 @@ from .fact_spans import Spans
 
 if TYPE_CHECKING:  # (imported where used: runs, and so every query, imports this module, not the readers)
     from .collectives import RankTimeline
-    from .ingest_workers import Parsed, SummaryRow, Totals
+    from .ingest_workers import NamedSummaryRow, Parsed, SummaryColumns, SummaryRow, Totals
 
 
 def placeholder(conn: Connection) -> str:
@@ -482,20 +482,59 @@ def add_summaries(conn: Connection, rows: Iterable[tuple[Any, ...]]) -> None:
     if not data:
         return
     m = placeholder(conn)
-    sql = ("INSERT INTO summary (rank_id, name_id, kind, category, calls, total_ns, min_ns, max_ns, sum_sq_ns, "
-           f"self_ns) VALUES ({', '.join([m] * 10)})")
-    tail = (
-        " ON CONFLICT (rank_id, name_id, kind) DO UPDATE SET "
-        "calls = summary.calls + excluded.calls, total_ns = summary.total_ns + excluded.total_ns, "
-        "min_ns = CASE WHEN excluded.min_ns < summary.min_ns THEN excluded.min_ns ELSE summary.min_ns END, "
-        "max_ns = CASE WHEN excluded.max_ns > summary.max_ns THEN excluded.max_ns ELSE summary.max_ns END, "
-        "sum_sq_ns = summary.sum_sq_ns + excluded.sum_sq_ns, "
-        "self_ns = COALESCE(summary.self_ns, summary.total_ns) + COALESCE(excluded.self_ns, excluded.total_ns)"
-    )
+    sql = f"INSERT INTO summary ({', '.join(SUMMARY_COLS)}) VALUES ({', '.join([m] * 10)})"
     if conn.dialect.name == "sqlite":  # (a run of 512 ranks x 320 names: 164k rows; keys are unique here)
-        execute_rows(conn, sql, data, tail)
+        execute_rows(conn, sql, data, _SUMMARY_UPSERT)
     else:
-        conn.exec_driver_sql(sql + tail, data)
+        conn.exec_driver_sql(sql + _SUMMARY_UPSERT, data)
+
+
+SUMMARY_COLS = ("rank_id", "name_id", "kind", "category", "calls", "total_ns", "min_ns", "max_ns", "sum_sq_ns",
+                "self_ns")
+#: a summary row whose key is stored already adds to it (``add_summaries``)
+_SUMMARY_UPSERT = (
+    " ON CONFLICT (rank_id, name_id, kind) DO UPDATE SET "
+    "calls = summary.calls + excluded.calls, total_ns = summary.total_ns + excluded.total_ns, "
+    "min_ns = CASE WHEN excluded.min_ns < summary.min_ns THEN excluded.min_ns ELSE summary.min_ns END, "
+    "max_ns = CASE WHEN excluded.max_ns > summary.max_ns THEN excluded.max_ns ELSE summary.max_ns END, "
+    "sum_sq_ns = summary.sum_sq_ns + excluded.sum_sq_ns, "
+    "self_ns = COALESCE(summary.self_ns, summary.total_ns) + COALESCE(excluded.self_ns, excluded.total_ns)"
+)
+
+
+def add_summary_columns(conn: Connection, pieces: Sequence[SummaryColumns]) -> None:
+    """``add_summaries`` of rows given as columns (each piece in key order, the pieces in rank order):
+    on SQLite bound from one block made in C (``insert_block``), no tuple per row; elsewhere as tuples."""
+    import numpy as np
+
+    if conn.dialect.name != "sqlite":
+        add_summaries(conn, chain.from_iterable(p.rows() for p in pieces))
+        return
+    pieces = [p for p in pieces if len(p)]
+    if not pieces:
+        return
+    text: dict[str, int] = {}
+    codes: dict[int, Any] = {}  # (a group's files share their text table: mapped once)
+    for p in pieces:
+        if id(p.text) not in codes:
+            codes[id(p.text)] = np.array([text.setdefault(t, len(text)) for t in p.text], dtype=np.int64)
+    ints = np.concatenate([p.ints for p in pieces], axis=1)
+    if len(pieces) > 1 or len(text) != len(pieces[0].text):
+        sizes = [len(p) for p in pieces]
+        word = np.concatenate([codes[id(p.text)] for p in pieces])
+        base = np.repeat(np.cumsum([0] + [len(p.text) for p in pieces])[:-1], sizes)
+        ints[2:4] = word[ints[2:4] + base]
+    values = tuple(text)
+    columns: list[Any] = [ints[0], ints[1], Coded(ints[2], values), Coded(ints[3], values), *ints[4:8],
+                          np.concatenate([p.sum_sq for p in pieces]), ints[8]]
+    literals: list[tuple[str, Any]] = []
+    if len(np.unique(ints[2])) == 1:  # (a column file's rows are of one kind)
+        literals.append(("kind", values[int(ints[2, 0])]))
+        del columns[2]
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    insert_block(raw, "summary", [c for c in SUMMARY_COLS if not (literals and c == "kind")], columns, literals,
+                 _SUMMARY_UPSERT)
 
 
 def add_steps(conn: Connection, rows: Iterable[Sequence[Any]]) -> None:
@@ -585,7 +624,7 @@ def _length(column: Any) -> int:
 
 def insert_block(
     raw: sqlite3.Connection, table: str, bound: Sequence[str], arrays: Sequence[Any],
-    literals: Sequence[tuple[str, Any]] = (),
+    literals: Sequence[tuple[str, Any]] = (), tail: str = "",
 ) -> None:
     """Insert one batch given as columns into an SQLite ``table``: ``bound`` columns from ``arrays``
     (numpy arrays, ``columnar.Ints`` or ``Coded``, all of one length), ``literals`` (column, value) the
@@ -597,7 +636,7 @@ def insert_block(
     bound as its code), the batch is one int64 array whose rows numpy turns into the statements'
     parameter lists in C; otherwise (counter values are floats, empty cells are None) an object
     array does the same (0.81-0.89 s for the same rows with categories as strings). Rows keep their
-    order (ids ascend as before)."""
+    order (ids ascend as before). ``tail`` ends each statement (an ON CONFLICT clause)."""
     import numpy as np
 
     n = _length(arrays[0])
@@ -647,11 +686,11 @@ def insert_block(
     full = n // per * per
     if full:
         params = block[:full].reshape(-1, per * k).tolist()
-        raw.executemany(head + ", ".join([row] * per), [shared + p for p in params] if shared else params)
+        raw.executemany(head + ", ".join([row] * per) + tail, [shared + p for p in params] if shared else params)
     at = full
     while at < n:  # the rest in statements of 64, 32, ... rows (a small file's batch is mostly its rest:
         m = 1 << ((n - at).bit_length() - 1)  # 480 rows left 80 to go one per statement)
-        raw.execute(head + ", ".join([row] * m), shared + block[at : at + m].reshape(-1).tolist())
+        raw.execute(head + ", ".join([row] * m) + tail, shared + block[at : at + m].reshape(-1).tolist())
         at += m
 
 
@@ -681,12 +720,13 @@ class Writer:
         self.names: dict[str, int] = {}
         #: "launch" and "origin" (SHAPE_TABLES) -> their interned tuples' ids (at most LAUNCHES_KEPT each)
         self.shapes: dict[str, dict[tuple[Any, ...], int]] = {t: {} for t in SHAPE_TABLES}
-        #: rank_id -> its first file's summary rows as the worker sent them; once a second file of the
-        #: rank comes, (name_id, kind) -> the worker's row, or a running Totals once two files had the key
-        self.summary: dict[int, list[SummaryRow] | dict[tuple[int, str], Totals | SummaryRow]] = {}
+        #: rank_id -> its first file's summary rows as the worker sent them (as columns: a file of a
+        #: group, ``split_summaries``); once a second file of the rank comes, (name_id, kind) -> the
+        #: worker's row, or a running Totals once two files had the key
+        self.summary: dict[int, list[SummaryRow] | SummaryColumns | dict[tuple[int, str], Totals | SummaryRow]] = {}
         #: complete ranks' summary rows (each rank's, in the order it came), written once SUMMARY_ROWS wait
         #: (``rank_done``)
-        self.ready: list[list[SummaryRow]] = []
+        self.ready: list[list[SummaryRow] | SummaryColumns] = []
         self.ready_rows = 0
         self.steps: dict[tuple[int, int], tuple[int, int, int]] = {}
         self.mark = placeholder(conn)
@@ -843,15 +883,16 @@ class Writer:
         by (name, kind), and a key met twice becomes a running Totals."""
         from .ingest_workers import Totals
         rows = (
-            self._with_name_ids(parsed.summary) if parsed.named else cast("list[SummaryRow]", parsed.summary)
+            self._with_name_ids(cast("list[NamedSummaryRow]", parsed.summary)) if parsed.named
+            else cast("list[SummaryRow] | SummaryColumns", parsed.summary)
         )
         have = self.summary.get(rank_id)
         if have is None:
             self.summary[rank_id] = rows
         else:
-            if isinstance(have, list):
-                have = self.summary[rank_id] = {(r[1], r[2]): r for r in have}
-            for r in rows:  # (rank_id, name_id, kind, category, calls, total, min, max, sum sq, self)
+            if not isinstance(have, dict):
+                have = self.summary[rank_id] = {(r[1], r[2]): r for r in _as_rows(have)}
+            for r in _as_rows(rows):  # (rank_id, name_id, kind, category, calls, total, min, max, sum sq, self)
                 key = (r[1], r[2])
                 s = have.get(key)
                 if s is None:
@@ -879,9 +920,16 @@ class Writer:
 
     def _write_ready(self) -> None:
         """Write the complete ranks' summary rows, rank by rank in rank id order (``add_summaries`` sorts
-        them: little to do when each rank's rows come sorted, ``_with_name_ids``)."""
-        self.ready.sort(key=lambda rows: rows[0][0] if rows else 0)
-        add_summaries(self.conn, chain.from_iterable(self.ready))
+        them: little to do when each rank's rows come sorted, ``_with_name_ids``); ranks whose rows are
+        columns go as columns (``add_summary_columns``), a run of them at a time."""
+        from .ingest_workers import SummaryColumns
+
+        self.ready.sort(key=_rank_of)
+        for as_columns, run in groupby(self.ready, key=lambda rows: isinstance(rows, SummaryColumns)):
+            if as_columns:
+                add_summary_columns(self.conn, cast("list[SummaryColumns]", list(run)))
+            else:
+                add_summaries(self.conn, chain.from_iterable(cast("Iterator[list[SummaryRow]]", run)))
         self.ready = []
         self.ready_rows = 0
 
@@ -900,13 +948,25 @@ SUMMARY_ROWS = 50_000
 
 
 def _summary_rows(
-    rank_id: int, per_name: list[SummaryRow] | dict[tuple[int, str], Totals | SummaryRow]
-) -> list[SummaryRow]:
-    """A rank's summary rows as ``add_summaries`` takes them (a worker's row met once is kept as it came)."""
-    if isinstance(per_name, list):
+    rank_id: int, per_name: list[SummaryRow] | SummaryColumns | dict[tuple[int, str], Totals | SummaryRow]
+) -> list[SummaryRow] | SummaryColumns:
+    """A rank's summary rows as ``add_summaries`` (or, as columns, ``add_summary_columns``) takes them (a
+    worker's row met once is kept as it came)."""
+    if not isinstance(per_name, dict):
         return per_name
     return [t if isinstance(t, tuple) else t.row(rank_id, name_id, kind, t.self_ns) for (name_id, kind), t in
             per_name.items()]
+
+
+def _as_rows(rows: list[SummaryRow] | SummaryColumns) -> list[SummaryRow]:
+    return rows if isinstance(rows, list) else rows.rows()
+
+
+def _rank_of(rows: list[SummaryRow] | SummaryColumns) -> int:
+    """The rank id of a rank's summary rows (0 without rows)."""
+    if isinstance(rows, list):
+        return rows[0][0] if rows else 0
+    return rows.rank_id()
 
 
 #: SQLite's page cache during a bulk load into SQLite (KiB, as PRAGMA cache_size takes it negated),

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from itertools import repeat
 from operator import itemgetter
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from .ingest_workers import (
     NamedSummaryRow,
     Parsed,
     RowsMsg,
-    SummaryRow,
+    SummaryColumns,
     Task,
     _Channel,
     batch_rows,
@@ -480,7 +480,7 @@ def join_summaries(done: Sequence[DoneMsg]) -> GroupDoneMsg | None:
     """The ``DoneMsg`` of several column files (``Parsed.named``) as one message, their summary rows as
     columns: a file of 320 names sent 320 tuples, which the writer unpickled and then took apart to put
     the ids in (2,048 small files: ~0.8 s of its time). None when a value is not an int64 one."""
-    rows = [r for m in done for r in m.parsed.summary]
+    rows = [r for m in done for r in cast("list[NamedSummaryRow]", m.parsed.summary)]
     names: dict[str, int] = {}
     text: dict[str, int] = {}
     ints = np.zeros((9, 0), dtype=np.int64)
@@ -500,9 +500,9 @@ def join_summaries(done: Sequence[DoneMsg]) -> GroupDoneMsg | None:
 
 
 def split_summaries(msg: GroupDoneMsg, ids_of: Callable[[list[Any]], list[Any]]) -> list[DoneMsg]:
-    """Each file's ``DoneMsg`` of a ``join_summaries`` message, its summary rows with the names' ids in
-    (``ids_of``: the writer's, interning new names) as ``SummaryRow`` tuples, each file's in name id
-    order (``bulk.add_summaries`` sorts them: little to do then)."""
+    """Each file's ``DoneMsg`` of a ``join_summaries`` or ``parse_group`` message, its summary rows with
+    the names' ids in (``ids_of``: the writer's, interning new names) as ``SummaryColumns``, each
+    file's in name id order (``bulk.add_summaries`` writes rows in key order: little to sort then)."""
     s: JoinedSummary = msg.summary
     ints, sum_sq = s.ints, s.sum_sq
     if s.names:
@@ -510,13 +510,10 @@ def split_summaries(msg: GroupDoneMsg, ids_of: Callable[[list[Any]], list[Any]])
         ints[1] = np.array(ids_of(s.names), dtype=np.int64)[ints[1]]
         order = np.lexsort((ints[1], np.repeat(np.arange(len(s.sizes)), s.sizes)))
         ints, sum_sq = ints[:, order], sum_sq[order]
-    rank, name, kind, category, calls, total, lo, hi, own = ints.tolist()
-    text = s.text
-    rows: list[SummaryRow] = list(zip(rank, name, [text[k] for k in kind], [text[c] for c in category], calls,
-                                      total, lo, hi, sum_sq.tolist(), own))
     out = []
     at = 0
     for task, parsed, n in zip(msg.tasks, msg.parsed, s.sizes):
-        out.append(DoneMsg(task, parsed._replace(summary=rows[at : at + n])))
+        out.append(DoneMsg(task, parsed._replace(summary=SummaryColumns(ints[:, at : at + n], sum_sq[at : at + n],
+                                                                        s.text))))
         at += n
     return out

@@ -125,6 +125,36 @@ SummaryRow = tuple[int, int, str, str, int, int, int, int, float, int]
 NamedSummaryRow = tuple[int, str, str, str, int, int, int, int, float, int]
 
 
+class SummaryColumns:
+    """A file's ``SummaryRow``s as columns, as the writer makes them from a group's joined summary
+    (``ingest_columns.split_summaries``), in name id order: what the tuples hold, without making them.
+    2,048 small files have 655k summary rows: made into tuples, sorted and chained for the statements
+    they cost the writer ~1.2 s, bound from the columns in C ~0.7 s (``bulk.add_summary_columns``).
+    ``ints``: 9 x rows int64 (rank id, name id, kind and category as numbers in ``text``, calls,
+    total, min, max, self time, in ns); ``sum_sq``: float64."""
+
+    __slots__ = ("ints", "sum_sq", "text")
+
+    def __init__(self, ints: Any, sum_sq: Any, text: tuple[str, ...]) -> None:
+        self.ints = ints
+        self.sum_sq = sum_sq
+        self.text = text
+
+    def __len__(self) -> int:
+        return int(self.ints.shape[1])
+
+    def rank_id(self) -> int:
+        """The rank id of the first row (a file's rows are one rank's), 0 without rows."""
+        return int(self.ints[0, 0]) if len(self) else 0
+
+    def rows(self) -> list[SummaryRow]:
+        """The same rows as ``SummaryRow`` tuples (a rank of several files merges its files' rows)."""
+        rank, name, kind, category, calls, total, lo, hi, own = self.ints.tolist()
+        text = self.text
+        return list(zip(rank, name, [text[k] for k in kind], [text[c] for c in category], calls, total, lo, hi,
+                        self.sum_sq.tolist(), own))
+
+
 class StepTime(NamedTuple):
     step: int
     start_ns: int
@@ -136,7 +166,8 @@ class Parsed(NamedTuple):
     file's collective timeline (calls, busy time; None when it has no activity)."""
 
     counts: dict[str, int]
-    summary: list[SummaryRow] | list[NamedSummaryRow]
+    #: (``SummaryColumns`` only in the writer: ``ingest_columns.split_summaries``)
+    summary: list[SummaryRow] | list[NamedSummaryRow] | SummaryColumns
     steps: list[StepTime]
     timeline: RankTimeline | None = None
     #: the summary rows carry names where their ids go (NamedSummaryRow)
@@ -419,6 +450,7 @@ class _Late:
                 return msg._replace(rows={**rows, "rank_id": rank_id, "source_id": source_id})
             return msg
         p = msg.parsed
+        assert isinstance(p.summary, list)  # (a worker's rows are tuples)
         if p.summary and p.summary[0][0] == NO_ID:
             summary: Any = [(rank_id, *r[1:]) for r in p.summary]
             return msg._replace(parsed=p._replace(summary=summary))

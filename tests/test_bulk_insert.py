@@ -184,6 +184,67 @@ def test_summaries_accumulate_over_many_rows_per_statement(tmp_path: Any) -> Non
     assert {k: v[:5] + (pytest.approx(v[5]), v[6]) for k, v in want.items()} == got
 
 
+def test_summaries_as_columns_store_what_their_rows_store(tmp_path: Any) -> None:
+    """The writer's summaries of files read in groups (``SummaryColumns``: rows bound from columns,
+    ``add_summary_columns``) store what the same rows as tuples store (``add_summaries``), value and
+    SQLite type, exactly: ranks of columns and of tuples interleaved, pieces of several groups (each
+    its own text table), a piece of two kinds, keys stored already (they add up), ranks of two files
+    (columns and tuples merged)."""
+    from profdb.store.ingest_workers import Parsed, SummaryColumns
+
+    rng = np.random.default_rng(5)
+
+    def rows(rank: int, n: int, kinds: tuple[str, ...] = ("kernel",)) -> list[Any]:
+        out = []
+        for name in sorted(rng.choice(400, n, replace=False).tolist()):
+            lo, hi = sorted(int(x) for x in rng.integers(1, 10**6, 2))
+            kind = kinds[int(rng.integers(0, len(kinds)))]
+            out.append((rank, name, kind, ("compute", "communication", "memory")[int(rng.integers(0, 3))],
+                        int(rng.integers(1, 99)), int(rng.integers(1, 2**60)), lo, hi, float(rng.random() * 1e18),
+                        int(rng.integers(0, 10**9))))
+        return out
+
+    def columns(rs: list[Any], text: tuple[str, ...]) -> SummaryColumns:
+        ints = np.array([[r[0] for r in rs], [r[1] for r in rs], [text.index(r[2]) for r in rs],
+                         [text.index(r[3]) for r in rs], *([r[i] for r in rs] for i in (4, 5, 6, 7, 9))],
+                        dtype=np.int64).reshape(9, len(rs))
+        return SummaryColumns(ints, np.array([r[8] for r in rs], dtype=np.float64), text)
+
+    stored = rows(3, 50) + rows(8, 30)  # (ranks 3 and 8 have rows in the store before)
+    per_rank = {r: rows(r, 40 if r != 4 else 0, ("kernel", "api") if r == 6 else ("kernel",)) for r in range(1, 13)}
+    second = {5: rows(5, 60), 9: rows(9, 25)}  # (a rank's second file, its rows as tuples)
+    texts = [("kernel", "compute", "communication", "memory"), ("memory", "api", "kernel", "compute", "communication")]
+    dumps = []
+    for as_columns in (False, True):
+        engine = create_engine(f"sqlite:///{tmp_path / f's{as_columns}.db'}")
+        with engine.begin() as conn:
+            conn.exec_driver_sql(
+                "CREATE TABLE summary (rank_id INTEGER NOT NULL, name_id INTEGER NOT NULL, kind VARCHAR(20) NOT NULL, "
+                "category VARCHAR(20) NOT NULL, calls BIGINT NOT NULL, total_ns BIGINT NOT NULL, min_ns BIGINT NOT "
+                "NULL, max_ns BIGINT NOT NULL, sum_sq_ns FLOAT NOT NULL, self_ns BIGINT, PRIMARY KEY (rank_id, "
+                "name_id, kind)) WITHOUT ROWID")
+            bulk.add_summaries(conn, stored)
+            writer = bulk.Writer(conn)
+            for rank in sorted(per_rank, key=lambda r: (r * 7) % 13):  # (ranks complete in another order)
+                rs = per_rank[rank]
+                summary: Any = columns(rs, texts[rank % 2]) if as_columns and rank % 3 else rs
+                writer.merge(rank, rank, Parsed({}, summary, []))
+                if rank in second:
+                    writer.merge(rank, 100 + rank, Parsed({}, second[rank], []))
+                writer.rank_done(rank)
+            kinds = [type(r) for r in writer.ready]
+            assert not as_columns or (SummaryColumns in kinds and list in kinds)
+            writer._write_ready()
+            dumps.append(conn.exec_driver_sql(
+                "SELECT *, typeof(calls), typeof(total_ns), typeof(sum_sq_ns), typeof(self_ns) FROM summary "
+                "ORDER BY rank_id, name_id, kind").fetchall())
+    first_files = {r[:3] for v in per_rank.values() for r in v}
+    others = {r[:3] for r in [*stored, *second[5], *second[9]]}
+    assert first_files & others  # (some keys add up)
+    assert len(dumps[0]) == len(first_files | others)
+    assert dumps[1] == dumps[0]
+
+
 def test_deferred_indexes_come_back_and_the_cache_size_is_restored(tmp_path: Any) -> None:
     from profdb.store.db import open_db
 

@@ -476,8 +476,8 @@ def _named(rank: int, rows: list[tuple[str, str, str, int]]) -> Any:
 
 
 def test_a_groups_summaries_travel_as_columns_and_come_back_as_each_files_rows() -> None:
-    """``join_summaries`` / ``split_summaries``: each file gets back its own summary rows, the names' ids
-    in, as the writer made them from the rows by name (``Writer._with_name_ids``), with the ids the
+    """``join_summaries`` / ``split_summaries``: each file gets back its own summary rows (as columns), the
+    names' ids in, as the writer made them from the rows by name (``Writer._with_name_ids``), with the ids the
     writer gives (new names interned as they come)."""
     done = [_named(1, [("b", "kernel", "compute", 3), ("a", "kernel", "communication", 1)]),
             _named(2, []),
@@ -497,8 +497,11 @@ def test_a_groups_summaries_travel_as_columns_and_come_back_as_each_files_rows()
         assert after.task == before.task and not after.parsed.named
         assert after.parsed._replace(summary=[]) == before.parsed._replace(summary=[], named=False)
         expected = sorted((r[0], ids[r[1]], *r[2:]) for r in before.parsed.summary)
-        assert after.parsed.summary == expected  # (in name id order)
-        assert all(type(v) is type(w) for r, e in zip(after.parsed.summary, expected) for v, w in zip(r, e))
+        got = after.parsed.summary
+        assert isinstance(got, ingest_workers.SummaryColumns)  # (the writer binds them as columns)
+        assert len(got) == len(expected) and got.rank_id() == (expected[0][0] if expected else 0)
+        assert got.rows() == expected  # (in name id order)
+        assert all(type(v) is type(w) for r, e in zip(got.rows(), expected) for v, w in zip(r, e))
 
 
 def test_summaries_that_do_not_fit_int64_columns_go_as_they_are() -> None:
