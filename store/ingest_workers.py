@@ -334,6 +334,63 @@ class _Channel(Protocol):
         ...
 
 
+class _Outbox:
+    """A worker's end of its connection to the writer, whose sending is done by a thread: the worker
+    pickles a message and goes on parsing while it is written. Sent directly, a message waits in
+    ``write`` until the writer has read it all, which it does only between its own work on other
+    messages; the worker parsed nothing meanwhile, and the writer then waited for the worker's next
+    message (2,048 small files: the writer idle 0.8 s of the 2.9 s it took the workers' messages,
+    the workers blocked in writes ~2.4 s between them). At most ``OUTBOX_MESSAGES`` wait beside the
+    one being written (memory: a few batches). Messages keep their order; a failed write (the
+    writer closed its end) is raised by the next ``send`` or by ``close``."""
+
+    def __init__(self, conn: Connection) -> None:
+        import queue
+        import threading
+
+        self.conn = conn
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=OUTBOX_MESSAGES)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._write, name="profdb-outbox", daemon=True)
+        self._thread.start()
+
+    def _write(self) -> None:
+        while (buf := self._queue.get()) is not None:
+            if self._error is None:  # (after a failure the rest is dropped: the writer stopped reading)
+                try:
+                    self.conn.send_bytes(buf)
+                except BaseException as e:
+                    self._error = e
+
+    def send(self, obj: Any) -> None:
+        if self._error is not None:
+            raise self._error
+        from multiprocessing.reduction import ForkingPickler  # (what Connection.send pickles with)
+
+        self._queue.put(ForkingPickler.dumps(obj))
+
+    def poll(self) -> bool:
+        return self.conn.poll()
+
+    def recv(self) -> Any:
+        return self.conn.recv()
+
+    def close(self) -> None:
+        """Write what is queued, then close the connection; raises a failed write's error."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+        self.conn.close()
+        if self._error is not None:
+            raise self._error
+
+
+#: messages a worker's outbox holds besides the one being written (``_Outbox``). Measured, the writer's
+#: idle time while the workers' messages came (2,048 small files, 3 runs each): 0.77 s sending
+#: directly, 0.28-0.39 s with 1, 0.16-0.26 s with 3 (the short shape: 0.32, 0.12, 0.07-0.09 s)
+OUTBOX_MESSAGES = 3
+
+
 class _Skipped(Exception):
     """The task's file is not to be read after all (its content is stored already: ``IdsMsg``)."""
 
@@ -348,7 +405,7 @@ class _Late:
     (already stored) are dropped. A file read as records is read up to its first batch of rows
     meanwhile, and waits for them there (``ready``): its rows need name ids from the writer anyway."""
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: _Outbox) -> None:
         self.conn = conn
         self.ids: list[tuple[int, int] | None] | None = None
         self.held: list[RowsMsg | DoneMsg] = []
@@ -716,10 +773,11 @@ def _read_group(group: list[Task]) -> GroupBatches | None:
     return reader.read_group([t.path for t in group], group[0].info)
 
 
-def _worker(tasks: list[Task], counter: Any, conn: Connection, current: Any = None, slot: int = 0) -> None:
+def _worker(tasks: list[Task], counter: Any, pipe: Connection, current: Any = None, slot: int = 0) -> None:
     lifetime.leave_signals_to_parent()
     lifetime.die_with_parent()
     os.nice(WORKER_NICE)
+    conn = _Outbox(pipe)
     late = _Late(conn)
     names = _Names(late)
     cats: dict[tuple[str, str], str] = {}
@@ -778,7 +836,8 @@ def _worker(tasks: list[Task], counter: Any, conn: Connection, current: Any = No
             with suppress(OSError):
                 conn.send(ErrorMsg(task.index if task else -1, RuntimeError(repr(e)), traceback.format_exc()))
     finally:
-        conn.close()
+        with suppress(OSError):  # (the writer stopped reading: it says why)
+            conn.close()
 
 
 # --------------------------------------------------------------------------- writer side

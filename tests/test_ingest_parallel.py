@@ -503,3 +503,29 @@ print(anon() - base)
 """
     kept_kb = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     assert (kept_kb < 1024) == give_back, kept_kb
+
+
+def test_a_workers_outbox_sends_in_order_while_the_worker_goes_on_and_reports_a_closed_writer() -> None:
+    """``_Outbox``: a worker's messages are written by a thread, so ``send`` returns while nobody reads
+    (up to ``OUTBOX_MESSAGES`` waiting beside the one being written, each larger than the connection's
+    buffer); they arrive whole and in order; once the writer closed its end, ``send`` or ``close``
+    raises the write's OSError instead of hanging or dropping it silently."""
+    import multiprocessing as mp
+    import threading
+
+    ours, theirs = mp.Pipe(duplex=True)
+    box = ingest_workers._Outbox(theirs)
+    big = [bytes([i]) * (3 << 20) for i in range(ingest_workers.OUTBOX_MESSAGES + 1)]  # (3 MB each)
+    sent = threading.Thread(target=lambda: [box.send(("rows", i, b)) for i, b in enumerate(big)], daemon=True)
+    sent.start()
+    sent.join(60)
+    assert not sent.is_alive(), "send blocked while the writer was busy"
+    got = [ours.recv() for _ in big]
+    box.send(ingest_workers.ExitMsg())
+    got.append(ours.recv())
+    assert got == [("rows", i, b) for i, b in enumerate(big)] + [ingest_workers.ExitMsg()]
+    ours.close()
+    with pytest.raises(OSError):
+        for _ in range(20):  # (the failed write is seen by a later send, or by close)
+            box.send(("rows", -1, big[0]))
+        box.close()
