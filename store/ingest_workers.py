@@ -129,7 +129,7 @@ class SummaryColumns:
     """A file's ``SummaryRow``s as columns, as the writer makes them from a group's joined summary
     (``ingest_columns.split_summaries``), in name id order: what the tuples hold, without making them.
     2,048 small files have 655k summary rows: made into tuples, sorted and chained for the statements
-    they cost the writer ~1.2 s, bound from the columns in C ~0.7 s (``bulk.add_summary_columns``).
+    they cost the writer ~1.1 s, bound from the columns in C ~0.8 s (``bulk.add_summary_columns``).
     ``ints``: 9 x rows int64 (rank id, name id, kind and category as numbers in ``text``, calls,
     total, min, max, self time, in ns); ``sum_sq``: float64."""
 
