@@ -305,14 +305,14 @@ def test_workers_yield_the_cpu_to_the_writer(inputs: Path, tmp_path: Path, monke
     from profdb.store import columnar
 
     seen = tmp_path / "nice.txt"
-    group = columnar.group_durations
+    check = columnar.check_activities  # (every batch of kernels is checked: read alone or in a group)
 
     def noting(*a: Any, **k: Any) -> Any:
         with seen.open("a") as f:
             f.write(f"{os.getpid()} {os.nice(0)}\n")
-        return group(*a, **k)
+        return check(*a, **k)
 
-    monkeypatch.setattr(columnar, "group_durations", noting)  # (the workers are forked: they see it)
+    monkeypatch.setattr(columnar, "check_activities", noting)  # (the workers are forked: they see it)
     _bulk(monkeypatch, True)
     ingest.ingest_paths(sorted((inputs / "csv").glob("rank*")), str(tmp_path / "s.db"), run="csv")
     lines = {tuple(map(int, line.split())) for line in seen.read_text().splitlines()}
