@@ -389,10 +389,16 @@ def _parse_in_workers(
                 merge_ready(at[msg.task], msg.parsed)
     except ingest_workers.WorkerError as e:
         if isinstance(e.error, ingest_workers.WorkerDied):
-            where = f" while parsing {inputs[e.index].path}" if 0 <= e.index < len(inputs) else ""
+            where, which = "", "that file alone"
+            if 0 <= e.index < len(inputs) and 0 <= e.last < len(inputs):
+                where = (f" while reading {e.files} small files together ({inputs[e.index].path} ... "
+                         f"{inputs[e.last].path})")
+                which = "those files"
+            elif 0 <= e.index < len(inputs):
+                where = f" while parsing {inputs[e.index].path}"
             raise InputError(
                 f"{e.error}{where}; nothing was written (the ingest was rolled back): check memory limits "
-                "(dmesg, the job's log), or ingest that file alone with PROFDB_INGEST_WORKERS=0 to see its error"
+                f"(dmesg, the job's log), or ingest {which} with PROFDB_INGEST_WORKERS=0 to see the error"
             ) from None
         if 0 <= e.index < len(inputs):
             err = _read_error(inputs[e.index], e.error)

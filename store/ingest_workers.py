@@ -802,21 +802,21 @@ def _worker(tasks: list[Task], counter: Any, pipe: Connection, current: Any = No
             group = [t for t in tasks[i:end] if not late.skipped(t)]
             # (tasks begun before the ids came carry NO_ID: ``_Late`` completes their messages)
             group = [late._with_ids(t) if late.ids is not None else t for t in group]
+            if current is not None and len(group) > 1:  # (a death in there is the group's, not one file's)
+                current[2 * slot], current[2 * slot + 1] = group[0].index, group[-1].index
             got = _read_group(group) if len(group) > 1 else None
             if got is not None and late.ids is not None:  # (the ids known: one batch for all, if it can)
                 from . import ingest_columns
 
                 task = group[0]
-                if current is not None:
-                    current[slot] = task.index
                 if ingest_columns.parse_group(group, got, late, cats):
                     continue
             read: list[list[Any] | None] = [None] * len(group) if got is None else list(got.per_file())
             if len(group) > 1:
                 late.hold_group()
             for task, batches in zip(group, read):
-                if current is not None:
-                    current[slot] = task.index  # so the writer can name the file if this process dies
+                if current is not None:  # so the writer can name the file if this process dies
+                    current[2 * slot], current[2 * slot + 1] = task.index, -1
                 try:
                     _parse(task, late, names, cats, batches)
                 except _Skipped:
@@ -856,13 +856,17 @@ class WorkerDied(Exception):
 
 
 class WorkerError(Exception):
-    """A worker failed on a task: ``error`` is what it raised (re-raised by the writer)."""
+    """A worker failed on a task: ``error`` is what it raised (re-raised by the writer). A worker that
+    died while reading a group of small files together (``_read_group``) was on ``files`` tasks, from
+    ``index`` to ``last`` (-1: on ``index`` alone)."""
 
-    def __init__(self, index: int, error: BaseException, trace: str) -> None:
+    def __init__(self, index: int, error: BaseException, trace: str, last: int = -1, files: int = 1) -> None:
         super().__init__(f"task {index}: {error!r}")
         self.index = index
         self.error = error
         self.trace = trace
+        self.last = last
+        self.files = files
 
 
 class Parsers:
@@ -876,8 +880,9 @@ class Parsers:
         self.counter = ctx.Value("i", 0)
         self.procs: list[Any] = []
         self.conns: list[Connection] = []
-        #: the task each worker is parsing (-1: none yet), by worker slot
-        self.current = ctx.Array("i", [-1] * max(1, workers), lock=False)
+        #: the task each worker is parsing (-1: none yet) and, while it reads a group of small files
+        #: together, the group's last task (else -1): slot k's at 2k and 2k + 1
+        self.current = ctx.Array("i", [-1] * 2 * max(1, workers), lock=False)
         # numpy's half of a worker (ingest_columns) is loaded once before the fork, for all (the writer
         # needs numpy too); what a reader loads for its column batches (pyarrow) each worker loads once
         # it runs (``_worker``), not this process: the writer never uses it, and loading it here was
@@ -926,7 +931,10 @@ class Parsers:
                 except EOFError:
                     proc = live.pop(conn)
                     proc.join(5)
-                    raise WorkerError(self.current[slots[conn]], WorkerDied(proc.exitcode), "") from None
+                    first, last = self.current[2 * slots[conn]], self.current[2 * slots[conn] + 1]
+                    at = {t.index: i for i, t in enumerate(self.tasks)} if last >= 0 else {}
+                    files = at[last] - at[first] + 1 if first in at and last in at else 1
+                    raise WorkerError(first, WorkerDied(proc.exitcode), "", last, files) from None
                 if isinstance(msg, NamesMsg):
                     ids = answer_names(msg.names)
                     try:

@@ -25,7 +25,7 @@ from profdb.store.db import open_db
 
 KINETO = Path(__file__).parent / "data" / "kineto" / "torchrun4_cpu"
 
-#: argv: mode ("pause-writer" | "pause-worker" | "kill-worker"), then profdb's arguments
+#: argv: mode ("pause-writer" | "pause-worker" | "kill-worker" | "kill-group"), then profdb's arguments
 SCRIPT = r"""
 import os, signal, sys, time
 from profdb.store import ingest_workers
@@ -49,6 +49,12 @@ else:  # parsed in workers (forked: they run this wrapper)
             time.sleep(600)
         return parse(task, *args, **kwargs)
     ingest_workers._parse = in_worker
+    read_group = ingest_workers._read_group
+    def group_in_worker(group):
+        if mode == "kill-group" and any("rank2" in str(t.path) for t in group):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return read_group(group)
+    ingest_workers._read_group = group_in_worker
 sys.argv = ["profdb", *sys.argv[2:]]
 cli_main.main()
 """
@@ -174,6 +180,22 @@ def test_a_worker_that_dies_is_named_by_its_file(tmp_path: Path) -> None:
     assert "an ingest worker died (killed by signal 9, e.g. out of memory) while parsing " in err, err
     assert f"{KINETO / 'rank2_iter5_7.json.gz'}; nothing was written" in err and "Traceback" not in err, err
     assert not db.exists()
+
+
+def test_a_worker_that_dies_reading_small_files_together_names_them_all(tmp_path: Path) -> None:
+    """A worker killed while it reads a group of small rocprofv3 traces in one parse (``_read_group``)
+    is named by the group, not by one file of it (before, by the file it parsed last, or by none)."""
+    sample = Path(__file__).parent / "data" / "rocprofv3_csv" / "rocm-systems_2025-08" / "kernel_trace.csv"
+    for r in range(6):
+        (tmp_path / "job" / f"rank{r}").mkdir(parents=True)
+        (tmp_path / "job" / f"rank{r}" / "kernel_trace.csv").write_bytes(sample.read_bytes())
+    db = tmp_path / "s.db"
+    proc = _start("kill-group", "ingest", "--db", db, *sorted((tmp_path / "job").glob("rank*")), workers=2)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    assert "an ingest worker died (killed by signal 9, e.g. out of memory) while reading " in err, err
+    assert "small files together (" in err and "/rank" in err and "ingest those files with" in err, err
+    assert "Traceback" not in err and not db.exists(), err
 
 
 def test_readers_answer_while_an_ingest_holds_the_write_lock(store_url: str, run_cli: Invoke, tmp_path: Path) -> None:
