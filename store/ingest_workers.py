@@ -803,7 +803,7 @@ def _worker(tasks: list[Task], counter: Any, pipe: Connection, current: Any = No
             # (tasks begun before the ids came carry NO_ID: ``_Late`` completes their messages)
             group = [late._with_ids(t) if late.ids is not None else t for t in group]
             if current is not None and len(group) > 1:  # (a death in there is the group's, not one file's)
-                current[2 * slot], current[2 * slot + 1] = group[0].index, group[-1].index
+                current[2 * slot + 1], current[2 * slot] = group[-1].index, group[0].index
             got = _read_group(group) if len(group) > 1 else None
             if got is not None and late.ids is not None:  # (the ids known: one batch for all, if it can)
                 from . import ingest_columns
@@ -816,7 +816,7 @@ def _worker(tasks: list[Task], counter: Any, pipe: Connection, current: Any = No
                 late.hold_group()
             for task, batches in zip(group, read):
                 if current is not None:  # so the writer can name the file if this process dies
-                    current[2 * slot], current[2 * slot + 1] = task.index, -1
+                    current[2 * slot + 1], current[2 * slot] = -1, task.index
                 try:
                     _parse(task, late, names, cats, batches)
                 except _Skipped:
@@ -933,8 +933,8 @@ class Parsers:
                     proc.join(5)
                     first, last = self.current[2 * slots[conn]], self.current[2 * slots[conn] + 1]
                     at = {t.index: i for i, t in enumerate(self.tasks)} if last >= 0 else {}
-                    files = at[last] - at[first] + 1 if first in at and last in at else 1
-                    raise WorkerError(first, WorkerDied(proc.exitcode), "", last, files) from None
+                    files = at[last] - at[first] + 1 if first in at and last in at and at[last] > at[first] else 1
+                    raise WorkerError(first, WorkerDied(proc.exitcode), "", last if files > 1 else -1, files) from None
                 if isinstance(msg, NamesMsg):
                     ids = answer_names(msg.names)
                     try:
