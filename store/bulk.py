@@ -518,12 +518,10 @@ def add_summary_columns(conn: Connection, pieces: Sequence[SummaryColumns]) -> N
     for p in pieces:
         if id(p.text) not in codes:
             codes[id(p.text)] = np.array([text.setdefault(t, len(text)) for t in p.text], dtype=np.int64)
-    ints = np.concatenate([p.ints for p in pieces], axis=1)
-    if len(pieces) > 1 or len(text) != len(pieces[0].text):
-        sizes = [len(p) for p in pieces]
-        word = np.concatenate([codes[id(p.text)] for p in pieces])
-        base = np.repeat(np.cumsum([0] + [len(p.text) for p in pieces])[:-1], sizes)
-        ints[2:4] = word[ints[2:4] + base]
+    ints = np.concatenate([p.ints for p in pieces], axis=1)  # (a copy: its codes are mapped in place)
+    word = np.concatenate([codes[id(p.text)] for p in pieces])
+    base = np.repeat(np.cumsum([0] + [len(p.text) for p in pieces])[:-1], [len(p) for p in pieces])
+    ints[2:4] = word[ints[2:4] + base]
     values = tuple(text)
     columns: list[Any] = [ints[0], ints[1], Coded(ints[2], values), Coded(ints[3], values), *ints[4:8],
                           np.concatenate([p.sum_sq for p in pieces]), ints[8]]

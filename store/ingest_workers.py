@@ -780,7 +780,8 @@ def _worker(tasks: list[Task], counter: Any, pipe: Connection, current: Any = No
     lifetime.leave_signals_to_parent()
     lifetime.die_with_parent()
     os.nice(WORKER_NICE)
-    conn: _Outbox | Connection = _Outbox(pipe) if all(_column_reader(t) is not None for t in tasks) else pipe
+    column_tasks = [t for t in tasks if _column_reader(t) is not None]
+    conn: _Outbox | Connection = _Outbox(pipe) if len(column_tasks) == len(tasks) else pipe
     late = _Late(conn)
     names = _Names(late)
     cats: dict[tuple[str, str], str] = {}
@@ -788,7 +789,7 @@ def _worker(tasks: list[Task], counter: Any, pipe: Connection, current: Any = No
     try:
         # (while the writer opens the store; only when some file is read as columns: the other ingests
         # do not load pyarrow)
-        column_readers = sorted({t.reader for t in tasks if _column_reader(t) is not None})
+        column_readers = sorted({t.reader for t in column_tasks})
         for name in column_readers:
             cast(ColumnReader, readers.by_name(name)).warm_up()
         if column_readers:
