@@ -72,7 +72,7 @@ class Spans:
         appended to ``table``, in this order."""
         if not self.on or not rows:
             return
-        self.added_runs(table, [(int(rank_id), int(source_id), sum(1 for _ in run))
+        self.added_runs(table, [(int(rank_id), int(source_id), len(list(run)))
                                 for (rank_id, source_id), run in groupby(map(_RANK_SOURCE, rows))])
 
     def write(self) -> None:

@@ -665,7 +665,19 @@ def _parse(
         named += by_name.rows(rank_id)
         conn.send(DoneMsg(task.index, Parsed(counts, named, steps, columns.file_timeline(), named=True)))
         return
-    if task.section is not None:
+    batches_of = getattr(reader, "activity_batches", None)
+    if batches_of is not None:  # (lists of Activity records, taken whole: BatchReader)
+        for batch in batches_of(task.path, task.info, task.section):
+            at = 0
+            while at < len(batch):
+                room = BATCH - len(acts)
+                acts += batch[at : at + room]
+                at += room
+                if len(acts) >= BATCH:
+                    flush_acts()
+                    acts = []
+        records: Iterable[Any] = ()
+    elif task.section is not None:
         records = reader.read_rank(task.path, task.info, task.section)  # type: ignore[attr-defined]
     else:
         records = reader.read(task.path, task.info)

@@ -434,22 +434,22 @@ from profdb.store import ingest_workers
 from profdb.store.readers import kineto_json
 seen = Path(sys.argv[1])
 came = []  # (in each worker: the store's ids came)
-plain_wait, plain_read = ingest_workers._Late.wait, kineto_json.read
+plain_wait, plain_batches = ingest_workers._Late.wait, kineto_json.activity_batches
 
 def wait(self):
     plain_wait(self)
     came.append(True)
 
-def read(path, info):
+def activity_batches(path, info, index):
     first = True
-    for rec in plain_read(path, info):
+    for batch in plain_batches(path, info, index):
         if first:
             (seen / Path(path).name).write_text("late" if came else "early")
             first = False
-        yield rec
+        yield batch
 
 ingest_workers._Late.wait = wait
-kineto_json.read = read
+kineto_json.activity_batches = activity_batches
 from profdb.cli.main import main
 sys.argv = ["profdb", "ingest", "--db", sys.argv[2], *sys.argv[3:]]
 main()
@@ -529,3 +529,32 @@ def test_a_workers_outbox_sends_in_order_while_the_worker_goes_on_and_reports_a_
         for _ in range(20):  # (the failed write is seen by a later send, or by close)
             box.send(("rows", -1, big[0]))
         box.close()
+
+
+def test_a_batch_readers_lists_store_what_its_records_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kineto traces reach ``_parse`` as lists (``kineto_json.activity_batches``), taken whole and cut
+    at ``BATCH`` records as records one at a time were. Real traces (a torchrun job's four CPU ranks,
+    nested ops and steps; a GPU training rank; tests/data/SOURCES.txt), read in slices of a few events
+    and batches of 700 records, so lists cross the batches' ends: the store is the per-record path's,
+    and every event the reader yields is stored once."""
+    from profdb.store.readers import kineto_fast, kineto_json
+
+    cpu_job = sorted((ROOT / "tests/data/kineto/torchrun4_cpu").glob("rank*.json.gz"))
+    gpu_rank = [ROOT / "tests/data/kineto/deepseek_train_rank0.json.gz"]
+    monkeypatch.setattr(kineto_fast, "SLICE", 4096)
+    monkeypatch.setattr(kineto_fast, "READ", 1000)
+    monkeypatch.setattr(ingest_workers, "BATCH", 700)
+    _bulk(monkeypatch, False)
+    stores = {}
+    for how in ("lists", "records"):
+        if how == "records":
+            monkeypatch.delattr(kineto_json, "activity_batches")
+        stores[how] = tmp_path / f"{how}.db"
+        for run, traces in (("cpu", cpu_job), ("gpu", gpu_rank)):
+            ingest.ingest_paths(traces, str(stores[how]), run=run)
+    assert _content(stores["lists"]) == _content(stores["records"])
+    read = sum(1 for t in cpu_job + gpu_rank for _ in kineto_json.read(t, kineto_json.inspect(t)))
+    assert read > 10 * 700
+    assert sql(stores["lists"], "select count(*) from activity") == [(read,)]

@@ -22,7 +22,7 @@ from profdb.store.errors import InputError
 from profdb.store.readers import kineto_fast, kineto_json
 from profdb.store.readers.base import open_binary
 from profdb.store.readers.json_guard import MAX_JSON_DEPTH, DepthGuard, nesting
-from profdb.store.records import Activity
+from profdb.store.records import Activity, SourceInfo
 
 DATA = Path(__file__).parent / "data" / "kineto"
 REAL = DATA / "deepseek_train_rank0.json.gz"  # a real GPU trace (963 kernels) to damage
@@ -204,6 +204,15 @@ def test_damaged_or_odd_copies_give_what_the_reference_gives(
     if expected == "error":
         assert str(path) in ref[1]
     assert _outcome(lambda: kineto_json._read(path, None)) == ref
+    # the lists the ingest's workers take whole: the same records, in lists of Activity records only
+    batches = _outcome(lambda: kineto_json.activity_batches(path, _NO_INFO, None))
+    if ref[0] == "rows":
+        assert all({type(a) for a in b} <= {Activity} for b in batches[1]), case
+        batches = ("rows", [a for b in batches[1] for a in b])
+    assert batches == ref
+
+
+_NO_INFO = SourceInfo(format="kineto", kind="trace")  # (activity_batches reads no info without a rank section)
 
 
 def _depth(text: bytes) -> int:

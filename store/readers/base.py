@@ -18,6 +18,13 @@ input: it resolves the identity of ``info.ranks[index]`` (a RankHint like ``info
 ``read_rank(path, info, index)`` under that rank; it never calls ``read`` for such a file (``read``
 still yields every section's records one after the other, for tools that do not care about ranks).
 
+Optional, for readers whose records come in lists anyway (Kineto's decoded slices):
+
+``activity_batches(path, info, index) -> Iterator[list[Activity]]``
+    what ``read`` (``index`` None) or ``read_rank`` (``index``) yields, in lists of Activity records
+    only, in the same order: the ingest's workers take each list whole instead of one record at a
+    time (``BatchReader``).
+
 Optional, for kinds read as columns (rocprofv3 kernel and counter CSV; ``store/columnar.py``):
 
 ``COLUMNAR_KINDS``                    the ``SourceInfo.kind`` values ``read_columns`` takes
@@ -49,7 +56,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol
 
 from ..errors import InputError
-from ..records import Record, SourceInfo
+from ..records import Activity, Record, SourceInfo
 
 if TYPE_CHECKING:
     from ..columnar import Batch, GroupBatches
@@ -70,6 +77,12 @@ class MultiRankReader(Reader, Protocol):
     """A reader whose files may hold several ranks (``SourceInfo.ranks`` non-empty)."""
 
     def read_rank(self, path: Path, info: SourceInfo, index: int) -> Iterator[Record]: ...
+
+
+class BatchReader(Reader, Protocol):
+    """A reader whose Activity records come in lists (``activity_batches``, see the module doc)."""
+
+    def activity_batches(self, path: Path, info: SourceInfo, index: int | None) -> Iterator[list[Activity]]: ...
 
 
 class ColumnReader(Reader, Protocol):

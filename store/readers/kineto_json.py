@@ -24,6 +24,7 @@ import json
 import re
 import zlib
 from collections.abc import Iterator
+from itertools import chain, islice
 from pathlib import Path
 from typing import Any
 
@@ -301,22 +302,36 @@ def read_rank(path: Path, info: SourceInfo, index: int) -> Iterator[Record]:
     return _read(path, info.ranks[index].pid)
 
 
-def _read(path: Path, pid: int | None) -> Iterator[Record]:
+def activity_batches(path: Path, info: SourceInfo, index: int | None) -> Iterator[list[Activity]]:
+    """``read`` (``index`` None) or ``read_rank`` in lists, as they are decoded (base.BatchReader)."""
+    return _batches(path, None if index is None else info.ranks[index].pid)
+
+
+def _read(path: Path, pid: int | None) -> Iterator[Activity]:
+    return chain.from_iterable(_batches(path, pid))
+
+
+#: records per list of the reference reader's (kineto_fast's come a slice at a time)
+_REFERENCE_BATCH = 4096
+
+
+def _batches(path: Path, pid: int | None) -> Iterator[list[Activity]]:
     """Every event (``pid`` None), or those of process ``pid``: decoded in slices by kineto_fast, and
     from where it stops (an odd layout, a damaged file), streamed by the reference reader."""
     try:
         with open_binary(path) as f:
-            for batch in kineto_fast.activities(f, _CATS, pid):
-                yield from batch
+            yield from kineto_fast.activities(f, _CATS, pid)
         return
     except kineto_fast.Fallback as e:
         done = e.done
     except (OSError, EOFError, zlib.error) as e:
         raise InputError(f"{path}: cannot read the file ({e}); it is damaged: re-copy it") from e
-    yield from _read_reference(path, pid, done)
+    rest = _read_reference(path, pid, done)
+    while batch := list(islice(rest, _REFERENCE_BATCH)):
+        yield batch
 
 
-def _read_reference(path: Path, pid: int | None, skip: int = 0) -> Iterator[Record]:
+def _read_reference(path: Path, pid: int | None, skip: int = 0) -> Iterator[Activity]:
     """Every event (``pid`` None), or those of process ``pid``, streamed with ijson through the depth
     guard, from entry ``skip`` of traceEvents on (the entries before are read by kineto_fast)."""
     cats = _CATS
