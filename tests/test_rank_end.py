@@ -109,3 +109,23 @@ def test_files_without_a_manifest_leave_the_end_unknown(data: Path, db_path: Pat
     assert sql(db_path, "select count(*) from rank_end_v") == [(0,)]
     (row,) = json.loads(run_cli("runs", "--db", db_path, "--format", "json").stdout)
     assert row["ended_abnormally"] == ""
+
+
+def test_every_field_of_a_ranks_end_reaches_its_stored_facts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ingest_load._facts`` copies ``RankEnd``'s fields by name (``asdict`` deep-copied them): a field
+    added to ``RankEnd`` and not passed on would be silently lost, so each one is checked here."""
+    from dataclasses import fields
+
+    from profdb.store import ingest_load
+    from profdb.store.identity import Identity
+    from profdb.store.manifest import RankEnd
+
+    values = {"exit_code": 137, "signal": 9, "started_at": datetime(2026, 1, 2, 3, 4, 5),
+              "ended_at": datetime(2026, 1, 2, 3, 5, 6), "end_status": "killed"}
+    assert {f.name for f in fields(RankEnd)} == set(values)  # (a new field: give it a value here)
+    end = RankEnd(**values)
+    monkeypatch.setattr(ingest_load, "rank_end", lambda m: end)
+    ident = Identity(3, 1, "node7", 8, 0, 4242, 1, "manifest", manifest=object())  # type: ignore[arg-type]
+    facts = ingest_load._facts(ident)
+    assert {name: getattr(facts, name) for name in values} == values
+    assert (facts.hostname, facts.local_rank, facts.node_rank, facts.pid, facts.device) == ("node7", 1, 0, 4242, 1)
