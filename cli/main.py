@@ -8,6 +8,7 @@ is ignored, so the rollback is not cut short."""
 
 from __future__ import annotations
 
+import gc
 import importlib
 import signal
 import sys
@@ -120,7 +121,14 @@ def main() -> None:
     if sys.platform != "win32":
         signal.signal(signal.SIGINT, _on_signal)
         signal.signal(signal.SIGTERM, _on_signal)
-    cli(prog_name="profdb")
+    try:
+        cli(prog_name="profdb")
+    finally:
+        # What the command made is never collected again: the interpreter's collections at exit walk
+        # every object still alive (SQLAlchemy's, the store's modules'), ~0.07 s after an ingest, 5%
+        # of a short one, for memory the process gives back as it ends. Exit handlers still run, and
+        # every file and store connection is closed by the command itself (with-blocks), not at exit.
+        gc.freeze()
 
 
 if __name__ == "__main__":  # pragma: no cover
