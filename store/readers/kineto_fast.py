@@ -234,7 +234,7 @@ def _decode_slice(buf: bytes, done: int) -> tuple[list[_Event] | None, int]:
             brace = buf.rfind(b"}", 0, brace)
         if brace <= 0:
             return None, 0
-        piece = b"[" + buf[: brace + 1] + b"]"
+        piece = b"".join((b"[", memoryview(buf)[: brace + 1], b"]"))  # (one copy of the slice, not three)
         try:
             events = _SLICE_DECODER.decode(piece)
         except msgspec.ValidationError:
