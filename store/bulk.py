@@ -523,8 +523,16 @@ def add_summary_columns(conn: Connection, pieces: Sequence[SummaryColumns]) -> N
     base = np.repeat(np.cumsum([0] + [len(p.text) for p in pieces])[:-1], [len(p) for p in pieces])
     ints[2:4] = word[ints[2:4] + base]
     values = tuple(text)
-    columns: list[Any] = [ints[0], ints[1], Coded(ints[2], values), Coded(ints[3], values), *ints[4:8],
-                          np.concatenate([p.sum_sq for p in pieces]), ints[8]]
+    sum_sq = np.concatenate([p.sum_sq for p in pieces])
+    # Bound as integers when each is one exactly: sums of squared whole nanoseconds are whole numbers
+    # (doubles above 2**53 are too), each below 2**63 converts exactly, and the column's REAL affinity
+    # stores the very same double. The block is then all int64 (insert_block's fast path, no object
+    # array): 655k rows of 2,048 ranks x 320 names, this function 0.70 -> 0.66-0.69 s CPU (3 runs each;
+    # SQLite's own insert is 0.5 s of it).
+    if np.all(np.abs(sum_sq) < 2.0**63) and np.all(sum_sq == np.floor(sum_sq)):
+        sum_sq = sum_sq.astype(np.int64)
+    columns: list[Any] = [ints[0], ints[1], Coded(ints[2], values), Coded(ints[3], values), *ints[4:8], sum_sq,
+                          ints[8]]
     literals: list[tuple[str, Any]] = []
     if len(np.unique(ints[2])) == 1:  # (a column file's rows are of one kind)
         literals.append(("kind", values[int(ints[2, 0])]))

@@ -184,15 +184,22 @@ def test_summaries_accumulate_over_many_rows_per_statement(tmp_path: Any) -> Non
     assert {k: v[:5] + (pytest.approx(v[5]), v[6]) for k, v in want.items()} == got
 
 
-def test_summaries_as_columns_store_what_their_rows_store(tmp_path: Any) -> None:
+@pytest.mark.parametrize("sums", ["fractional", "whole", "beyond-int64"])
+def test_summaries_as_columns_store_what_their_rows_store(tmp_path: Any, sums: str) -> None:
     """The writer's summaries of files read in groups (``SummaryColumns``: rows bound from columns,
     ``add_summary_columns``) store what the same rows as tuples store (``add_summaries``), value and
     SQLite type, exactly: ranks of columns and of tuples interleaved, pieces of several groups (each
     its own text table), a piece of two kinds, keys stored already (they add up), ranks of two files
-    (columns and tuples merged)."""
+    (columns and tuples merged). Sums of squares with a fraction, whole (as real ones are: bound as
+    integers, stored as the same doubles), and whole but some beyond int64 (bound as doubles)."""
     from profdb.store.ingest_workers import Parsed, SummaryColumns
 
     rng = np.random.default_rng(5)
+
+    def sum_sq() -> float:
+        if sums == "fractional":
+            return float(rng.random() * 1e12)  # (below 2**53, where doubles hold fractions)
+        return float(rng.integers(1, 2**62)) * (8.0 if sums == "beyond-int64" else 1.0)
 
     def rows(rank: int, n: int, kinds: tuple[str, ...] = ("kernel",)) -> list[Any]:
         out = []
@@ -200,7 +207,7 @@ def test_summaries_as_columns_store_what_their_rows_store(tmp_path: Any) -> None
             lo, hi = sorted(int(x) for x in rng.integers(1, 10**6, 2))
             kind = kinds[int(rng.integers(0, len(kinds)))]
             out.append((rank, name, kind, ("compute", "communication", "memory")[int(rng.integers(0, 3))],
-                        int(rng.integers(1, 99)), int(rng.integers(1, 2**60)), lo, hi, float(rng.random() * 1e18),
+                        int(rng.integers(1, 99)), int(rng.integers(1, 2**60)), lo, hi, sum_sq(),
                         int(rng.integers(0, 10**9))))
         return out
 
@@ -243,6 +250,9 @@ def test_summaries_as_columns_store_what_their_rows_store(tmp_path: Any) -> None
     assert first_files & others  # (some keys add up)
     assert len(dumps[0]) == len(first_files | others)
     assert dumps[1] == dumps[0]
+    assert {r[-2] for r in dumps[1]} == {"real"}
+    if sums == "beyond-int64":
+        assert max(r[8] for r in dumps[1]) >= 2.0**63
 
 
 def test_deferred_indexes_come_back_and_the_cache_size_is_restored(tmp_path: Any) -> None:
