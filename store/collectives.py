@@ -44,6 +44,7 @@ from .classify import category as _category
 from .intervals import Coverage, merge, union_length
 from .records import Activity
 from .units import fmt_ns
+from .validate import INT64_MAX
 
 #: Call families, best first: where a collective's arrival is observed. A device kernel starts when
 #: the device reaches the collective; a CPU-side annotation or c10d op when the host does.
@@ -143,12 +144,16 @@ def _args(text: str | None) -> dict[str, object]:
 
 
 def _bytes(args: Mapping[str, object]) -> int | None:
+    """A collective's message size in bytes from its args, or None where they give no size that can be
+    one: not an integer (a bool is none), negative, or beyond int64 (stored as BIGINT: 4e18 elements of
+    4 bytes was a traceback, not a stored row)."""
     n = args.get("In msg nelems")
     dtype = args.get("dtype")
-    if isinstance(n, int) and isinstance(dtype, str) and dtype.lower() in _DTYPE_BYTES:
-        return n * _DTYPE_BYTES[dtype.lower()]
-    b = args.get("bytes")
-    return b if isinstance(b, int) else None
+    if type(n) is int and isinstance(dtype, str) and dtype.lower() in _DTYPE_BYTES:
+        b: object = n * _DTYPE_BYTES[dtype.lower()]
+    else:
+        b = args.get("bytes")
+    return b if type(b) is int and 0 <= b <= INT64_MAX else None
 
 
 @functools.lru_cache(maxsize=65536)

@@ -466,6 +466,23 @@ def test_kineto_collective_args_give_group_name_and_bytes(data: Path) -> None:
     size = {"Float": 4, "Long": 8}
     assert [c.bytes for c in calls] == [e["args"]["In msg nelems"] * size[e["args"]["dtype"]] for e in by_start]
     assert [c.seq for c in calls if c.name == "broadcast"] == list(range(6))
+
+
+@pytest.mark.parametrize("nelems", [4 * 10**18, 2**64 + 5, -3, True])
+def test_a_message_size_no_bigint_can_hold_is_unknown(data: Path, tmp_path: Path, nelems: Any) -> None:
+    """A collective whose args give a message size no BIGINT holds (4e18 floats: 1.6e19 bytes; a count
+    beyond 64 bits), or none at all (negative, a bool), has no size (None) instead of one the store
+    refuses: 4e18 was a traceback at the insert. The other calls keep theirs."""
+    doc = _raw(data / "kineto/nccl_data.json.gz")
+    kernels = sorted((e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel"
+                      and e["name"].startswith("ncclKernel")), key=lambda e: e["ts"])
+    kernels[0]["args"]["In msg nelems"] = nelems
+    path = tmp_path / "nccl_data.json"
+    path.write_text(json.dumps(doc))
+    (t,), _ = _load([path])
+    size = {"Float": 4, "Long": 8}
+    assert [c.bytes for c in t.calls["kernel"]] == [None] + [
+        e["args"]["In msg nelems"] * size[e["args"]["dtype"]] for e in kernels[1:]]
     # the annotations and c10d ops are families of their own, one call each per collective
     assert len(t.calls["annotation"]) == len(t.calls["cpu_op"]) == 21
 
