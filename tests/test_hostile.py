@@ -71,6 +71,37 @@ def test_time_out_of_range(tmp_path: Path, db_path: Path, run_cli: Invoke, seede
     _fails(run_cli, db_path, seeded, f, match=match)
 
 
+def test_integers_beyond_64_bits(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes, data: Path) -> None:
+    """Valid JSON with integers beyond 64 bits (json.load and HTA read it): one in an arg profdb does not
+    read is read past (the same rows as without it); one profdb keeps is refused, naming its field;
+    a collective's message size no BIGINT holds is stored as unknown (it was a traceback)."""
+    def sentinel(t: dict[str, Any]) -> None:
+        for e in t["traceEvents"]:
+            if e.get("ph") == "X":
+                e.setdefault("args", {})["Record function id"] = 2**64 - 1
+
+    plain, odd = kineto(tmp_path / "a", lambda t: None), kineto(tmp_path / "b", sentinel)
+    rows = []
+    for f in (plain, odd):
+        db = tmp_path / f"{f.parent.parent.name}.db"
+        run_cli("ingest", "--db", db, "--run", "r", f)
+        rows.append(sql(db, "SELECT kind, start_ns, duration_ns FROM activity ORDER BY 1, 2, 3"))
+    assert rows[0] and rows[1] == rows[0]
+    f = kineto(tmp_path / "c", lambda t: first_x(t).update(ts=10**20))
+    _fails(run_cli, db_path, seeded, f, match=f"{f}: start time (ns) 100000000000000000000000 does not fit in 64 bits")
+    doc = json.loads(gzip.decompress((data / "kineto" / "nccl_data.json.gz").read_bytes()))
+    nccl = [e for e in doc["traceEvents"] if e.get("cat") == "kernel" and e["name"].startswith("ncclKernel")]
+    for e in nccl[:3]:
+        e["args"]["In msg nelems"] = 4 * 10**18
+    big = tmp_path / "nccl" / "nccl_data.json"
+    big.parent.mkdir()
+    big.write_text(json.dumps(doc))
+    run_cli("ingest", "--db", db_path, "--run", "nccl", big)
+    sizes = sql(db_path, "SELECT bytes FROM collective_call c JOIN run r ON r.id = c.run_id WHERE r.name = 'nccl' "
+                         "AND c.family = 'kernel'")
+    assert len(sizes) == len(nccl) and sum(b is None for (b,) in sizes) == 3
+
+
 def test_text_in_integer_column(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
     def edit(t: dict[str, Any]) -> None:
         t["traceEvents"].append(

@@ -158,8 +158,11 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None] | TextEdit, str]] = [
     ("pid is a bool (validate rejects it later)", _set_first_kernel(pid=True), "rows"),
     ("grid is too short", _set_first_kernel(args={"grid": [1]}), "crash"),
     ("an entry is a number", lambda t: t["traceEvents"].insert(3, 7), "error"),
-    ("ts past 64 bits", _set_first_kernel(ts=10**20), "error"),
-    ("an arg past 64 bits (ijson refuses it)", _set_first_kernel(args={"x": -(10**19)}), "error"),
+    # (integers beyond 64 bits are read, as json.load reads them: yajl refuses them, ijson's Python
+    # parser reads on from there; validate refuses one profdb keeps, test_an_integer_beyond_64_bits...)
+    ("ts past 64 bits", _set_first_kernel(ts=10**20), "rows"),
+    ("an arg past 64 bits", _set_first_kernel(args={"x": -(10**19)}), "rows"),
+    ("a uint64 sentinel in an arg", _set_first_kernel(args={"External id": 2**64 - 1, "bytes": 2**64 - 1}), "rows"),
     ("19 digits inside 64 bits", _set_first_kernel(args={"x": 9 * 10**18, "bytes": 10**18}), "rows"),
     # (the trace, its events, an event, its args: 4 levels; json_guard bounds the depth from above
     # across reads, so the reference may refuse a file a level or two under the limit)
@@ -298,3 +301,45 @@ def test_nesting_stops_counting_past_its_limit() -> None:
     assert nesting(bomb) == MAX_JSON_DEPTH + 1
     assert nesting(bomb, limit=3) == 4
     assert nesting(b"[[[]]]", limit=3) == 3
+
+
+def _beyond_64_bits(trace: dict[str, Any]) -> None:
+    """Integers past 64 bits where real traces could hold them: a uint64 sentinel in an arg profdb does
+    not read (every 50th CPU op, from the 200th on), in a kept arg (a kernel's bytes), a flow id."""
+    for i, e in enumerate(e for e in trace["traceEvents"] if e.get("cat") == "cpu_op"):
+        if i >= 200 and i % 50 == 0:
+            e.setdefault("args", {})["Record function id"] = 2**64 - 1
+    next(_kernels(trace))["args"]["bytes"] = 2**64 + 7
+    trace["traceEvents"].append({"ph": "f", "id": 2**70, "pid": 1, "tid": 1, "ts": 1, "cat": "ac2g", "name": "f"})
+
+
+@pytest.mark.parametrize("size", SIZES[:2], ids=lambda s: f"slice{s[0]}")
+def test_integers_beyond_64_bits_are_read_as_json_reads_them(
+    tmp_path: Path, size: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trace holding integers beyond 64 bits is valid JSON (json.load, HTA and Perfetto read it): the
+    fast path reads it itself, and the reference, which yajl stops at the first such integer ("integer
+    overflow"), reads on from that entry with ijson's Python parser. Both give the records json.load's
+    events give (the same as without those integers, but the kept arg)."""
+    _sized(monkeypatch, size)
+    (tmp_path / "plain").mkdir()
+    plain = list(kineto_json._read_reference(_edited(tmp_path / "plain"), None))
+    path = _edited(tmp_path, _beyond_64_bits)
+    calls: list[tuple[int, bool]] = []
+    events = kineto_json._reference_events
+
+    def spy(path: Path, pid: int | None, skip: int, parser: Any) -> Iterator[Activity]:
+        calls.append((skip, parser is kineto_json._PYTHON_PARSER))
+        return events(path, pid, skip, parser)
+
+    monkeypatch.setattr(kineto_json, "_reference_events", spy)
+    ref = list(kineto_json._read_reference(path, None))
+    entries = json.loads(path.read_bytes())["traceEvents"]
+    first = next(i for i, e in enumerate(entries) if e.get("args", {}).get("bytes") == 2**64 + 7
+                 or e.get("args", {}).get("Record function id") == 2**64 - 1)
+    assert calls == [(0, False), (first, True)]  # (yajl up to that entry, then the Python parser from it)
+    calls.clear()
+    assert _fast(path) == ref and not calls  # (the fast path read it all itself)
+    assert len(ref) == len(plain)
+    changed = [(a, b) for a, b in zip(ref, plain) if a != b]
+    assert len(changed) == 1 and json.loads(changed[0][0].args)["bytes"] == 2**64 + 7

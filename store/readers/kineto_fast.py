@@ -17,13 +17,15 @@ checked the same way.
 
 Whenever something is not as expected (no ``traceEvents`` array in the first ``MAX_PENDING`` bytes,
 no event boundary within ``MAX_PENDING`` bytes, a slice that does not decode, a field of an
-unexpected type, an integer too large for ijson, a second ``traceEvents`` key), ``Fallback`` is
+unexpected type, a second ``traceEvents`` key), ``Fallback`` is
 raised with the number of events already turned into records; kineto_json then streams the file
 with the guarded ijson reader from that event on, which reads the odd layout or raises its clear
 error naming the file. So both paths give the same records and the same errors (tests/
 test_kineto_fast.py compares them on every real trace in tests/data and on damaged copies).
 Nesting depth: msgspec stops at its recursion limit (~1000 levels) and the slices bound memory; a
-failure falls back to the reference, whose json_guard gives the depth error."""
+failure falls back to the reference, whose json_guard gives the depth error. Integers beyond 64 bits
+decode as Python ints, as the reference reads them (``kineto_json._PYTHON_PARSER``); one that profdb
+keeps is refused by validate."""
 
 from __future__ import annotations
 
@@ -121,31 +123,8 @@ _SLICE_DECODER = msgspec.json.Decoder(list[_Event])
 _REST_DECODER = msgspec.json.Decoder(_Rest)
 _OBJECT_DECODER = msgspec.json.Decoder(dict[str, Any])
 _START = re.compile(rb'"traceEvents"\s*:\s*\[')
-#: digits mapped to "0", so runs of 19 digits are found with bytes.find (a regular expression over
-#: every number of a trace costs more than decoding it)
-_DIGITS = bytes.maketrans(b"0123456789", b"0000000000")
-_RUN = b"0" * 19
 _NONE3 = (None, None, None)
 _AT_BYTE = re.compile(r"\(byte (\d+)\)")
-
-
-def _too_long(data: bytes) -> bool:
-    """Whether ``data`` may hold an integer token outside yajl's range (|value| < 2**63), which ijson
-    rejects ("integer overflow"). Digits in a float or in a string count too: the reference reader
-    then decides. (Kineto's baseTimeNanoseconds has 19 digits: each run that long is looked at.)"""
-    zeros = data.translate(_DIGITS)
-    i = zeros.find(_RUN)
-    while i >= 0:
-        e = i + 19
-        while e < len(zeros) and zeros[e] == 48:
-            e += 1
-        s = i - 1 if i and data[i - 1] == 45 else i  # a minus sign
-        before, after = data[s - 1 : s], data[e : e + 1]
-        if before not in (b".", b"e", b"E", b"+") and after not in (b".", b"e", b"E"):
-            if not -(1 << 63) < int(data[s:e]) < 1 << 63:
-                return True
-        i = zeros.find(_RUN, e)
-    return False
 
 
 def int_or_none(v: Any) -> int | None:
@@ -198,8 +177,8 @@ def activities(f: IO[bytes], cats: dict[str, str], pid: int | None) -> Iterator[
         buf = b"".join(chunks) if len(chunks) > 1 else chunks[0]
         if eof:
             text = b'{"traceEvents":[' + buf
-            if b'"traceEvents"' in buf or _too_long(buf) or nesting(text) > MAX_JSON_DEPTH:
-                raise Fallback(done, "a second traceEvents key, a number too long, or too deep, in the last slice")
+            if b'"traceEvents"' in buf or nesting(text) > MAX_JSON_DEPTH:
+                raise Fallback(done, "a second traceEvents key, or too deep, in the last slice")
             try:
                 last = _REST_DECODER.decode(text).traceEvents
             except (msgspec.DecodeError, RecursionError):
@@ -250,8 +229,8 @@ def _decode_slice(buf: bytes, done: int) -> tuple[list[_Event] | None, int]:
             end = brace  # not a boundary between events: try an earlier one
             continue
         # (checked once the cut is known good; the file's events are one level deeper than the slice's)
-        if _too_long(piece) or nesting(piece) + 1 > MAX_JSON_DEPTH:
-            raise Fallback(done, "a number too long for 64 bits, or nested too deep")
+        if nesting(piece) + 1 > MAX_JSON_DEPTH:
+            raise Fallback(done, "nested too deep")
         return events, comma + 1
     return None, 0
 

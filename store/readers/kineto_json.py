@@ -331,17 +331,43 @@ def _batches(path: Path, pid: int | None) -> Iterator[list[Activity]]:
         yield batch
 
 
+#: ijson's parser in Python, for a trace holding an integer beyond 64 bits: yajl (ijson's C parser)
+#: refuses such a token ("integer overflow"), though it is valid JSON (json.load, and so HTA, and
+#: Perfetto read it; a uint64 sentinel in an arg profdb does not read is one). Several times slower,
+#: so it reads on only from the entry yajl stopped in; an integer profdb keeps (ts, pid, an arg...)
+#: out of int64 is then refused by validate, naming its field.
+_PYTHON_PARSER = ijson.get_backend("python")
+
+
+class _Overflow(Exception):
+    """yajl met an integer beyond 64 bits in entry ``entries`` (counted from 0) of traceEvents."""
+
+    def __init__(self, entries: int) -> None:
+        super().__init__(entries)
+        self.entries = entries
+
+
 def _read_reference(path: Path, pid: int | None, skip: int = 0) -> Iterator[Activity]:
     """Every event (``pid`` None), or those of process ``pid``, streamed with ijson through the depth
-    guard, from entry ``skip`` of traceEvents on (the entries before are read by kineto_fast)."""
+    guard, from entry ``skip`` of traceEvents on (the entries before are read by kineto_fast); from an
+    integer beyond 64 bits on, by ijson's Python parser (``_PYTHON_PARSER``)."""
+    try:
+        yield from _reference_events(path, pid, skip, ijson)
+    except _Overflow as e:
+        yield from _reference_events(path, pid, e.entries, _PYTHON_PARSER)
+
+
+def _reference_events(path: Path, pid: int | None, skip: int, parser: Any) -> Iterator[Activity]:
     cats = _CATS
     keep = _KEEP_ARGS
+    entry = skip  # (the entry being parsed)
     try:
         with open_binary(path) as raw, guarded(raw, path) as f:
-            for ev in ijson.items(f, "traceEvents.item", use_float=True):
+            for ev in parser.items(f, "traceEvents.item", use_float=True):
                 if skip:
                     skip -= 1
                     continue
+                entry += 1
                 if type(ev) is not dict:
                     raise InputError(
                         f"{path}: an entry of traceEvents is {str(ev)[:80]!r}, not an event object; {_DAMAGED}"
@@ -408,7 +434,9 @@ def _read_reference(path: Path, pid: int | None, skip: int = 0) -> Iterator[Acti
                         _int_or_none(ev.get("tid")),
                         args=json.dumps(kept) if kept else None,
                     )
-    except ijson.common.IncompleteJSONError as e:
+    except ijson.common.JSONError as e:
+        if parser is ijson and "integer overflow" in str(e):
+            raise _Overflow(entry) from None
         raise InputError(
             f"{path}: the trace is truncated or not valid JSON ({e}); re-run the profiler or re-copy the file"
         ) from e
