@@ -220,8 +220,19 @@ def classify_interval(kind: str, name: str, category: str | None) -> tuple[int, 
         where = 4 if is_comm else 3
     elif kind in ("annotation", "api") and is_call:
         where = 4
-    m = _STEP.match(name) if kind == "annotation" else None
-    return where, is_call, int(m.group(1)) if m else None
+    return where, is_call, step_number(name) if kind == "annotation" else None
+
+
+@functools.lru_cache(maxsize=4096)
+def step_number(name: str) -> int | None:
+    """N of an annotation named ``ProfilerStep#N``; None for any other name, and for an N beyond int64
+    (no profiler writes one: a damaged or hostile name, kept as a plain annotation; as a step it was a
+    traceback at the insert into the step tables' BIGINT column)."""
+    m = _STEP.match(name)
+    if m is None:
+        return None
+    n = int(m.group(1))
+    return n if n <= INT64_MAX else None
 
 
 #: work intervals kept unmerged before they are folded into the running union (bounds memory)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import gc
 import multiprocessing as mp
 import os
-import re
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
@@ -36,7 +35,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar, cast
 
 from . import classify, lifetime, readers, validate
 from .batches import LAUNCHES_KEPT, SHAPE_COLS, cores
-from .collectives import RankTimeline, TimelineBuilder
+from .collectives import RankTimeline, TimelineBuilder, step_number
 from .intervals import SelfTotals
 from .readers.base import ColumnReader
 from .records import NESTED_KINDS as NESTED_KINDS  # (defined where the kinds are)
@@ -47,7 +46,6 @@ if TYPE_CHECKING:
 
 BATCH = 20000
 _N = TypeVar("_N", int, str)  # a summary key's name: its id, or the name itself (NamedSummaryRow)
-_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 #: below this much input the files are parsed in the writer process (no start-up cost)
 PARALLEL_MIN_BYTES = 16 << 20
 ENV_WORKERS = "PROFDB_INGEST_WORKERS"
@@ -631,9 +629,9 @@ def _parse(
                 nested_span(((kind, a[8], a[9], a[5]), a[2], d))
                 nested_key((nid, kind))
             if kind == "annotation" and name.startswith("ProfilerStep#"):
-                m = _STEP.match(name)
-                if m:
-                    steps.append(StepTime(int(m.group(1)), a[2], d))
+                n = step_number(name)
+                if n is not None:
+                    steps.append(StepTime(n, a[2], d))
         for key, ds in durations.items():
             f = list(map(float, ds))
             _fold(summary, key, first_cat[key], len(ds), sum(ds), min(ds), max(ds), sum(map(mul, f, f)))

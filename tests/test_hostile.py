@@ -102,6 +102,27 @@ def test_integers_beyond_64_bits(tmp_path: Path, db_path: Path, run_cli: Invoke,
     assert len(sizes) == len(nccl) and sum(b is None for (b,) in sizes) == 3
 
 
+def test_a_step_number_beyond_64_bits_is_no_step(tmp_path: Path, db_path: Path, run_cli: Invoke) -> None:
+    """``ProfilerStep#N`` with an N no BIGINT holds is kept as a plain annotation, not a step (it was a
+    traceback at the insert into the step tables); the trace's other steps are stored as they are."""
+    huge = "ProfilerStep#" + "9" * 30
+
+    def rename(t: dict[str, Any]) -> None:
+        steps = sorted((e for e in t["traceEvents"] if e.get("ph") == "X"
+                        and str(e.get("name", "")).startswith("ProfilerStep#")), key=lambda e: e["ts"])
+        steps[0]["name"] = huge
+
+    plain, odd = kineto(tmp_path / "a", lambda t: None), kineto(tmp_path / "b", rename)
+    got = []
+    for f, db in ((plain, tmp_path / "a.db"), (odd, db_path)):
+        run_cli("ingest", "--db", db, "--run", "r", f)
+        got.append((sql(db, "SELECT step FROM step ORDER BY step"), sql(db, "SELECT step FROM step_timeline ORDER BY step"),
+                    sql(db, "SELECT count(*) FROM activity a JOIN name n ON n.id = a.name_id WHERE n.value = ?", huge)))
+    (steps, timeline_steps, _), (odd_steps, odd_timeline, (named,)) = got
+    assert len(steps) >= 2 and odd_steps == steps[1:] and odd_timeline == timeline_steps[1:]
+    assert named == (1,)
+
+
 def test_text_in_integer_column(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
     def edit(t: dict[str, Any]) -> None:
         t["traceEvents"].append(
