@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .validate import INT64_MAX, INT64_MIN
 
 MANIFEST_NAME = "profdb-rank.json"
 MANIFEST_VERSION = 1
@@ -156,6 +157,12 @@ def read_manifest(path: Path) -> RankManifest:
                 f"not {'a list of strings' if k == 'command' else want.__name__}; "
                 "fix or delete the manifest, or rerun `profdb record`"
             )
+    code = fields.get("exit_code")
+    if code is not None and not INT64_MIN <= code <= INT64_MAX:  # (the other integers: validate.rank_hint)
+        raise InputError(
+            f"{path}: rank manifest field 'exit_code' is {code}, beyond 64 bits (the rank table's column); "
+            "fix or delete the manifest, or rerun `profdb record`"
+        )
     return RankManifest(**fields)
 
 

@@ -170,6 +170,9 @@ def test_huge_rank_folder(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded
         ("hostname", 5, "field 'hostname' is 5, not str"),
         ("command", "python train.py", "not a list of strings"),
         ("run", ["a"], "field 'run' is ['a'], not str"),
+        # (the rank table's BIGINT: a traceback at the insert before)
+        ("exit_code", -(10**30), "field 'exit_code' is -1000000000000000000000000000000, beyond 64 bits"),
+        ("exit_code", 2**63, "field 'exit_code' is 9223372036854775808, beyond 64 bits"),
     ],
 )
 def test_bad_manifest_fields(
