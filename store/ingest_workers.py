@@ -595,7 +595,7 @@ def _parse(
 
     def flush_acts() -> None:
         with_ids()
-        validate.activities(acts, task.path)
+        validate.activities(acts, task.path, task.info.time_base_ns)
         shapes = list(map(_LAUNCH_SHAPE, acts))  # (bulk.SHAPE_COLS: device, stream, pid, tid, grid, block)
         names.ask({a[1] for a in acts} | set(shapes))
         timeline.add_many(acts)  # (needs no ids: done while the writer answers)

@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 from functools import partial
 from itertools import chain
-from operator import is_not, itemgetter
+from operator import add, is_not, itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -61,10 +61,11 @@ def _ints(path: Path, field: str, column: Sequence[Any], optional: bool) -> None
             raise _bad(path, f"{field} {low if low < INT64_MIN else high} does not fit in 64 bits")
 
 
-def activities(batch: Sequence[Activity], path: Path) -> None:
+def activities(batch: Sequence[Activity], path: Path, time_base_ns: int = 0) -> None:
     """Checks a batch of Activity records: integer times inside int64, no negative duration
-    (an end before its start), string names, integer optional columns. Column-wise C loops
-    (``map``/``itemgetter``/``set``), ~0.2 us per record: no per-record Python code."""
+    (an end before its start), every start and end on the file's clock (``time_base_ns`` added, as
+    timelines and exports add it) inside int64 too, string names, integer optional columns.
+    Column-wise C loops (``map``/``itemgetter``/``set``), ~0.2 us per record: no per-record Python code."""
     if not batch:
         return
     starts = list(map(_START, batch))
@@ -77,6 +78,11 @@ def activities(batch: Sequence[Activity], path: Path) -> None:
             path,
             f"{a.kind} {a.name!r} at {a.start_ns} ns ends {-a.duration_ns} ns before it starts (negative duration)",
         )
+    if time_base_ns + max(map(add, starts, durations)) > INT64_MAX or time_base_ns + min(starts) < INT64_MIN:
+        a = next(a for a in batch if not INT64_MIN <= time_base_ns + a.start_ns <= time_base_ns + a.start_ns
+                 + a.duration_ns <= INT64_MAX)
+        raise _bad(path, f"{a.kind} {a.name!r} at {a.start_ns} ns, {a.duration_ns} ns long, ends past what 64 bits "
+                   f"hold on the file's clock (time base {time_base_ns} ns)")
     names = list(map(_NAME, batch))
     if set(map(type, names)) != {str}:
         raise _bad(path, f"an activity name is {next(n for n in names if type(n) is not str)!r}, not a string")
@@ -211,4 +217,7 @@ def inspect_file(reader: Any, path: Path) -> SourceInfo:
         raise InputError(
             f"{path}: cannot read it ({e.strerror or e}); check the file's permissions and that it is complete"
         ) from e
+    base = info.time_base_ns
+    if type(base) is not int or not INT64_MIN <= base <= INT64_MAX:
+        raise _bad(path, f"its time base (the clock its times count from) is {base!r}, not a time in ns inside 64 bits")
     return info

@@ -62,7 +62,9 @@ def test_negative_duration(tmp_path: Path, db_path: Path, run_cli: Invoke, seede
 
 @pytest.mark.parametrize(
     "value, match",
-    [(1e16, "does not fit in 64 bits"), (1e400, "numeric (floating point) overflow")],
+    [(1e16, "does not fit in 64 bits"), (1e400, "numeric (floating point) overflow"),
+     # (inside 64 bits alone, past them once the trace's baseTimeNanoseconds is added: a traceback before)
+     (9.2e15, "ends past what 64 bits hold on the file's clock (time base 1790857026000000000 ns)")],
 )
 def test_time_out_of_range(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes, value: float, match: str) -> None:
     f = kineto(tmp_path, lambda t: first_x(t).update(ts=value))
@@ -121,6 +123,14 @@ def test_a_step_number_beyond_64_bits_is_no_step(tmp_path: Path, db_path: Path, 
     (steps, timeline_steps, _), (odd_steps, odd_timeline, (named,)) = got
     assert len(steps) >= 2 and odd_steps == steps[1:] and odd_timeline == timeline_steps[1:]
     assert named == (1,)
+
+
+def test_a_time_base_beyond_64_bits(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
+    """A Kineto baseTimeNanoseconds no BIGINT holds is refused with the file named (it was a traceback
+    at the insert of the source file's row)."""
+    f = kineto(tmp_path, lambda t: t.update(baseTimeNanoseconds=2**64))
+    _fails(run_cli, db_path, seeded, f,
+           match=f"{f}: its time base (the clock its times count from) is 18446744073709551616, not a time in ns")
 
 
 def test_text_in_integer_column(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
