@@ -20,9 +20,11 @@ import numpy.typing as npt
 from .collectives import CollectiveCall, Covered, TimelineBuilder, call_name, classify_interval
 from .errors import InputError
 from .records import Activity, Counter
-from .validate import MAX_NAME_CHARS
+from .validate import INT64_MAX, MAX_NAME_CHARS
 
 I64 = npt.NDArray[np.int64]
+#: below this float sum of a batch's durations its int64 sums cannot wrap (room for the float's rounding)
+_SUM_LIMIT = float(1 << 63) * (1 - 2.0**-20)
 
 
 @dataclass
@@ -234,11 +236,19 @@ class Grouped(NamedTuple):
 
 def sums(index: npt.NDArray[Any], durations: I64, n: int) -> tuple[Any, I64, I64, I64, Any]:
     """Per entry 0 .. n - 1 of ``index``: calls, total, min, max and sum of squares of its rows'
-    durations, as arrays. Exact integer sums (np.add.at on int64), squares summed as floats in row
-    order, like the row path did."""
+    durations, as arrays. Exact integer sums (np.add.at on int64; on Python integers when a batch's
+    durations could wrap int64, and OverflowError when a total is past it: ``validate.summed``),
+    squares summed as floats in row order, like the row path did."""
     calls = np.bincount(index, minlength=n)
     total = np.zeros(n, dtype=np.int64)
-    np.add.at(total, index, durations)
+    if float(durations.sum(dtype=np.float64)) < _SUM_LIMIT:
+        np.add.at(total, index, durations)
+    else:  # (int64 sums could wrap: summed as Python ints, and refused past int64, as validate.summed does)
+        exact = np.zeros(n, dtype=object)
+        np.add.at(exact, index, durations.astype(object))
+        if max(exact) > INT64_MAX:
+            raise OverflowError(f"its durations add up to {max(exact)} ns, past what 64 bits hold")
+        total = exact.astype(np.int64)
     lo = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(lo, index, durations)
     hi = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)

@@ -667,6 +667,8 @@ def _parse(
         ingest_columns.parse_columns(task, batches, conn, cats, counts, by_name, done, columns)
         named = list(done.values())
         named += by_name.rows(rank_id)
+        if named:  # (a name's total over the file's batches: exact Python integers past 2**62)
+            validate.summed(task.path, max(r[5] for r in named))
         conn.send(DoneMsg(task.index, Parsed(counts, named, steps, columns.file_timeline(), named=True)))
         return
     batches_of = getattr(reader, "activity_batches", None)
@@ -715,6 +717,8 @@ def _parse(
         flush_ctrs()
     with_ids()
     own = nested.totals()
+    if summary:  # (each batch's durations fit: their sum over the file, and aggregates', must too)
+        validate.summed(task.path, max(t.total_ns for t in summary.values()))
     rows = [t.row(rank_id, nid, kind, own.get((nid, kind), t.total_ns) if kind in NESTED_KINDS else t.total_ns)
             for (nid, kind), t in summary.items()]
     conn.send(DoneMsg(task.index, Parsed(counts, rows, steps, timeline.file_timeline())))

@@ -93,6 +93,14 @@ def activities(batch: Sequence[Activity], path: Path, time_base_ns: int = 0) -> 
             _ints(path, Activity._fields[i], [a[i] for a in batch], optional=True)
 
 
+def summed(path: Path, total_ns: int) -> None:
+    """A name's total duration in a file inside int64: the summary's BIGINT (no real profile comes near:
+    2**63 ns are 292 years; past it was a traceback at the insert, or, read as columns, a total wrapped
+    negative in a batch's int64 sums: ``columnar.sums``)."""
+    if total_ns > INT64_MAX:
+        raise _bad(path, f"its durations add up to {total_ns} ns, past what 64 bits hold")
+
+
 def counters(batch: Sequence[Counter], path: Path) -> None:
     """Checks a batch of Counter records: finite values (NaN/inf cannot be stored alike by both
     engines), positive sample counts, integer dispatch ids inside int64."""

@@ -295,6 +295,44 @@ def test_csv_cut_inside_its_last_field(tmp_path: Path, db_path: Path, run_cli: I
     _fails(run_cli, db_path, seeded, "--run", "x", f, match=f"{f}: memcpy 'MEMORY_COPY_DEVICE_TO_HOST'")
 
 
+@pytest.mark.parametrize("name", ["kernel_trace.csv", "hip_runtime_trace.csv"])
+def test_csv_durations_that_add_up_past_64_bits(
+    tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes, name: str
+) -> None:
+    """Every row ending at 2**63 - 1 ns: each duration fits, their sums do not. A kernel trace's totals
+    wrapped negative in the column batch's int64 sums (a wrong summary stored, silently); an API
+    trace's exact totals were a traceback at the insert. Both are refused, naming the file."""
+    rows = list(csv.reader(io.StringIO((ROCM25 / name).read_text())))
+    end = rows[0].index("End_Timestamp")
+    for r in rows[1:]:
+        r[end] = str(2**63 - 1)
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    f = _rank_file(tmp_path, name, out.getvalue().encode())
+    _fails(run_cli, db_path, seeded, "--run", "x", f, match=f"{f}: ")
+    _fails(run_cli, db_path, seeded, "--run", "x", f, match="its durations add up to ")
+    _fails(run_cli, db_path, seeded, "--run", "x", f, match=" ns, past what 64 bits hold")
+
+
+@pytest.mark.parametrize("batch", [20_000, 1], ids=["one-batch", "a-batch-each"])
+def test_kineto_durations_that_add_up_past_64_bits(
+    tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes, monkeypatch: pytest.MonkeyPatch, batch: int
+) -> None:
+    """The record path's check: two annotations of one name, 5e18 ns each (each inside 64 bits), are
+    refused, read in one batch or in batches of one record (the name's total over the file)."""
+    from profdb.store import ingest_workers
+
+    monkeypatch.setattr(ingest_workers, "BATCH", batch)  # (a small input is parsed in this process)
+
+    def edit(t: dict[str, Any]) -> None:
+        xs = [e for e in t["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "user_annotation"][:2]
+        for e in xs:
+            e["ts"], e["dur"], e["name"] = 0, 5e15, "two of a kind"
+
+    f = kineto(tmp_path, edit)
+    _fails(run_cli, db_path, seeded, f, match=f"{f}: its durations add up to 1")
+
+
 @pytest.mark.parametrize("cell", ["inf", "-nan", "12x", "1e999"])
 @pytest.mark.parametrize("name, column", [("kernel_trace.csv", "Start_Timestamp"), ("memory_copy_trace.csv", "Stream_Id")])
 def test_csv_number_cell_that_is_no_integer(
