@@ -717,7 +717,7 @@ def _parse(
         flush_ctrs()
     with_ids()
     own = nested.totals()
-    if summary:  # (each batch's durations fit: their sum over the file, and aggregates', must too)
+    if summary:  # (each name's total over the file's batches and aggregates: exact Python integers)
         validate.summed(task.path, max(t.total_ns for t in summary.values()))
     rows = [t.row(rank_id, nid, kind, own.get((nid, kind), t.total_ns) if kind in NESTED_KINDS else t.total_ns)
             for (nid, kind), t in summary.items()]
