@@ -234,21 +234,20 @@ class Grouped(NamedTuple):
     sq: list[float]
 
 
-def sums(index: npt.NDArray[Any], durations: I64, n: int) -> tuple[Any, I64, I64, I64, Any]:
+def sums(index: npt.NDArray[Any], durations: I64, n: int) -> tuple[Any, Any, I64, I64, Any]:
     """Per entry 0 .. n - 1 of ``index``: calls, total, min, max and sum of squares of its rows'
-    durations, as arrays. Exact integer sums (np.add.at on int64; on Python integers when a batch's
-    durations could wrap int64, and OverflowError when a total is past it: ``validate.summed``),
-    squares summed as floats in row order, like the row path did."""
+    durations, as arrays. Exact integer sums: np.add.at on int64, or on Python integers when a batch's
+    durations could wrap int64; totals past int64 stay Python integers (an object array) for
+    ``validate.summed`` to refuse where the file is known. Squares summed as floats in row order, like
+    the row path did."""
     calls = np.bincount(index, minlength=n)
-    total = np.zeros(n, dtype=np.int64)
+    total: Any = np.zeros(n, dtype=np.int64)
     if float(durations.sum(dtype=np.float64)) < _SUM_LIMIT:
         np.add.at(total, index, durations)
-    else:  # (int64 sums could wrap: summed as Python ints, and refused past int64, as validate.summed does)
+    else:  # (int64 sums could wrap)
         exact = np.zeros(n, dtype=object)
         np.add.at(exact, index, durations.astype(object))
-        if max(exact) > INT64_MAX:
-            raise OverflowError(f"its durations add up to {max(exact)} ns, past what 64 bits hold")
-        total = exact.astype(np.int64)
+        total = exact.astype(np.int64) if max(exact) <= INT64_MAX else exact
     lo = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(lo, index, durations)
     hi = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)

@@ -129,9 +129,8 @@ def parse_group(
     n_files, n_names = len(tasks), len(names)
     key = np.repeat(np.arange(n_files, dtype=np.int64), counts) * n_names + b.name_index
     keys, inverse = np.unique(key, return_inverse=True)
-    try:
-        calls, total, lo, hi, sq = columnar.sums(inverse.reshape(-1), b.duration_ns, len(keys))  # (all keys have calls)
-    except OverflowError:  # (a file whose durations add up past int64: read on its own, its error names it)
+    calls, total, lo, hi, sq = columnar.sums(inverse.reshape(-1), b.duration_ns, len(keys))  # (all keys have calls)
+    if total.dtype == object:  # (a file whose durations add up past int64: read on its own, validate.summed names it)
         return False
     key_file, key_name = np.divmod(keys, n_names)
     text = {kind: 0}

@@ -6,6 +6,7 @@ line; files that cannot be read together are read one by one."""
 
 from __future__ import annotations
 
+import csv
 import gzip
 import shutil
 from decimal import Decimal
@@ -381,6 +382,55 @@ def test_a_damaged_file_in_a_group_is_named_as_when_read_alone(
         assert not db.exists()  # (a store made by the failed ingest is removed)
     assert messages[True] == messages[False]
     assert messages[True].startswith(f"{bad}: line 41 has ")
+
+
+def test_a_file_whose_durations_add_up_past_64_bits_in_a_group_is_named_as_when_read_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """40 copies of a real kernel trace, one with every row ending at 2**63 - 1 ns: read with its group
+    as one batch, the group's sums come out as Python integers past int64 and ``parse_group`` gives
+    up, so the group is read file by file and the error is validate.summed's naming that file, as
+    when every file is read alone."""
+    sample = (DATA / "rocm-systems_2025-08" / "kernel_trace.csv").read_text()
+    lines = sample.splitlines(keepends=True)
+    header = next(csv.reader(lines[:1]))
+    start = header.index("Start_Timestamp")
+    assert header[start + 1] == "End_Timestamp"
+    for i, (line, row) in enumerate(zip(lines[1:], csv.reader(lines[1:])), 1):
+        times = f",{row[start]},{row[start + 1]},"  # (the file's own layout kept: numbers unquoted)
+        assert line.count(times) == 1
+        lines[i] = line.replace(times, f",{row[start]},{2**63 - 1},")
+    damaged = "".join(lines)
+    # (the others padded with blank lines to the same size: tasks go largest first, and a worker reads
+    # its first group file by file, so the damaged file must not come first)
+    good = sample + "\n" * (len(damaged) - len(sample))
+    inputs = tmp_path / "inputs"
+    for rank in range(40):
+        p = inputs / f"rank{rank:04d}" / "node-a" / f"{1000 + rank}_kernel_trace.csv"
+        p.parent.mkdir(parents=True)
+        p.write_text(damaged if rank == 31 else good)
+    bad = inputs / "rank0031" / "node-a" / "1031_kernel_trace.csv"
+    spy = tmp_path / "spy.txt"
+    spy.touch()
+    parse_group = ingest_columns.parse_group
+
+    def recorded(tasks: list[Any], *a: Any) -> bool:
+        done = parse_group(tasks, *a)
+        with spy.open("a") as f:  # (workers are forked: they inherit this)
+            f.write("".join(f"{t.path} {done}\n" for t in tasks))
+        return done
+
+    messages = {}
+    for grouped in (False, True):
+        db = tmp_path / f"store{grouped}.db"
+        with monkeypatch.context() as m, pytest.raises(InputError) as err:
+            m.setattr(ingest_columns, "parse_group", recorded)
+            _ingest(db, inputs, m, 2, grouped, group_bytes=8 << 10)
+        messages[grouped] = str(err.value)
+        assert not db.exists()
+    assert f"{bad} False" in spy.read_text().splitlines()  # (its group was tried as one batch, and given up)
+    assert messages[True] == messages[False]
+    assert messages[True].startswith(f"{bad}: its durations add up to ")
 
 
 def _rows(cols: dict[str, Any], n: int) -> list[dict[str, Any]]:
