@@ -35,6 +35,7 @@ from sqlalchemy.exc import DBAPIError
 from .batches import LAUNCHES_KEPT, ORIGIN_COLS, SHAPE_TABLES, Coded, Interned, cores
 from .errors import ProfdbError, StoreError
 from .fact_spans import Spans
+from .validate import INT64_MAX, PastInt64, merged
 
 if TYPE_CHECKING:  # (imported where used: runs, and so every query, imports this module, not the readers)
     from .collectives import RankTimeline
@@ -489,6 +490,26 @@ def add_summaries(conn: Connection, rows: Iterable[tuple[Any, ...]]) -> None:
         conn.exec_driver_sql(sql + _SUMMARY_UPSERT, data)
 
 
+def check_summed(conn: Connection, rank_ids: set[int]) -> None:
+    """The summary rows of ``rank_ids`` (ranks with rows before this load, which ``add_summaries``
+    added to in SQL) still hold integers: SQLite's ``+`` turns a sum past int64 into a REAL and
+    stores it (PostgreSQL refuses it: a DataError, ``explain_db_error``). Raises
+    ``validate.PastInt64``."""
+    if conn.dialect.name != "sqlite" or not rank_ids:
+        return
+    ids = sorted(rank_ids)
+    for at in range(0, len(ids), 500):
+        some = ids[at : at + 500]
+        bad = conn.exec_driver_sql(
+            "SELECT s.rank_id, n.value, s.kind, MAX(s.total_ns, COALESCE(s.self_ns, 0)) FROM summary s "
+            f"JOIN name n ON n.id = s.name_id WHERE s.rank_id IN ({', '.join('?' * len(some))}) "
+            "AND (typeof(s.total_ns) <> 'integer' OR typeof(s.self_ns) = 'real') LIMIT 1",
+            tuple(some),
+        ).first()
+        if bad is not None:
+            raise PastInt64(int(bad[0]), f"the durations of {bad[1]!r} ({bad[2]})", f"about {float(bad[3]):.4g}")
+
+
 SUMMARY_COLS = ("rank_id", "name_id", "kind", "category", "calls", "total_ns", "min_ns", "max_ns", "sum_sq_ns",
                 "self_ns")
 #: a summary row whose key is stored already adds to it (``add_summaries``)
@@ -907,6 +928,9 @@ class Writer:
                 if isinstance(s, tuple):
                     s = have[key] = Totals(*s[3:])
                 s.add(*r[4:])
+                if s.total_ns > INT64_MAX or s.self_ns > INT64_MAX:  # (each file's fit: validate.summed)
+                    name = next((n for n, i in self.names.items() if i == key[0]), key[0])
+                    merged(rank_id, f"the durations of {name!r} ({key[1]})", max(s.total_ns, s.self_ns))
         for st in parsed.steps:
             self.steps[(rank_id, st.step)] = (source_id, st.start_ns, st.duration_ns)
         if parsed.timeline is not None:

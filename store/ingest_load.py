@@ -9,12 +9,13 @@ from __future__ import annotations
 import gc
 import json
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from sqlalchemy import Connection, Engine, bindparam, insert, select, update
 
-from . import bulk, classify, collectives, ingest_workers, reclassify, runs, timeline
+from . import bulk, classify, collectives, ingest_workers, reclassify, runs, timeline, validate
 from .db import display_url, load_target, resolve_url
 from .errors import InputError, ProfdbError
 from .identity import Identity, IdentityFlags, RankPlan, missing_ranks
@@ -22,7 +23,6 @@ from .ingest import FileResult, IngestReport, Progress, task_of
 from .inputs import ALGORITHM, ALGORITHMS, InputFile, algorithm_of, digest_of
 from .manifest import RankEnd, rank_end, real_path
 from .models import SourceFile
-from .validate import READ_FAILURES
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -205,36 +205,53 @@ def _load(
                 if ready_calls >= timeline.SAVE_CALLS:
                     save_ready()
 
-        if parsers is not None:
-            for (inp, source_id), counts in zip(
-                [(i, sid) for i, _, sid in sources], _parse_in_workers(writer, inputs, sources, parsers, merged)
-            ):
-                file_done(inp, source_id, counts)
-        cats: dict[tuple[str, str], str] = {}
-        for index, (inp, rank_id, source_id) in enumerate(sources if parsers is None else []):
-            try:
-                parsed = ingest_workers.parse_here(
-                    task_of(index, inp, rank_id, source_id), writer.answer_names, writer.insert, cats
-                )
-            except Exception as e:
-                err = _read_error(inp, e)
-                if err is e:
-                    raise
-                raise err from e
-            writer.merge(rank_id, source_id, parsed)
-            merged(rank_id)
-            file_done(inp, source_id, parsed.counts)
-        if row_counts:
-            conn.execute(update(SourceFile).where(SourceFile.id == bindparam("sid")).values(rows=bindparam("n")),
-                         row_counts)
-        save_ready()
-        writer.finish()
+        with _rank_files_named(sources, rank_ids, fresh):
+            if parsers is not None:
+                for (inp, source_id), counts in zip(
+                    [(i, sid) for i, _, sid in sources], _parse_in_workers(writer, inputs, sources, parsers, merged)
+                ):
+                    file_done(inp, source_id, counts)
+            cats: dict[tuple[str, str], str] = {}
+            for index, (inp, rank_id, source_id) in enumerate(sources if parsers is None else []):
+                try:
+                    parsed = ingest_workers.parse_here(
+                        task_of(index, inp, rank_id, source_id), writer.answer_names, writer.insert, cats
+                    )
+                except Exception as e:
+                    err = _read_error(inp, e)
+                    if err is e:
+                        raise
+                    raise err from e
+                writer.merge(rank_id, source_id, parsed)
+                merged(rank_id)
+                file_done(inp, source_id, parsed.counts)
+            if row_counts:
+                conn.execute(update(SourceFile).where(SourceFile.id == bindparam("sid")).values(rows=bindparam("n")),
+                             row_counts)
+            save_ready()
+            writer.finish()
+            bulk.check_summed(conn, set(rank_ids.values()) - set(fresh))  # (stored rows added to in SQL)
         assert not writer.timelines  # (each rank's were stored as its last file was merged: merged())
         bulk.rebuild_indexes(conn, recreate)  # (temporary storage is in files meanwhile: bulk.load_transaction)
         scope = timeline.store_analysis(conn, run_name, kept)  # (may read ix_collective_call_match: after recreate)
         report.ranks, report.world_size = runs.ranks_of(conn, run_id)
         report.missing_ranks = missing_ranks([r[0] for r in report.ranks], report.world_size)
         report.ended_badly = [f"rank {r.global_rank} {r.end()}" for r in scope.ended_abnormally()]
+
+
+@contextmanager
+def _rank_files_named(
+    sources: list[tuple[InputFile, int, int]], rank_ids: dict[int, int], fresh: dict[int, int]
+) -> Iterator[None]:
+    """A rank's figure added up over its files past 64 bits (``validate.PastInt64``, raised where
+    the files meet) is reported naming them (``sources``: (input, rank id, source id); ``rank_ids``:
+    global rank -> rank id; ``fresh``: the ranks this load created)."""
+    try:
+        yield
+    except validate.PastInt64 as e:
+        rank = next(g for g, rid in rank_ids.items() if rid == e.rank_id)
+        files = [inp.path for inp, rid, _sid in sources if rid == e.rank_id]
+        raise validate.past_int64(e, files, rank, e.rank_id not in fresh) from None
 
 
 def _already_stored(present: dict[tuple[int, str], int], inputs: list[InputFile]) -> list[bool]:
@@ -314,7 +331,7 @@ def _read_error(inp: InputFile, e: BaseException) -> BaseException:
     unexpected ValueError & co. an InputError naming the file, anything else unchanged."""
     if isinstance(e, ProfdbError):
         return e
-    if isinstance(e, READ_FAILURES):
+    if isinstance(e, validate.READ_FAILURES):
         return InputError(
             f"{inp.path}: cannot read it as {inp.info.format} ({type(e).__name__}: {e}); "
             "the file is damaged or of an unsupported variant: re-copy it or pass --format"

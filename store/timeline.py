@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, insert, select
 
-from . import collectives, runs, verdict
+from . import collectives, runs, validate, verdict
 from .bulk import insert_rows
 from .collectives import Analysis, ClockOffset, Clocks, CollectiveCall, RankTimeline, Step
 from .errors import QueryError
@@ -298,6 +298,8 @@ def save_timelines(
     for rid in sorted(new):
         parts = [*([stored[rid]] if rid in stored else []), *new[rid]]
         t = combine(parts, globals_[rid])
+        if len(parts) > 1:
+            _check_summed(rid, t)
         mine = [
             (rid, c.family, c.group[:255], c.name[:60], c.seq, run_id, c.start_ns, c.end_ns, c.bytes,
              c.busy_before_ns, c.window_ns)
@@ -318,6 +320,17 @@ def save_timelines(
     _insert_calls(conn, call_rows, kept)
     insert_rows(conn, "rank_timeline", TIMELINE_COLS, tl_rows)
     insert_rows(conn, "step_timeline", STEP_TIMELINE_COLS, step_rows)
+
+
+def _check_summed(rank_id: int, t: RankTimeline) -> None:
+    """The times ``combine`` added up over a rank's files fit the store's BIGINT (``validate.merged``)."""
+    for what, value in (
+        ("the busy time", t.busy_ns), ("the communication time", t.comm_ns),
+        ("the exposed communication time", t.exposed_comm_ns),
+        *((f"step {s.number}'s busy time", s.busy_ns) for s in t.steps),
+        *((f"step {s.number}'s exposed communication time", s.exposed_comm_ns) for s in t.steps),
+    ):
+        validate.merged(rank_id, what, value)
 
 
 def _insert_calls(conn: Connection, rows: list[tuple[Any, ...]], kept: collectives.CallColumns | None) -> None:

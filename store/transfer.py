@@ -556,6 +556,7 @@ def _copy_summaries(
                  None if r[8] is None else int(r[8]))
                 for r in part]
     bulk.add_summaries(d, out)
+    bulk.check_summed(d, {r[0] for r in out})
     return len(out)
 
 

@@ -101,6 +101,36 @@ def summed(path: Path, total_ns: int) -> None:
         raise _bad(path, f"its durations add up to {total_ns} ns, past what 64 bits hold")
 
 
+class PastInt64(InputError):
+    """A figure of one rank, added up over its files, past what 64 bits hold: each file's own totals
+    are checked (``summed``), their sum where a rank's files meet (``bulk.Writer.merge``, the summary's
+    upsert onto stored rows: ``bulk.check_summed``, ``timeline.save_timelines``). ``rank_id``: the
+    store's id of the rank; the ingest names the rank's files (``ingest_load``)."""
+
+    def __init__(self, rank_id: int, what: str, value: object) -> None:
+        self.rank_id, self.what, self.value = rank_id, what, value
+        super().__init__(f"{what} of one rank's files add up to {value} ns, past what 64 bits hold; {_FIX_FILES}")
+
+
+_FIX_FILES = ("each file's own fit, so one of them is damaged or was edited, or they are not of one rank: "
+              "re-copy them from the profiler's output, or leave one out of the ingest")
+
+
+def merged(rank_id: int, what: str, value: int) -> None:
+    """``value``, ``what`` of rank ``rank_id`` added up over its files, fits the store's BIGINT."""
+    if value > INT64_MAX:
+        raise PastInt64(rank_id, what, value)
+
+
+def past_int64(e: PastInt64, files: Sequence[object], rank: int, stored: bool) -> InputError:
+    """``e`` as the ingest reports it: naming the rank's ``files`` (``rank``: its global rank;
+    ``stored``: the rank had files in the store before)."""
+    named = ", ".join(map(str, files[:3])) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    before = " with those stored for it before" if stored else ""
+    return InputError(f"{named}: {e.what} of rank {rank}'s files{before} add up to {e.value} ns, past what 64 bits "
+                      f"hold; {_FIX_FILES}")
+
+
 def counters(batch: Sequence[Counter], path: Path) -> None:
     """Checks a batch of Counter records: finite values (NaN/inf cannot be stored alike by both
     engines), positive sample counts, integer dispatch ids inside int64."""

@@ -314,6 +314,76 @@ def test_csv_durations_that_add_up_past_64_bits(
     _fails(run_cli, db_path, seeded, "--run", "x", f, match=" ns, past what 64 bits hold")
 
 
+def _long_kernels(tmp_path: Path, sub: str, durations: list[int]) -> Path:
+    """The real 2025 kernel trace as ``tmp_path/rank0000/sub/kernel_trace.csv``, its first kernel's first
+    calls lasting ``durations`` ns from t = 1000 (each file's figures fit in 64 bits)."""
+    rows = list(csv.reader(io.StringIO((ROCM25 / "kernel_trace.csv").read_text())))
+    start, end, name = (rows[0].index(c) for c in ("Start_Timestamp", "End_Timestamp", "Kernel_Name"))
+    first = rows[1][name]
+    at = [r for r in rows[1:] if r[name] == first]
+    assert len(at) >= len(durations)
+    for r, d in zip(at, durations):
+        r[start], r[end] = "1000", str(1000 + d)
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    f = tmp_path / "rank0000" / sub / "kernel_trace.csv"
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_text(out.getvalue())
+    return f
+
+
+# two calls of 4.6e18 ns (overlapping: the busy time is one of them) and one of 5e16: 9.25e18 together
+_DURATIONS = {"a": [46 * 10**17, 46 * 10**17], "b": [5 * 10**16]}
+
+
+def test_a_ranks_files_whose_totals_add_up_past_64_bits(
+    tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes
+) -> None:
+    """Two kernel traces of one rank, each name's total inside 64 bits in each, past them together:
+    the writer's merge of their summaries was a traceback at the insert; now refused naming both."""
+    a, b = (_long_kernels(tmp_path, sub, d) for sub, d in _DURATIONS.items())
+    err = _fails(run_cli, db_path, seeded, "--run", "x", "--allow-duplicate-ranks", tmp_path / "rank0000",
+                 match=f"{a}, {b}: the durations of 'void addition_kernel<float>")
+    assert "(kernel) of rank 0's files add up to 9250000000000031080 ns, past what 64 bits hold" in err
+
+
+@pytest.mark.parametrize("second", ["summary", "busy"])
+def test_a_ranks_files_past_64_bits_with_those_stored(
+    tmp_path: Path, db_path: Path, run_cli: Invoke, second: str
+) -> None:
+    """The same, one file ingested after the other into the rank: SQLite's upsert turned the summed
+    total into a REAL 9.25e18 and stored it silently (``summary``); two files each busy 5e18 ns summed
+    the rank's busy time past 64 bits at the insert, a traceback (``busy``). Both refused naming the
+    new file."""
+    if second == "summary":
+        a, b = (_long_kernels(tmp_path, sub, d) for sub, d in _DURATIONS.items())
+        match = "the durations of 'void addition_kernel<float>"
+        figure = "add up to about 9.25e+18 ns"
+    else:
+        a, b = (_long_kernels(tmp_path, sub, [5 * 10**18 + k]) for k, sub in enumerate("ab"))
+        match, figure = "the busy time", "add up to 10000000000000000001 ns"
+    run_cli("ingest", "--db", db_path, "--run", "x", a)
+    before = file_bytes(db_path)
+    assert before is not None
+    err = _fails(run_cli, db_path, before, "--run", "x", "--allow-duplicate-ranks", b, match=f"{b}: {match}")
+    assert f"of rank 0's files with those stored for it before {figure}, past what 64 bits hold" in err
+    assert sql(db_path, "SELECT DISTINCT typeof(total_ns) FROM summary") == [("integer",)]
+
+
+def test_merging_stores_whose_rank_adds_up_past_64_bits(tmp_path: Path, run_cli: Invoke) -> None:
+    """``profdb merge`` adds a rank's summary onto the destination's in SQL too: refused, not a REAL."""
+    a, b = (_long_kernels(tmp_path, sub, d) for sub, d in _DURATIONS.items())
+    one, two = tmp_path / "one.db", tmp_path / "two.db"
+    run_cli("ingest", "--db", one, "--run", "x", a)
+    run_cli("ingest", "--db", two, "--run", "x", b)
+    before = file_bytes(one)
+    r = run_cli("merge", "--allow-duplicate-ranks", "--db", one, two, ok=False)
+    assert r.exit_code == 1, r.output + r.stderr
+    assert "of one rank's files add up to about 9.25e+18 ns, past what 64 bits hold" in r.stderr
+    assert "Traceback" not in r.output + r.stderr
+    assert file_bytes(one) == before
+
+
 @pytest.mark.parametrize("batch", [20_000, 1], ids=["one-batch", "a-batch-each"])
 def test_kineto_durations_that_add_up_past_64_bits(
     tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes, monkeypatch: pytest.MonkeyPatch, batch: int
