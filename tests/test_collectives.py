@@ -574,3 +574,22 @@ def test_clock_offsets_are_the_direct_computations_on_random_runs() -> None:
         assert got == want
         aligned_some += len(want) > 1
     assert aligned_some > 200
+
+
+def test_a_timeline_crosses_processes_whole(data: Path) -> None:
+    """A worker sends its files' timelines to the writer pickled, their calls and steps as plain
+    tuples (``RankTimeline.__reduce__``): what arrives equals what was sent, field by field, calls
+    and steps still of their types (the analysis reads them by name)."""
+    import pickle
+
+    from profdb.store.collectives import CollectiveCall, Step
+
+    timelines, _ids = _load(sorted((data / "kineto/torchrun4_cpu").glob("*.json.gz")))
+    assert sum(len(c) for t in timelines for c in t.calls.values()) > 10 and any(t.steps for t in timelines)
+    for t in timelines:
+        back = pickle.loads(pickle.dumps(t, protocol=pickle.HIGHEST_PROTOCOL))
+        assert back == t and back.calls.keys() == t.calls.keys()
+        assert all(type(c) is CollectiveCall for some in back.calls.values() for c in some)
+        assert all(type(s) is Step for s in back.steps)
+        assert [c.busy_before_ns for some in back.calls.values() for c in some] == [
+            c.busy_before_ns for some in t.calls.values() for c in some]
