@@ -271,3 +271,30 @@ def test_table_folds_rank_host_slot_but_csv_keeps_them(tmp_path: Path, db_path: 
     assert "5 (node01)" in table  # the planted rank, its host; local rank unknown without a manifest
     csv_out = run_cli("query", "--imbalance", "--db", db_path, "--top", "1", "--format", "csv").stdout
     assert "slowest_rank,slowest_host,slowest_local_rank" in csv_out.splitlines()[0]
+
+
+def test_long_group_and_collective_names_are_cut_to_their_columns(
+    data: Path, tmp_path: Path, run_cli: Invoke
+) -> None:
+    """A process group name past group_name's 255 characters and a collective name past collective's
+    60 (the real nccl_data trace, its NCCL kernels' args edited) are stored cut, in the key's order,
+    and the run's analysis reads them (PostgreSQL refuses longer values; SQLite stores them as cut)."""
+    import gzip
+    import json
+
+    trace = json.loads(gzip.decompress((data / "kineto" / "nccl_data.json.gz").read_bytes()))
+    kernels = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel"
+               and "Process Group Name" in (e.get("args") or {})]
+    assert len(kernels) > 10
+    for e in kernels:
+        e["args"]["Process Group Name"] = "g" * 300
+        e["args"]["Collective name"] = "all_reduce_" + "x" * 70
+    f = tmp_path / "in" / "nccl_data.json"
+    f.parent.mkdir()
+    f.write_text(json.dumps(trace))
+    db = tmp_path / "s.db"
+    run_cli("ingest", "--db", db, f)
+    rows = sql(db, "select group_name, collective, seq from collective_call where family = 'kernel' order by rowid")
+    assert len(rows) == len(kernels)
+    assert {(len(g), len(c)) for g, c, _ in rows} == {(255, 60)}
+    assert [s for _, _, s in rows] == list(range(len(kernels)))
