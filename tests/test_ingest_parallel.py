@@ -138,8 +138,9 @@ def test_worker_failure_rolls_back_byte_for_byte(inputs: Path, tmp_path: Path, m
 
 def test_worker_count(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(ingest_workers.ENV_WORKERS, raising=False)
+    monkeypatch.setattr(ingest_workers, "cores", lambda: 2)
     assert ingest_workers.worker_count(1 << 20, 10) == 0  # small inputs stay in-process
-    assert ingest_workers.worker_count(1 << 40, 1) == 0  # one file: nothing to share
+    assert ingest_workers.worker_count(1 << 40, 1) == 1  # one large file: it parses while the writer inserts
     monkeypatch.setenv(ingest_workers.ENV_WORKERS, "3")
     assert ingest_workers.worker_count(10, 2) == 2
     monkeypatch.setenv(ingest_workers.ENV_WORKERS, "0")
@@ -558,3 +559,32 @@ def test_a_batch_readers_lists_store_what_its_records_store(
     read = sum(1 for t in cpu_job + gpu_rank for _ in kineto_json.read(t, kineto_json.inspect(t)))
     assert read > 10 * 700
     assert sql(stores["lists"], "select count(*) from activity") == [(read,)]
+
+
+@pytest.mark.parametrize("name", ["nsys_sqlite/perlmutter-cloverleaf-cuda.sqlite", "kineto/nccl_data.json.gz",
+                                  "rocprofv3_csv/rocm-systems_2025-08/kernel_trace.csv"])
+def test_one_large_file_is_parsed_by_a_worker_and_stores_the_same(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """One file large enough (here: the threshold lowered below a real sample's size) is parsed by one
+    worker while the writer inserts, and the store holds what parsing it in the writer stores."""
+    monkeypatch.delenv(ingest_workers.ENV_WORKERS, raising=False)
+    monkeypatch.setattr(ingest_workers, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(ingest_workers, "cores", lambda: 2)
+    started: list[int] = []
+    parsers = ingest_workers.Parsers
+
+    class Spy(parsers):  # type: ignore[misc,valid-type]
+        def __init__(self, tasks: list[ingest_workers.Task], workers: int) -> None:
+            started.append(workers)
+            super().__init__(tasks, workers)
+
+    monkeypatch.setattr(ingest_workers, "Parsers", Spy)
+    flags = IdentityFlags(rank=0)
+    ingest.ingest_paths([data / name], str(tmp_path / "worker.db"), run="r", flags=flags)
+    assert started == [1]
+    monkeypatch.setenv(ingest_workers.ENV_WORKERS, "0")
+    ingest.ingest_paths([data / name], str(tmp_path / "here.db"), run="r", flags=flags)
+    assert started == [1]
+    worker, here = _content(tmp_path / "worker.db"), _content(tmp_path / "here.db")
+    assert worker["activity"] and worker == here
