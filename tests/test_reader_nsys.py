@@ -138,3 +138,53 @@ def test_truncated_database_is_an_input_error(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"cut\.sqlite"):
         info = nsys_sqlite.inspect(cut)
         list(nsys_sqlite.read(cut, info))
+
+
+def test_kernel_and_runtime_rows_read_as_row_by_row_rules_read_them(tmp_path: Path) -> None:
+    """The kernel and runtime records equal those the row-by-row rules make from plain queries (a
+    globalPid/globalTid's pid is bits 24-47, its tid bits 0-23, None when it is no integer; a kernel's
+    args are its registers and its static + dynamic shared memory): on the real cloverleaf export with
+    globalTid made text, REAL, NULL and negative on some rows and the kernels' registers and shared
+    memory varied (the reader computes pid/tid in SQL and makes each args text once)."""
+    db = tmp_path / "edited.sqlite"
+    db.write_bytes(CLOVERLEAF.read_bytes())
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = 'abc' WHERE rowid % 7 = 0")
+    conn.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = NULL WHERE rowid % 11 = 0")
+    conn.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = 123456789012.5 WHERE rowid % 13 = 0")
+    conn.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = -globalTid WHERE rowid % 17 = 0")
+    conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET registersPerThread = rowid % 5 + 30, "
+                 "staticSharedMemory = rowid % 4, dynamicSharedMemory = rowid % 3 * 16")
+    conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET globalPid = 'x' WHERE rowid % 9 = 0")
+    conn.commit()
+    conn.close()
+
+    def pid(g: object) -> int | None:
+        return (g >> 24) & 0xFFFFFF if isinstance(g, int) else None
+
+    def tid(g: object) -> int | None:
+        return g & 0xFFFFFF if isinstance(g, int) else None
+
+    devices = {i: c for i, c in _sql(db, "SELECT id, cuDevice FROM TARGET_INFO_GPU") if isinstance(c, int)}
+    kernels = [
+        Activity("kernel", str(r[6] or ""), r[0], r[1] - r[0], None, devices.get(r[2], r[2]), r[3], r[4],  # type: ignore[operator, arg-type]
+                 pid(r[5]), None, *r[7:13],  # type: ignore[arg-type]
+                 args=json.dumps({"registers per thread": r[13], "shared memory": (r[14] or 0) + (r[15] or 0)}))  # type: ignore[operator]
+        for r in _sql(db, "SELECT k.start, k.end, k.deviceId, k.streamId, k.correlationId, k.globalPid, "
+                          "coalesce(d.value, s.value), k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ, "
+                          "k.registersPerThread, k.staticSharedMemory, k.dynamicSharedMemory "
+                          "FROM CUPTI_ACTIVITY_KIND_KERNEL k LEFT JOIN StringIds d ON d.id = k.demangledName "
+                          "LEFT JOIN StringIds s ON s.id = k.shortName")
+    ]
+    runtime = [
+        Activity("api", str(name or ""), start, end - start, None, None, None, corr, pid(g), tid(g))  # type: ignore[operator, arg-type]
+        for start, end, corr, g, name in _sql(db, "SELECT r.start, r.end, r.correlationId, r.globalTid, s.value "
+                                                  "FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
+                                                  "LEFT JOIN StringIds s ON s.id = r.nameId")
+    ]
+    assert len({a.args for a in kernels}) > 5 and {a.pid for a in runtime} >= {None}
+    assert any(a.pid is not None and a.tid is not None for a in runtime)
+    records = [r for r in nsys_sqlite.read(db, nsys_sqlite.inspect(db)) if isinstance(r, Activity)]
+    assert [r for r in records if r.kind == "kernel"] == kernels
+    assert [r for r in records if r.kind == "api"] == runtime
+    assert all(type(r) is Activity for r in records)

@@ -168,19 +168,40 @@ def _tid(g: int | None) -> int | None:
     return g & 0xFFFFFF if isinstance(g, int) else None
 
 
+#: a globalPid / globalTid's process id (bits 24-47; nsys's serialized GlobalId) and thread id (bits
+#: 0-23), computed by SQLite as ``_pid`` / ``_tid`` compute them (NULL for a value that is no integer)
+_PID_SQL = "CASE WHEN typeof({0}) = 'integer' THEN ({0} >> 24) & 16777215 END"
+_TID_SQL = "CASE WHEN typeof({0}) = 'integer' THEN {0} & 16777215 END"
+#: distinct kernel args texts remembered (``_kernels``: launches repeat a few register and shared-memory
+#: pairs); cleared past this many, so memory stays flat
+_ARGS_KEPT = 4096
+_new = tuple.__new__  # (an Activity of all its fields in C: ``Activity(...)`` runs its defaults in Python)
+
+
 def _kernels(conn: sqlite3.Connection, devices: dict[int, int]) -> Iterator[Activity]:
+    """Kernels. Their args text is made once per distinct (registers, static and dynamic shared memory,
+    with their types: 32 and 32.0 are written apart): json.dumps was ~1.5 us of each row's ~5."""
     sql = (
-        "SELECT k.start, k.end, k.deviceId, k.streamId, k.correlationId, k.globalPid, "
+        f"SELECT k.start, k.end, k.deviceId, k.streamId, k.correlationId, {_PID_SQL.format('k.globalPid')}, "
         "coalesce(d.value, s.value), k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ, "
         "k.registersPerThread, k.staticSharedMemory, k.dynamicSharedMemory "
         f"FROM {_KERNEL} k LEFT JOIN StringIds d ON d.id = k.demangledName LEFT JOIN StringIds s ON s.id = k.shortName"
     )
+    kept: dict[tuple[Any, ...], str] = {}
     for r in stream(conn, sql):
-        args = json.dumps({"registers per thread": r[13], "shared memory": (r[14] or 0) + (r[15] or 0)})
-        yield Activity(
-            "kernel", r[6] or "", r[0], r[1] - r[0], None, devices.get(r[2], r[2]), r[3], r[4], _pid(r[5]), None,
+        regs, static, dynamic = r[13], r[14], r[15]
+        key = (regs, static, dynamic, type(regs), type(static), type(dynamic))
+        args = kept.get(key)
+        if args is None:
+            if len(kept) >= _ARGS_KEPT:
+                kept.clear()
+            shared = (static or 0) + (dynamic or 0)
+            args = kept[key] = json.dumps({"registers per thread": regs, "shared memory": shared})
+        start = r[0]
+        yield _new(Activity, (
+            "kernel", r[6] or "", start, r[1] - start, None, devices.get(r[2], r[2]), r[3], r[4], r[5], None,
             r[7], r[8], r[9], r[10], r[11], r[12], args,
-        )  # fmt: skip
+        ))  # fmt: skip
 
 
 def _memcpy(conn: sqlite3.Connection, names: dict[str, str], devices: dict[int, int]) -> Iterator[Activity]:
@@ -207,11 +228,12 @@ def _memset(conn: sqlite3.Connection, devices: dict[int, int]) -> Iterator[Activ
 
 def _runtime(conn: sqlite3.Connection) -> Iterator[Activity]:
     sql = (
-        f"SELECT r.start, r.end, r.correlationId, r.globalTid, s.value FROM {_RUNTIME} r "
-        "LEFT JOIN StringIds s ON s.id = r.nameId"
+        f"SELECT r.start, r.end, r.correlationId, {_PID_SQL.format('r.globalTid')}, {_TID_SQL.format('r.globalTid')}, "
+        f"s.value FROM {_RUNTIME} r LEFT JOIN StringIds s ON s.id = r.nameId"
     )
-    for start, end, corr, gtid, name in stream(conn, sql):
-        yield Activity("api", name or "", start, end - start, None, None, None, corr, _pid(gtid), _tid(gtid))
+    for start, end, corr, pid, tid, name in stream(conn, sql):
+        yield _new(Activity, ("api", name or "", start, end - start, None, None, None, corr, pid, tid,
+                              None, None, None, None, None, None, None))
 
 
 def _nvtx(conn: sqlite3.Connection) -> Iterator[Activity]:
