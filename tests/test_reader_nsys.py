@@ -145,7 +145,9 @@ def test_kernel_and_runtime_rows_read_as_row_by_row_rules_read_them(tmp_path: Pa
     globalPid/globalTid's pid is bits 24-47, its tid bits 0-23, None when it is no integer; a kernel's
     args are its registers and its static + dynamic shared memory): on the real cloverleaf export with
     globalTid made text, REAL, NULL and negative on some rows and the kernels' registers and shared
-    memory varied (the reader computes pid/tid in SQL and makes each args text once)."""
+    memory varied, and names missing from StringIds on some rows (a kernel then has its short name, a
+    call none): the reader computes pid/tid in SQL, makes each args text once and looks the names up
+    by id instead of joining."""
     db = tmp_path / "edited.sqlite"
     db.write_bytes(CLOVERLEAF.read_bytes())
     conn = sqlite3.connect(db)
@@ -156,6 +158,8 @@ def test_kernel_and_runtime_rows_read_as_row_by_row_rules_read_them(tmp_path: Pa
     conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET registersPerThread = rowid % 5 + 30, "
                  "staticSharedMemory = rowid % 4, dynamicSharedMemory = rowid % 3 * 16")
     conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET globalPid = 'x' WHERE rowid % 9 = 0")
+    conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = 999999999 WHERE rowid % 6 = 0")
+    conn.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET nameId = 999999999 WHERE rowid % 19 = 0")
     conn.commit()
     conn.close()
 

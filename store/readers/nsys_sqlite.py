@@ -183,12 +183,15 @@ def _kernels(conn: sqlite3.Connection, devices: dict[int, int]) -> Iterator[Acti
     with their types: 32 and 32.0 are written apart): json.dumps was ~1.5 us of each row's ~5."""
     sql = (
         f"SELECT k.start, k.end, k.deviceId, k.streamId, k.correlationId, {_PID_SQL.format('k.globalPid')}, "
-        "coalesce(d.value, s.value), k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ, "
-        "k.registersPerThread, k.staticSharedMemory, k.dynamicSharedMemory "
-        f"FROM {_KERNEL} k LEFT JOIN StringIds d ON d.id = k.demangledName LEFT JOIN StringIds s ON s.id = k.shortName"
+        "k.demangledName, k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ, "
+        f"k.registersPerThread, k.staticSharedMemory, k.dynamicSharedMemory, k.shortName FROM {_KERNEL} k"
     )
+    text = _strings(conn, f"SELECT demangledName FROM {_KERNEL} UNION SELECT shortName FROM {_KERNEL}")
     kept: dict[tuple[Any, ...], str] = {}
     for r in stream(conn, sql):
+        name = text.get(r[6])
+        if name is None:  # (the short name when the demangled one is missing)
+            name = text.get(r[16])
         regs, static, dynamic = r[13], r[14], r[15]
         key = (regs, static, dynamic, type(regs), type(static), type(dynamic))
         args = kept.get(key)
@@ -199,7 +202,7 @@ def _kernels(conn: sqlite3.Connection, devices: dict[int, int]) -> Iterator[Acti
             args = kept[key] = json.dumps({"registers per thread": regs, "shared memory": shared})
         start = r[0]
         yield _new(Activity, (
-            "kernel", r[6] or "", start, r[1] - start, None, devices.get(r[2], r[2]), r[3], r[4], r[5], None,
+            "kernel", name or "", start, r[1] - start, None, devices.get(r[2], r[2]), r[3], r[4], r[5], None,
             r[7], r[8], r[9], r[10], r[11], r[12], args,
         ))  # fmt: skip
 
@@ -229,11 +232,20 @@ def _memset(conn: sqlite3.Connection, devices: dict[int, int]) -> Iterator[Activ
 def _runtime(conn: sqlite3.Connection) -> Iterator[Activity]:
     sql = (
         f"SELECT r.start, r.end, r.correlationId, {_PID_SQL.format('r.globalTid')}, {_TID_SQL.format('r.globalTid')}, "
-        f"s.value FROM {_RUNTIME} r LEFT JOIN StringIds s ON s.id = r.nameId"
+        f"r.nameId FROM {_RUNTIME} r"
     )
-    for start, end, corr, pid, tid, name in stream(conn, sql):
-        yield _new(Activity, ("api", name or "", start, end - start, None, None, None, corr, pid, tid,
+    text = _strings(conn, f"SELECT nameId FROM {_RUNTIME}")
+    for start, end, corr, pid, tid, name_id in stream(conn, sql):
+        yield _new(Activity, ("api", text.get(name_id) or "", start, end - start, None, None, None, corr, pid, tid,
                               None, None, None, None, None, None, None))
+
+
+def _strings(conn: sqlite3.Connection, ids: str) -> dict[Any, Any]:
+    """The StringIds texts of the ids the query ``ids`` yields (a table's distinct names: bounded by
+    its kernels' or calls' names, not its rows), looked up per row in place of a join: each row's name
+    was a new str decoded from the row (a demangled kernel name: hundreds of characters), hashed again
+    wherever names are looked up; now the rows of one name share one str."""
+    return dict(conn.execute(f"SELECT id, value FROM StringIds WHERE id IN ({ids})").fetchall())
 
 
 def _nvtx(conn: sqlite3.Connection) -> Iterator[Activity]:
