@@ -175,3 +175,42 @@ def test_truncated_gzip_is_an_input_error(tmp_path: Path) -> None:
     cut.write_bytes(MYTRACE.read_bytes()[:400_000])
     with pytest.raises(InputError, match=r"mytrace\.rpd\.gz.*(truncated|corrupt)"):
         rpd_sqlite.inspect(cut)
+
+
+def test_ops_and_apis_read_as_the_joins_read_them(tmp_path: Path) -> None:
+    """The reader looks the names up by id (``sqlite_common.strings``) instead of joining rocpd_string
+    into every row, and reads args texts for markers only: its records equal those of the joins'
+    rules (the reader's query before) on the real mytrace sample with descriptions, kernel names and
+    marker args missing from rocpd_string on some rows, and a second 'UserMarker' string in use."""
+    db = _plain(MYTRACE, tmp_path)
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE rocpd_op SET description_id = 999999999 WHERE id % 7 = 0")
+    conn.execute("UPDATE rocpd_kernelapi SET kernelName_id = 999999998 WHERE api_ptr_id % 3 = 0")
+    marker = conn.execute("SELECT id FROM rocpd_string WHERE string = 'UserMarker'").fetchone()[0]
+    conn.execute("UPDATE rocpd_api SET args_id = 999999997 WHERE apiName_id = ? AND id % 5 = 0", (marker,))
+    other = conn.execute("INSERT INTO rocpd_string (string) VALUES ('UserMarker')").lastrowid
+    conn.execute("UPDATE rocpd_api SET apiName_id = ? WHERE apiName_id = ? AND id % 11 = 0", (other, marker))
+    conn.commit()
+    ops = conn.execute(
+        "SELECT o.start, o.end, o.gpuId, o.queueId, d.string, t.string, L.api_id, a.pid, a.tid, k.gridX, k.gridY, "
+        "k.gridZ, k.workgroupX, k.workgroupY, k.workgroupZ, ks.string, c.size FROM rocpd_op o "
+        "LEFT JOIN rocpd_string d ON d.id = o.description_id LEFT JOIN rocpd_string t ON t.id = o.opType_id "
+        "LEFT JOIN (SELECT op_id, min(api_id) AS api_id FROM rocpd_api_ops GROUP BY op_id) L ON L.op_id = o.id "
+        "LEFT JOIN rocpd_api a ON a.id = L.api_id LEFT JOIN rocpd_kernelapi k ON k.api_ptr_id = L.api_id "
+        "LEFT JOIN rocpd_string ks ON ks.id = k.kernelName_id LEFT JOIN rocpd_copyapi c ON c.api_ptr_id = L.api_id"
+    ).fetchall()
+    apis = conn.execute(
+        "SELECT a.id, a.pid, a.tid, a.start, a.end, n.string, g.string FROM rocpd_api a "
+        "LEFT JOIN rocpd_string n ON n.id = a.apiName_id LEFT JOIN rocpd_string g ON g.id = a.args_id"
+    ).fetchall()
+    conn.close()
+    kernels = [(r[4] or r[15] or r[5], r[0], r[1] - r[0], r[6], r[9], r[14]) for r in ops
+               if r[5] in ("KernelExecution", "Task") and r[9] is not None]
+    calls = [("annotation", (a or n), s, e - s, i) if n == "UserMarker" else ("api", n or "", s, e - s, i)
+             for i, _p, _t, s, e, n, a in apis]
+    assert len({k[0] for k in kernels}) > 3 and ("annotation", "UserMarker") in {c[:2] for c in calls}
+    records = [r for r in rpd_sqlite.read(db, rpd_sqlite.inspect(db)) if isinstance(r, Activity)]
+    from_ops, from_apis = records[: len(records) - len(apis)], records[len(records) - len(apis) :]
+    assert [(r.name, r.start_ns, r.duration_ns, r.correlation, r.grid_x, r.block_z)
+            for r in from_ops if r.kind == "kernel" and r.grid_x is not None] == kernels
+    assert [(r.kind, r.name, r.start_ns, r.duration_ns, r.correlation) for r in from_apis] == calls

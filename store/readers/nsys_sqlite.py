@@ -30,7 +30,7 @@ from typing import Any
 from ..errors import InputError
 from ..records import Activity, RankHint, Record, SourceInfo
 from .launcher_env import ALL_VARS, hint_from_env
-from .sqlite_common import columns, db_error, open_ro, relations, schema_mentions, stream
+from .sqlite_common import columns, db_error, open_ro, relations, schema_mentions, stream, strings
 
 NAME = "nsys"
 DESCRIPTION = "Nsight Systems SQLite export (nsys export --type sqlite): kernels, memcpy/memset, CUDA API, NVTX ranges"
@@ -186,7 +186,7 @@ def _kernels(conn: sqlite3.Connection, devices: dict[int, int]) -> Iterator[Acti
         "k.demangledName, k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ, "
         f"k.registersPerThread, k.staticSharedMemory, k.dynamicSharedMemory, k.shortName FROM {_KERNEL} k"
     )
-    text = _strings(conn, f"SELECT demangledName FROM {_KERNEL} UNION SELECT shortName FROM {_KERNEL}")
+    text = strings(conn, f"SELECT demangledName FROM {_KERNEL} UNION SELECT shortName FROM {_KERNEL}")
     kept: dict[tuple[Any, ...], str] = {}
     for r in stream(conn, sql):
         name = text.get(r[6])
@@ -234,18 +234,10 @@ def _runtime(conn: sqlite3.Connection) -> Iterator[Activity]:
         f"SELECT r.start, r.end, r.correlationId, {_PID_SQL.format('r.globalTid')}, {_TID_SQL.format('r.globalTid')}, "
         f"r.nameId FROM {_RUNTIME} r"
     )
-    text = _strings(conn, f"SELECT nameId FROM {_RUNTIME}")
+    text = strings(conn, f"SELECT nameId FROM {_RUNTIME}")
     for start, end, corr, pid, tid, name_id in stream(conn, sql):
         yield _new(Activity, ("api", text.get(name_id) or "", start, end - start, None, None, None, corr, pid, tid,
                               None, None, None, None, None, None, None))
-
-
-def _strings(conn: sqlite3.Connection, ids: str) -> dict[Any, Any]:
-    """The StringIds texts of the ids the query ``ids`` yields (a table's distinct names: bounded by
-    its kernels' or calls' names, not its rows), looked up per row in place of a join: each row's name
-    was a new str decoded from the row (a demangled kernel name: hundreds of characters), hashed again
-    wherever names are looked up; now the rows of one name share one str."""
-    return dict(conn.execute(f"SELECT id, value FROM StringIds WHERE id IN ({ids})").fetchall())
 
 
 def _nvtx(conn: sqlite3.Connection) -> Iterator[Activity]:

@@ -36,7 +36,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..records import Activity, RankHint, Record, SourceInfo
-from .sqlite_common import columns, db_error, open_ro, relations, schema_mentions, stream
+from .sqlite_common import columns, db_error, open_ro, relations, schema_mentions, stream, strings
 
 NAME = "rpd"
 DESCRIPTION = "legacy RPD / rocm-trace-lite SQLite (.rpd, .db, .rpd.gz): GPU ops (kernels, copies), HIP API, ROCTx"
@@ -176,7 +176,7 @@ def _stream(path: Path, gpu: int | None, apis: bool) -> Iterator[Record]:
 
 def _ops(conn: sqlite3.Connection, names: dict[str, str], gpu: int | None = None) -> Iterator[Activity]:
     # Link each op to one launching API call (rocpd_api_ops), then to its kernel/copy arguments.
-    link = ""
+    link = kernel_names = ""
     api_cols = "NULL, NULL, NULL"
     kern_cols = "NULL, NULL, NULL, NULL, NULL, NULL, NULL"
     copy_col = "NULL"
@@ -189,30 +189,28 @@ def _ops(conn: sqlite3.Connection, names: dict[str, str], gpu: int | None = None
         if "rocpd_kernelapi" in names:
             kcols = set(columns(conn, "rocpd_kernelapi"))
             key = "api_ptr_id" if "api_ptr_id" in kcols else "api_id"
-            kern_cols = "k.gridX, k.gridY, k.gridZ, k.workgroupX, k.workgroupY, k.workgroupZ, ks.string"
-            joins += (
-                f" LEFT JOIN rocpd_kernelapi k ON k.{key} = L.api_id"
-                " LEFT JOIN rocpd_string ks ON ks.id = k.kernelName_id"
-            )
+            kern_cols = "k.gridX, k.gridY, k.gridZ, k.workgroupX, k.workgroupY, k.workgroupZ, k.kernelName_id"
+            joins += f" LEFT JOIN rocpd_kernelapi k ON k.{key} = L.api_id"
+            kernel_names = " UNION SELECT kernelName_id FROM rocpd_kernelapi"
         if "rocpd_copyapi" in names:
             ccols = set(columns(conn, "rocpd_copyapi"))
             key = "api_ptr_id" if "api_ptr_id" in ccols else "api_id"
             copy_col = "c.size"
             joins += f" LEFT JOIN rocpd_copyapi c ON c.{key} = L.api_id"
     sql = (
-        "SELECT o.start, o.end, o.gpuId, o.queueId, d.string, t.string, "
-        f"{api_cols}, {kern_cols}, {copy_col} "
-        "FROM rocpd_op o LEFT JOIN rocpd_string d ON d.id = o.description_id "
-        f"LEFT JOIN rocpd_string t ON t.id = o.opType_id{link}{joins}"
+        "SELECT o.start, o.end, o.gpuId, o.queueId, o.description_id, o.opType_id, "
+        f"{api_cols}, {kern_cols}, {copy_col} FROM rocpd_op o{link}{joins}"
     )
     if gpu is not None:
         sql += f" WHERE o.gpuId = {int(gpu)}"
+    text = strings(conn, f"SELECT description_id FROM rocpd_op UNION SELECT opType_id FROM rocpd_op{kernel_names}",
+                   "rocpd_string", "string")
     for r in stream(conn, sql):
-        start, end, gpu, queue, desc, optype = r[0], r[1], r[2], r[3], r[4] or "", r[5] or ""
+        start, end, gpu, queue, desc, optype = r[0], r[1], r[2], r[3], text.get(r[4]) or "", text.get(r[5]) or ""
         api_id, pid, tid = r[6], r[7], r[8]
         if optype in _KERNEL_OPS:
             yield Activity(
-                "kernel", desc or r[15] or optype, start, end - start, None, gpu, queue, api_id, pid, tid,
+                "kernel", desc or text.get(r[15]) or optype, start, end - start, None, gpu, queue, api_id, pid, tid,
                 r[9], r[10], r[11], r[12], r[13], r[14], None,
             )  # fmt: skip
         elif optype.startswith("Copy"):
@@ -236,13 +234,17 @@ def _ops(conn: sqlite3.Connection, names: dict[str, str], gpu: int | None = None
 
 
 def _apis(conn: sqlite3.Connection) -> Iterator[Activity]:
-    sql = (
-        "SELECT a.id, a.pid, a.tid, a.start, a.end, n.string, g.string FROM rocpd_api a "
-        "LEFT JOIN rocpd_string n ON n.id = a.apiName_id LEFT JOIN rocpd_string g ON g.id = a.args_id"
-    )
-    for api_id, pid, tid, start, end, name, args in stream(conn, sql):
-        name = name or ""
+    sql = "SELECT a.id, a.pid, a.tid, a.start, a.end, a.apiName_id, a.args_id FROM rocpd_api a"
+    text = strings(conn, "SELECT apiName_id FROM rocpd_api", "rocpd_string", "string")
+    # (the args texts are read only for markers, whose name they are: other calls' args, often one text
+    # per call, are not read)
+    markers = "SELECT id FROM rocpd_string WHERE string = 'UserMarker'"
+    marker_args = strings(conn, f"SELECT args_id FROM rocpd_api WHERE apiName_id IN ({markers})", "rocpd_string",
+                          "string")
+    for api_id, pid, tid, start, end, name_id, args_id in stream(conn, sql):
+        name = text.get(name_id) or ""
         if name == "UserMarker":
-            yield Activity("annotation", args or name, start, end - start, None, None, None, api_id, pid, tid)
+            yield Activity("annotation", marker_args.get(args_id) or name, start, end - start, None, None, None,
+                           api_id, pid, tid)
         else:
             yield Activity("api", name, start, end - start, None, None, None, api_id, pid, tid)

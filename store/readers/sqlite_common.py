@@ -169,6 +169,15 @@ def stream(
         cur.close()
 
 
+def strings(conn: sqlite3.Connection, ids: str, table: str = "StringIds", column: str = "value") -> dict[Any, Any]:
+    """id -> text in a string table (Nsight Systems' ``StringIds (id, value)``, RPD's ``rocpd_string (id,
+    string)``) for the ids the query ``ids`` yields: the ids a table uses, bounded by its distinct names,
+    not its rows. Rows look their names up here in place of a join: each row's name was a new str decoded
+    from the row (a demangled kernel name: hundreds of characters) and hashed again wherever names are
+    looked up; the rows of one name now share one str."""
+    return dict(conn.execute(f"SELECT id, {column} FROM {table} WHERE id IN ({ids})").fetchall())
+
+
 def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
