@@ -641,6 +641,71 @@ def generate_kineto(out: Path, *, ranks: int = 8, size_mb: float = 300.0, names:
 # --------------------------------------------------------------------------- CLI
 
 
+#: the real Nsight Systems and RPD samples the ``sqlite`` inputs are made of (tests/data; origins in
+#: tests/data/SOURCES.txt): their tables, rows repeated with times and ids moved on
+REAL_SQLITE = {
+    "nsys": Path(__file__).resolve().parents[1] / "tests" / "data" / "nsys_sqlite" / "perlmutter-cloverleaf-cuda.sqlite",
+    "rpd": Path(__file__).resolve().parents[1] / "tests" / "data" / "legacy_rpd" / "mytrace.rpd.gz",
+}
+#: per format: (its event tables, with their id columns moved on by a copy's number x ID_STEP)
+_SCALED_TABLES = {
+    "nsys": {"CUPTI_ACTIVITY_KIND_KERNEL": ("correlationId",), "CUPTI_ACTIVITY_KIND_RUNTIME": ("correlationId",),
+             "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION": ("correlationId",), "CUPTI_ACTIVITY_KIND_MEMCPY": ("correlationId",)},
+    "rpd": {"rocpd_op": ("id",), "rocpd_api": ("id",), "rocpd_api_ops": ("id", "api_id", "op_id"),
+            "rocpd_kernelapi": ("api_ptr_id",), "rocpd_copyapi": ("api_ptr_id",)},
+}
+ID_STEP = 10**7
+SQLITE_VERSION = 1
+
+
+def generate_sqlite(out: Path, fmt: str, ranks: int = 4, copies: int = 25) -> Generated:
+    """A ``ranks``-rank job of ``fmt`` ("nsys": Nsight Systems SQLite exports, "rpd": rpd_tracer traces) made
+    of a real sample: per rank ``OUT/rankNNNN/trace.sqlite`` (or ``.rpd``), the sample's event tables
+    repeated ``copies`` times one after the other in time (ids moved on, so links between tables hold),
+    each rank's copy shifted by its rank in ns (distinct content), an Nsight Systems copy's MPI
+    environment saying its rank (PMI_RANK, PMI_SIZE, PMI_LOCAL_RANK, SLURM_LOCALID: one node)."""
+    import shutil
+    import sqlite3
+
+    out.mkdir(parents=True, exist_ok=True)
+    gen = Generated("sqlite", dict(format=fmt, ranks=ranks, copies=copies, version=SQLITE_VERSION), -1, "")
+    src = REAL_SQLITE[fmt]
+    for r in range(ranks):
+        f = out / f"rank{r:04d}" / ("trace.sqlite" if fmt == "nsys" else "trace.rpd")
+        f.parent.mkdir(parents=True, exist_ok=True)
+        if src.suffix == ".gz":
+            with gzip.open(src, "rb") as g, open(f, "wb") as w:
+                shutil.copyfileobj(g, w)
+        else:
+            shutil.copyfile(src, f)
+        conn = sqlite3.connect(f)
+        tables = _SCALED_TABLES[fmt]
+        cols = {t: [row[1] for row in conn.execute(f"PRAGMA table_info({t})")] for t in tables}
+        timed = [t for t in tables if {"start", "end"} <= set(cols[t])]
+        lo = min(int(conn.execute(f"SELECT min(start) FROM {t}").fetchone()[0]) for t in timed)
+        hi = max(int(conn.execute(f"SELECT max(end) FROM {t}").fetchone()[0]) for t in timed)
+        span = hi - lo + 1000
+        for t, ids in tables.items():
+            if t in timed:  # (each rank's file its own content: moved by its rank in ns)
+                conn.execute(f"UPDATE {t} SET start = start + {r}, end = end + {r}")
+            conn.execute(f"CREATE TEMP TABLE base_{t} AS SELECT * FROM {t}")
+            for k in range(1, copies):
+                sel = ", ".join(f"{_q(c)} + {k * span}" if c in ("start", "end") else f"{_q(c)} + {k * ID_STEP}"
+                                if c in ids else _q(c) for c in cols[t])
+                conn.execute(f"INSERT INTO {t} ({', '.join(map(_q, cols[t]))}) SELECT {sel} FROM base_{t}")
+            gen.rows[t] = gen.rows.get(t, 0) + int(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0])
+        if fmt == "nsys":
+            for var, value in (("PMI_RANK", r), ("PMI_SIZE", ranks), ("PMI_LOCAL_RANK", r), ("SLURM_LOCALID", r)):
+                conn.execute("UPDATE META_DATA_CAPTURE SET value = ? WHERE name LIKE 'PROCESS_%:ENVIRONMENT_VARIABLE' "
+                             "AND value LIKE ?", (f'{var}="{value}"', f"{var}=%"))
+        conn.commit()
+        conn.close()
+        gen.files.append(str(f))
+        gen.bytes += f.stat().st_size
+    (out / META).write_text(json.dumps(asdict(gen), indent=1) + "\n")
+    return gen
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="what", required=True)

@@ -15,6 +15,8 @@ taken from beside that interpreter, else from PATH). What it measures (README, "
 4. Peak memory of ``profdb ingest`` at 1x and 4x input: the whole process tree's PSS (proportional set
    size: pages a forked worker shares with its parent count once), sampled every 50 ms, and the
    largest single process's max RSS (wait4). Target < 300 MB at 4x, not growing with input.
+5. ``profdb ingest`` of a 4-rank job's Nsight Systems exports, and of its RPD traces (the real samples'
+   tables repeated) / the sqlite3 CLI copying the tables profdb reads into one database. No target.
 
 Every command is a subprocess; wall times are from the parent. Generated inputs are cached in
 ``--out`` (keyed by their parameters) and reused by later runs; stores are rebuilt every run except
@@ -54,10 +56,15 @@ class Sizes:
     #: the many-files Kineto shape: a larger job's ranks, each trace small
     kineto_many_ranks: int = 128
     kineto_many_mb: float = 150.0
+    #: the SQLite formats' job (Nsight Systems exports, RPD traces): ranks, and the real samples' tables
+    #: repeated this many times in each rank's file (~150k events a rank either way)
+    sqlite_ranks: int = 4
+    nsys_copies: int = 25
+    rpd_copies: int = 6
 
 
 FULL = Sizes(1_000_000, 32, 4, 8, 300.0, 10_000_000, 5)
-QUICK = Sizes(20_000, 8, 2, 4, 8.0, 200_000, 3, 16, 4.0)
+QUICK = Sizes(20_000, 8, 2, 4, 8.0, 200_000, 3, 16, 4.0, 2, 2, 1)
 
 
 # --------------------------------------------------------------------------- measuring
@@ -421,6 +428,64 @@ def bench_kineto(b: Bench, many: bool = False) -> None:
         cpu_ratio=ki.cpu_s / hta.cpu_s if hta.cpu_s else None))
 
 
+#: per SQLite format: the tables its reader reads, which the baseline copies
+SQLITE_TABLES = {
+    "nsys": ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY", "StringIds"),
+    "rpd": ("rocpd_op", "rocpd_api", "rocpd_api_ops", "rocpd_kernelapi", "rocpd_copyapi", "rocpd_string"),
+}
+
+
+def bench_sqlite_formats(b: Bench) -> None:
+    """5. ``profdb ingest`` of a job's Nsight Systems exports and of its RPD traces (each rank's file the
+    real sample's tables repeated: ``generate.generate_sqlite``) / the sqlite3 CLI copying the tables
+    profdb reads from every file into one database (``CREATE TABLE .. AS SELECT``: the raw rows
+    without understanding them, as ``.import`` is for CSV). No target: recorded so a format's speed is
+    seen (per row, these readers do more than the CSV one: SQL joins, Python per record)."""
+    a, base, s, log = b.a, b.base, b.sizes, b.log
+    for fmt in ("nsys", "rpd"):
+        d = base / f"sqlite-{fmt}"
+        copies = s.nsys_copies if fmt == "nsys" else s.rpd_copies
+        gen = ensure(d, dict(format=fmt, ranks=s.sqlite_ranks, copies=copies, version=generate.SQLITE_VERSION),
+                     lambda: generate.generate_sqlite(d, fmt, ranks=s.sqlite_ranks, copies=copies), log)
+        files = [Path(f) for f in gen["files"]]
+        warm(files)
+        db, raw = base / f"ingest-{fmt}.db", base / f"copy-{fmt}.db"
+        script = raw.with_suffix(".copy.sql")
+        lines = []
+        for k, f in enumerate(files):
+            lines.append(f"ATTACH '{f}' AS s;")
+            lines += [f"CREATE TABLE r{k}_{t} AS SELECT * FROM s.{t};" for t in SQLITE_TABLES[fmt]]
+            lines.append("DETACH s;")
+        script.write_text("\n".join(lines) + "\n")
+        cmd = [b.profdb, "ingest", "--db", str(db), "--run", fmt, str(d)]
+        ours: list[Measured] = []
+        theirs: list[Measured] = []
+        for rep in range(max(1, a.repeat)):
+            log(f"5. [{fmt}] sqlite3 copy of the tables (run {rep + 1}) ...")
+            drop_store(raw)
+            theirs.append(measure([a.sqlite3, str(raw), f".read '{script}'"]))
+            drop_store(raw)
+            log(f"5. [{fmt}] profdb ingest (run {rep + 1}) ...")
+            drop_store(db)
+            ours.append(measure(cmd))
+            drop_store(db)
+            if ours[-1].returncode or theirs[-1].returncode:
+                raise SystemExit(f"{fmt}: {ours[-1].stderr[-500:]} {theirs[-1].stderr[-500:]}")
+        m, t = best(ours), best(theirs)
+        rows = sum(v for k, v in gen["rows"].items() if k in SQLITE_TABLES[fmt])
+        b.results[f"sqlite_{fmt}_ingest"] = asdict(m) | {"stdout": m.stdout[-2000:], "stderr": m.stderr[-2000:]}
+        b.results[f"sqlite_{fmt}_copy"] = asdict(t) | {"stdout": "", "stderr": t.stderr[-2000:]}
+        b.rows.append(Row(
+            f"5. ingest / sqlite3 copy of the tables read [{fmt}: {len(files)} ranks, each the real sample's tables "
+            f"x{copies}] ({rows:,} rows in those tables, {gen['bytes'] / 1e6:,.0f} MB)",
+            m.wall_s / t.wall_s, "none (recorded)", None,
+            f"{m.wall_s:.2f} s ({m.cpu_s:.1f} s CPU, {m.cores:.2f} cores, {m.tree_peak_mb:.0f} MB)",
+            f"{t.wall_s:.2f} s ({t.cpu_s:.1f} s CPU)",
+            f"{' '.join(cmd[:5])} {d}  vs  sqlite3 DB 'ATTACH FILE; CREATE TABLE .. AS SELECT * FROM <each table read>'",
+            [pair_note([x.wall_s / y.wall_s for x, y in zip(ours, theirs)])],
+            cpu_ratio=m.cpu_s / t.cpu_s if t.cpu_s else None))
+
+
 #: byte-compiles profdb's modules where Python looks for them (each package's __pycache__)
 _COMPILE = (
     "import compileall, importlib.util, sys\n"
@@ -582,7 +647,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sqlite3", default=shutil.which("sqlite3") or "sqlite3", help="the sqlite3 CLI (apt-get install sqlite3)")
     p.add_argument("--hta-venv", type=Path, default=Path(os.environ.get("HTA_VENV", HERE / "out" / "hta-venv")),
                    help="virtualenv with holistictraceanalysis (created with pip if missing; $HTA_VENV)")
-    p.add_argument("--only", action="append", choices=("ingest", "kineto", "query", "rss"),
+    p.add_argument("--only", action="append", choices=("ingest", "kineto", "query", "rss", "formats"),
                    help="run only these benchmarks (repeatable)")
     p.add_argument("--shape", action="append", choices=[c.key for c in csv_shapes(FULL)],
                    help="CSV ingest: only these row shapes (repeatable; default all)")
@@ -593,7 +658,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=None, help="also write the results here (default OUT/results[-quick].json)")
     a = p.parse_args(argv)
     sizes = QUICK if a.quick else FULL
-    only = set(a.only or ("ingest", "kineto", "query", "rss"))
+    only = set(a.only or ("ingest", "kineto", "query", "rss", "formats"))
     base = a.out / ("quick" if a.quick else "full")
     base.mkdir(parents=True, exist_ok=True)
     beside = Path(sys.executable).with_name("profdb")
@@ -611,6 +676,8 @@ def main(argv: list[str] | None = None) -> int:
     if "kineto" in only:
         bench_kineto(b)
         bench_kineto(b, many=True)
+    if "formats" in only:
+        bench_sqlite_formats(b)
     if "query" in only:
         bench_query(b)
     if "rss" in only:

@@ -4,6 +4,7 @@ rank identity profdb resolves, match the real rocprofv3 headers, and show the pl
 from __future__ import annotations
 
 import csv
+import gzip
 import importlib.util
 import json
 import sys
@@ -134,3 +135,27 @@ def test_runner_measures_a_subprocess_tree() -> None:
     # with the suite), so only its floor says something here; the sampled tree PSS is the child's alone
     assert m.max_rss_mb >= 60 and 55 <= m.tree_peak_mb < 200
     assert "activity a" in run.imbalance_sql("x'y") and "'x''y'" in run.imbalance_sql("x'y")
+
+
+@pytest.mark.parametrize("fmt", ["nsys", "rpd"])
+def test_sqlite_jobs_are_the_real_samples_repeated(tmp_path: Path, fmt: str) -> None:
+    """Each rank's file of the SQLite formats' job holds its real sample's records ``copies`` times,
+    later copies after earlier ones in time, and the files ingest as a job of distinct ranks."""
+    from profdb.store.identity import IdentityFlags
+    from profdb.store.ingest import ingest_paths
+
+    made = gen.generate_sqlite(tmp_path / fmt, fmt, ranks=2, copies=3)
+    sample = gen.REAL_SQLITE[fmt]
+    if sample.suffix == ".gz":
+        plain = tmp_path / "sample"
+        plain.write_bytes(gzip.decompress(sample.read_bytes()))
+        sample = plain
+    reader = readers.by_name(fmt)
+    one = [a for a in reader.read(sample, reader.inspect(sample)) if isinstance(a, Activity)]
+    for f in map(Path, made.files):
+        acts = [a for a in reader.read(f, reader.inspect(f)) if isinstance(a, Activity)]
+        assert len(acts) == 3 * len(one)
+        assert sorted((a.kind, a.name) for a in acts) == sorted((a.kind, a.name) for a in one * 3)
+        assert len({(a.kind, a.start_ns) for a in acts}) == 3 * len({(a.kind, a.start_ns) for a in one})
+    report = ingest_paths([tmp_path / fmt], str(tmp_path / "s.db"), run="job", flags=IdentityFlags())
+    assert [r[0] for r in report.ranks] == [0, 1]
