@@ -44,6 +44,7 @@ DESCRIPTION = "legacy RPD / rocm-trace-lite SQLite (.rpd, .db, .rpd.gz): GPU ops
 _KERNEL_OPS = {"KernelExecution", "Task"}
 _SKIP_OPS = re.compile(r"^(Barrier|Marker)", re.IGNORECASE)
 _BYTES_IN_DESC = re.compile(r":(\d+)$")
+_new = tuple.__new__  # (an Activity of all its fields in C: ``Activity(...)`` runs its defaults in Python)
 
 
 def detect(path: Path) -> bool:
@@ -155,7 +156,7 @@ def read_rank(path: Path, info: SourceInfo, index: int) -> Iterator[Record]:
 
 
 def read(path: Path, info: SourceInfo) -> Iterator[Record]:
-    yield from _stream(path, None, True)
+    return _stream(path, None, True)  # (not a generator of its own: one level less for every record)
 
 
 def _stream(path: Path, gpu: int | None, apis: bool) -> Iterator[Record]:
@@ -209,10 +210,10 @@ def _ops(conn: sqlite3.Connection, names: dict[str, str], gpu: int | None = None
         start, end, gpu, queue, desc, optype = r[0], r[1], r[2], r[3], text.get(r[4]) or "", text.get(r[5]) or ""
         api_id, pid, tid = r[6], r[7], r[8]
         if optype in _KERNEL_OPS:
-            yield Activity(
+            yield _new(Activity, (
                 "kernel", desc or text.get(r[15]) or optype, start, end - start, None, gpu, queue, api_id, pid, tid,
                 r[9], r[10], r[11], r[12], r[13], r[14], None,
-            )  # fmt: skip
+            ))  # fmt: skip
         elif optype.startswith("Copy"):
             size = r[16]
             if size is None:
@@ -225,7 +226,8 @@ def _ops(conn: sqlite3.Connection, names: dict[str, str], gpu: int | None = None
         elif optype.startswith("Fill"):
             yield Activity("memset", optype, start, end - start, "memory", gpu, queue, api_id, pid, tid)
         elif optype == "UserMarker":
-            yield Activity("annotation", desc or optype, start, end - start, None, None, None, api_id, pid, tid)
+            yield _new(Activity, ("annotation", desc or optype, start, end - start, None, None, None, api_id, pid, tid,
+                                  None, None, None, None, None, None, None))
         elif _SKIP_OPS.match(optype):
             continue
         else:
@@ -244,7 +246,8 @@ def _apis(conn: sqlite3.Connection) -> Iterator[Activity]:
     for api_id, pid, tid, start, end, name_id, args_id in stream(conn, sql):
         name = text.get(name_id) or ""
         if name == "UserMarker":
-            yield Activity("annotation", marker_args.get(args_id) or name, start, end - start, None, None, None,
-                           api_id, pid, tid)
+            yield _new(Activity, ("annotation", marker_args.get(args_id) or name, start, end - start, None, None, None,
+                                  api_id, pid, tid, None, None, None, None, None, None, None))
         else:
-            yield Activity("api", name, start, end - start, None, None, None, api_id, pid, tid)
+            yield _new(Activity, ("api", name, start, end - start, None, None, None, api_id, pid, tid,
+                                  None, None, None, None, None, None, None))
