@@ -588,3 +588,36 @@ def test_one_large_file_is_parsed_by_a_worker_and_stores_the_same(
     assert started == [1]
     worker, here = _content(tmp_path / "worker.db"), _content(tmp_path / "here.db")
     assert worker["activity"] and worker == here
+
+
+def test_a_name_met_with_two_kinds_is_summed_per_kind(data: Path, tmp_path: Path, run_cli: Any) -> None:
+    """The workers find what a name's records share once per batch (``_parse``'s per-name cache): a name
+    met as a cpu_op and as an annotation in turn (the real torchrun4_cpu rank-0 trace, every third op
+    and annotation renamed alike) is still summed per kind, each total the raw file's sum, and the
+    ProfilerStep annotations are still the steps."""
+    import gzip
+    import json
+
+    trace = json.loads(gzip.decompress((data / "kineto" / "torchrun4_cpu" / "rank0_iter5_7.json.gz").read_bytes()))
+    xs = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation")
+          and not str(e.get("name", "")).startswith("ProfilerStep#")]
+    for k, e in enumerate(xs):
+        if k % 3 == 0:
+            e["name"] = "shared name"
+    f = tmp_path / "rank0" / "trace.json"
+    f.parent.mkdir()
+    f.write_text(json.dumps(trace))
+    db = tmp_path / "s.db"
+    run_cli("ingest", "--db", db, "--rank", "0", f)
+    kinds = {"cpu_op": "cpu_op", "user_annotation": "annotation"}
+    want: dict[str, tuple[int, int]] = {}
+    for e in xs:
+        if e["name"] == "shared name":
+            n, t = want.get(kinds[e["cat"]], (0, 0))
+            want[kinds[e["cat"]]] = (n + 1, t + round(e.get("dur", 0) * 1000))
+    assert set(want) == {"cpu_op", "annotation"}
+    got = {k: (n, t) for k, n, t in sql(db, "select kind, calls, total_ns from summary_v where name = 'shared name'")}
+    assert got == want
+    steps = sorted(int(str(e["name"]).split("#")[1]) for e in trace["traceEvents"]
+                   if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"))
+    assert [r[0] for r in sql(db, "select step from step_v order by step")] == steps
