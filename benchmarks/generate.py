@@ -1,6 +1,8 @@
 """Deterministic generators of large, realistic profiler outputs for the benchmarks.
 
-Two formats, both streamed to disk (nothing is built whole in memory):
+Two formats generated, both streamed to disk (nothing is built whole in memory), and the SQLite
+formats made of real samples (``generate_sqlite``: Nsight Systems exports and RPD traces, the samples'
+tables repeated):
 
 ``csv``     a multi-rank, multi-host rocprofv3 CSV run (2025 column layout, copied from a real
             rocprofv3 output) laid out as rocprofv3 writes it under a per-rank output folder:
@@ -638,7 +640,7 @@ def generate_kineto(out: Path, *, ranks: int = 8, size_mb: float = 300.0, names:
     return gen
 
 
-# --------------------------------------------------------------------------- CLI
+# --------------------------------------------------------------------------- SQLite formats (real samples, repeated)
 
 
 #: the real Nsight Systems and RPD samples the ``sqlite`` inputs are made of (tests/data; origins in
@@ -704,6 +706,9 @@ def generate_sqlite(out: Path, fmt: str, ranks: int = 4, copies: int = 25) -> Ge
         gen.bytes += f.stat().st_size
     (out / META).write_text(json.dumps(asdict(gen), indent=1) + "\n")
     return gen
+
+
+# --------------------------------------------------------------------------- CLI
 
 
 def main(argv: list[str] | None = None) -> int:
