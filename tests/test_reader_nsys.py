@@ -192,3 +192,36 @@ def test_kernel_and_runtime_rows_read_as_row_by_row_rules_read_them(tmp_path: Pa
     assert [r for r in records if r.kind == "kernel"] == kernels
     assert [r for r in records if r.kind == "api"] == runtime
     assert all(type(r) is Activity for r in records)
+
+
+def test_nvtx_ranges_read_as_the_join_reads_them(tmp_path: Path) -> None:
+    """NVTX ranges (the real saxpy export: texts inline and registered): a range's own text, else its
+    textId's string looked up by id (not joined into every row), pid/tid from its globalTid in SQL;
+    equal to the join's rules with some textIds missing from StringIds, some texts inline, and the
+    globalTid made text or NULL on some rows."""
+    db = tmp_path / "edited.sqlite"
+    db.write_bytes(SAXPY.read_bytes())
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE NVTX_EVENTS SET textId = 999999999 WHERE rowid % 4 = 0 AND text IS NULL")
+    conn.execute("UPDATE NVTX_EVENTS SET text = 'own ' || rowid WHERE rowid % 5 = 0")
+    conn.execute("UPDATE NVTX_EVENTS SET globalTid = 'x' WHERE rowid % 6 = 0")
+    conn.execute("UPDATE NVTX_EVENTS SET globalTid = NULL WHERE rowid % 7 = 0")
+    conn.commit()
+    conn.close()
+
+    def pid(g: object) -> int | None:
+        return (g >> 24) & 0xFFFFFF if isinstance(g, int) else None
+
+    def tid(g: object) -> int | None:
+        return g & 0xFFFFFF if isinstance(g, int) else None
+
+    want = [
+        Activity("annotation", str(name or ""), start, end - start, None, None, None, None, pid(g), tid(g))  # type: ignore[operator, arg-type]
+        for start, end, g, name in _sql(db, "SELECT n.start, n.end, n.globalTid, coalesce(n.text, s.value) "
+                                            "FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
+                                            f"WHERE n.eventType IN ({', '.join(map(str, nsys_sqlite._NVTX_RANGES))}) "
+                                            "AND n.end IS NOT NULL")
+    ]
+    assert len(want) > 10 and "" in {a.name for a in want} and any(a.name.startswith("own ") for a in want)
+    got = [r for r in nsys_sqlite.read(db, nsys_sqlite.inspect(db)) if isinstance(r, Activity) and r.kind == "annotation"]
+    assert got == want

@@ -241,12 +241,15 @@ def _runtime(conn: sqlite3.Connection) -> Iterator[Activity]:
 
 
 def _nvtx(conn: sqlite3.Connection) -> Iterator[Activity]:
+    """NVTX ranges: a range's own text, else its registered string's (``textId``, looked up by id)."""
     has_text_id = "textId" in columns(conn, _NVTX)
-    text = "coalesce(n.text, s.value)" if has_text_id else "n.text"
-    join = " LEFT JOIN StringIds s ON s.id = n.textId" if has_text_id else ""
+    ranges = f"n.eventType IN ({', '.join(str(t) for t in _NVTX_RANGES)}) AND n.end IS NOT NULL"
     sql = (
-        f"SELECT n.start, n.end, n.globalTid, {text} FROM {_NVTX} n{join} "
-        f"WHERE n.eventType IN ({', '.join(str(t) for t in _NVTX_RANGES)}) AND n.end IS NOT NULL"
+        f"SELECT n.start, n.end, {_PID_SQL.format('n.globalTid')}, {_TID_SQL.format('n.globalTid')}, n.text, "
+        f"{'n.textId' if has_text_id else 'NULL'} FROM {_NVTX} n WHERE {ranges}"
     )
-    for start, end, gtid, name in stream(conn, sql):
-        yield Activity("annotation", name or "", start, end - start, None, None, None, None, _pid(gtid), _tid(gtid))
+    text = strings(conn, f"SELECT n.textId FROM {_NVTX} n WHERE {ranges} AND n.text IS NULL") if has_text_id else {}
+    for start, end, pid, tid, own, text_id in stream(conn, sql):
+        name = own if own is not None else text.get(text_id)
+        yield _new(Activity, ("annotation", name or "", start, end - start, None, None, None, None, pid, tid,
+                              None, None, None, None, None, None, None))
