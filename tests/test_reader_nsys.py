@@ -140,6 +140,28 @@ def test_truncated_database_is_an_input_error(tmp_path: Path) -> None:
         list(nsys_sqlite.read(cut, info))
 
 
+def _edited(sample: Path, tmp_path: Path, *statements: str) -> Path:
+    """A copy of a real export with ``statements`` run on it (the edit is the test)."""
+    db = tmp_path / "edited.sqlite"
+    db.write_bytes(sample.read_bytes())
+    conn = sqlite3.connect(db)
+    for sql in statements:
+        conn.execute(sql)
+    conn.commit()
+    conn.close()
+    return db
+
+
+def _pid_of(g: object) -> int | None:
+    """An nsys GlobalId's process id, as the rules read it (bits 24-47; None for a non-integer)."""
+    return (g >> 24) & 0xFFFFFF if isinstance(g, int) else None
+
+
+def _tid_of(g: object) -> int | None:
+    """An nsys GlobalId's thread id (bits 0-23; None for a non-integer)."""
+    return g & 0xFFFFFF if isinstance(g, int) else None
+
+
 def test_kernel_and_runtime_rows_read_as_row_by_row_rules_read_them(tmp_path: Path) -> None:
     """The kernel and runtime records equal those the row-by-row rules make from plain queries (a
     globalPid/globalTid's pid is bits 24-47, its tid bits 0-23, None when it is no integer; a kernel's
@@ -148,31 +170,22 @@ def test_kernel_and_runtime_rows_read_as_row_by_row_rules_read_them(tmp_path: Pa
     memory varied, and names missing from StringIds on some rows (a kernel then has its short name, a
     call none): the reader computes pid/tid in SQL, makes each args text once and looks the names up
     by id instead of joining."""
-    db = tmp_path / "edited.sqlite"
-    db.write_bytes(CLOVERLEAF.read_bytes())
-    conn = sqlite3.connect(db)
-    conn.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = 'abc' WHERE rowid % 7 = 0")
-    conn.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = NULL WHERE rowid % 11 = 0")
-    conn.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = 123456789012.5 WHERE rowid % 13 = 0")
-    conn.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = -globalTid WHERE rowid % 17 = 0")
-    conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET registersPerThread = rowid % 5 + 30, "
-                 "staticSharedMemory = rowid % 4, dynamicSharedMemory = rowid % 3 * 16")
-    conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET globalPid = 'x' WHERE rowid % 9 = 0")
-    conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = 999999999 WHERE rowid % 6 = 0")
-    conn.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET nameId = 999999999 WHERE rowid % 19 = 0")
-    conn.commit()
-    conn.close()
-
-    def pid(g: object) -> int | None:
-        return (g >> 24) & 0xFFFFFF if isinstance(g, int) else None
-
-    def tid(g: object) -> int | None:
-        return g & 0xFFFFFF if isinstance(g, int) else None
-
+    db = _edited(
+        CLOVERLEAF, tmp_path,
+        "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = 'abc' WHERE rowid % 7 = 0",
+        "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = NULL WHERE rowid % 11 = 0",
+        "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = 123456789012.5 WHERE rowid % 13 = 0",
+        "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = -globalTid WHERE rowid % 17 = 0",
+        "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET registersPerThread = rowid % 5 + 30, "
+        "staticSharedMemory = rowid % 4, dynamicSharedMemory = rowid % 3 * 16",
+        "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET globalPid = 'x' WHERE rowid % 9 = 0",
+        "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = 999999999 WHERE rowid % 6 = 0",
+        "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET nameId = 999999999 WHERE rowid % 19 = 0",
+    )
     devices = {i: c for i, c in _sql(db, "SELECT id, cuDevice FROM TARGET_INFO_GPU") if isinstance(c, int)}
     kernels = [
         Activity("kernel", str(r[6] or ""), r[0], r[1] - r[0], None, devices.get(r[2], r[2]), r[3], r[4],  # type: ignore[operator, arg-type]
-                 pid(r[5]), None, *r[7:13],  # type: ignore[arg-type]
+                 _pid_of(r[5]), None, *r[7:13],  # type: ignore[arg-type]
                  args=json.dumps({"registers per thread": r[13], "shared memory": (r[14] or 0) + (r[15] or 0)}))  # type: ignore[operator]
         for r in _sql(db, "SELECT k.start, k.end, k.deviceId, k.streamId, k.correlationId, k.globalPid, "
                           "coalesce(d.value, s.value), k.gridX, k.gridY, k.gridZ, k.blockX, k.blockY, k.blockZ, "
@@ -181,7 +194,7 @@ def test_kernel_and_runtime_rows_read_as_row_by_row_rules_read_them(tmp_path: Pa
                           "LEFT JOIN StringIds s ON s.id = k.shortName")
     ]
     runtime = [
-        Activity("api", str(name or ""), start, end - start, None, None, None, corr, pid(g), tid(g))  # type: ignore[operator, arg-type]
+        Activity("api", str(name or ""), start, end - start, None, None, None, corr, _pid_of(g), _tid_of(g))  # type: ignore[operator, arg-type]
         for start, end, corr, g, name in _sql(db, "SELECT r.start, r.end, r.correlationId, r.globalTid, s.value "
                                                   "FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
                                                   "LEFT JOIN StringIds s ON s.id = r.nameId")
@@ -199,24 +212,15 @@ def test_nvtx_ranges_read_as_the_join_reads_them(tmp_path: Path) -> None:
     textId's string looked up by id (not joined into every row), pid/tid from its globalTid in SQL;
     equal to the join's rules with some textIds missing from StringIds, some texts inline, and the
     globalTid made text or NULL on some rows."""
-    db = tmp_path / "edited.sqlite"
-    db.write_bytes(SAXPY.read_bytes())
-    conn = sqlite3.connect(db)
-    conn.execute("UPDATE NVTX_EVENTS SET textId = 999999999 WHERE rowid % 4 = 0 AND text IS NULL")
-    conn.execute("UPDATE NVTX_EVENTS SET text = 'own ' || rowid WHERE rowid % 5 = 0")
-    conn.execute("UPDATE NVTX_EVENTS SET globalTid = 'x' WHERE rowid % 6 = 0")
-    conn.execute("UPDATE NVTX_EVENTS SET globalTid = NULL WHERE rowid % 7 = 0")
-    conn.commit()
-    conn.close()
-
-    def pid(g: object) -> int | None:
-        return (g >> 24) & 0xFFFFFF if isinstance(g, int) else None
-
-    def tid(g: object) -> int | None:
-        return g & 0xFFFFFF if isinstance(g, int) else None
-
+    db = _edited(
+        SAXPY, tmp_path,
+        "UPDATE NVTX_EVENTS SET textId = 999999999 WHERE rowid % 4 = 0 AND text IS NULL",
+        "UPDATE NVTX_EVENTS SET text = 'own ' || rowid WHERE rowid % 5 = 0",
+        "UPDATE NVTX_EVENTS SET globalTid = 'x' WHERE rowid % 6 = 0",
+        "UPDATE NVTX_EVENTS SET globalTid = NULL WHERE rowid % 7 = 0",
+    )
     want = [
-        Activity("annotation", str(name or ""), start, end - start, None, None, None, None, pid(g), tid(g))  # type: ignore[operator, arg-type]
+        Activity("annotation", str(name or ""), start, end - start, None, None, None, None, _pid_of(g), _tid_of(g))  # type: ignore[operator, arg-type]
         for start, end, g, name in _sql(db, "SELECT n.start, n.end, n.globalTid, coalesce(n.text, s.value) "
                                             "FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
                                             f"WHERE n.eventType IN ({', '.join(map(str, nsys_sqlite._NVTX_RANGES))}) "
