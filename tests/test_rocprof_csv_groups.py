@@ -245,6 +245,21 @@ def _ingest(db: Path | str, inputs: Path, monkeypatch: pytest.MonkeyPatch, worke
     ingest.ingest_paths(sorted(inputs.glob("rank*")), str(db), run="many")
 
 
+def _record_groups(monkeypatch: pytest.MonkeyPatch, spy: Path) -> None:
+    """``ingest_columns.parse_group`` recording, for each file of a group it was given, a line "PATH
+    True" (the group was parsed as one batch) or "PATH False" (given up) in ``spy``."""
+    parse_group = ingest_columns.parse_group
+    spy.touch()
+
+    def recorded(tasks: list[Any], *a: Any) -> bool:
+        done = parse_group(tasks, *a)
+        with spy.open("a") as f:  # (workers are forked: they inherit this)
+            f.write("".join(f"{t.path} {done}\n" for t in tasks))
+        return done
+
+    monkeypatch.setattr(ingest_columns, "parse_group", recorded)
+
+
 def _timelines(db: Path) -> dict[str, Any]:
     rank = "(select global_rank from rank where id = rank_id)"
     return {
@@ -342,22 +357,14 @@ def test_real_and_hostile_files_parsed_as_one_batch_store_what_each_alone_stores
         p.write_bytes(data)
     stores = {}
     spy = tmp_path / "spy.txt"
-    spy.touch()
-    parse_group = ingest_columns.parse_group
-
-    def recorded(tasks: list[Any], *a: Any) -> bool:
-        done = parse_group(tasks, *a)
-        with spy.open("a") as f:  # (workers are forked: they inherit this)
-            f.write("".join(f"{t.path}\n" for t in tasks if done))
-        return done
-
     for label, workers, grouped in (("alone", 0, False), ("as one", 2, True)):
         db = tmp_path / f"{label}.db"
         with monkeypatch.context() as m:  # (groups of a few files, many per worker: its first goes file by file)
-            m.setattr(ingest_columns, "parse_group", recorded)
+            _record_groups(m, spy)
             _ingest(db, inputs, m, workers, grouped, group_bytes=8 << 10)
         stores[label] = _content(db) | _summary(db) | _timelines(db) | _spans(db)
-    as_one = [p.read_bytes() for p in map(Path, spy.read_text().splitlines())]
+    as_one = [Path(line.rpartition(" ")[0]).read_bytes() for line in spy.read_text().splitlines()
+              if line.endswith(" True")]
     assert len(as_one) > 12 and files[0][1] in as_one and (empty in as_one) == (which == "hostile lines")
     assert len(stores["alone"]["activity"]) > 40 and stores["alone"]["rows not in their file's spans"] == 0
     for key in stores["alone"]:
@@ -411,20 +418,11 @@ def test_a_file_whose_durations_add_up_past_64_bits_in_a_group_is_named_as_when_
         p.write_text(damaged if rank == 31 else good)
     bad = inputs / "rank0031" / "node-a" / "1031_kernel_trace.csv"
     spy = tmp_path / "spy.txt"
-    spy.touch()
-    parse_group = ingest_columns.parse_group
-
-    def recorded(tasks: list[Any], *a: Any) -> bool:
-        done = parse_group(tasks, *a)
-        with spy.open("a") as f:  # (workers are forked: they inherit this)
-            f.write("".join(f"{t.path} {done}\n" for t in tasks))
-        return done
-
     messages = {}
     for grouped in (False, True):
         db = tmp_path / f"store{grouped}.db"
         with monkeypatch.context() as m, pytest.raises(InputError) as err:
-            m.setattr(ingest_columns, "parse_group", recorded)
+            _record_groups(m, spy)
             _ingest(db, inputs, m, 2, grouped, group_bytes=8 << 10)
         messages[grouped] = str(err.value)
         assert not db.exists()
