@@ -181,6 +181,7 @@ def test_kernel_and_runtime_rows_read_as_row_by_row_rules_read_them(tmp_path: Pa
         "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET globalPid = 'x' WHERE rowid % 9 = 0",
         "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = 999999999 WHERE rowid % 6 = 0",
         "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET nameId = 999999999 WHERE rowid % 19 = 0",
+        "UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET globalPid = 'x' WHERE rowid % 3 = 0",
     )
     devices = {i: c for i, c in _sql(db, "SELECT id, cuDevice FROM TARGET_INFO_GPU") if isinstance(c, int)}
     kernels = [
@@ -203,6 +204,9 @@ def test_kernel_and_runtime_rows_read_as_row_by_row_rules_read_them(tmp_path: Pa
     assert any(a.pid is not None and a.tid is not None for a in runtime)
     records = [r for r in nsys_sqlite.read(db, nsys_sqlite.inspect(db)) if isinstance(r, Activity)]
     assert [r for r in records if r.kind == "kernel"] == kernels
+    pids = [_pid_of(g) for (g,) in _sql(db, "SELECT globalPid FROM CUPTI_ACTIVITY_KIND_MEMCPY")]
+    assert None in pids and len(set(pids)) > 1
+    assert [r.pid for r in records if r.kind == "memcpy"] == pids
     assert [r for r in records if r.kind == "api"] == runtime
     assert all(type(r) is Activity for r in records)
 

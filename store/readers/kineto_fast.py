@@ -36,7 +36,7 @@ from typing import IO, Any
 
 import msgspec
 
-from ..records import Activity
+from ..records import Activity, activity_of
 from .json_guard import MAX_JSON_DEPTH, nesting
 
 #: bytes of events decoded at once (about 7,000 events of a generated trace; one 37 MB trace read
@@ -248,7 +248,7 @@ def _records(
     Anything the reference would reject or read otherwise raises Fallback at this slice's start."""
     out: list[Activity] = []
     append = out.append
-    new = tuple.__new__  # (Activity(...) handles keywords and defaults in Python, per record)
+    new = activity_of  # (Activity(...) handles keywords and defaults in Python, per record)
     if len(kept_cache) > _KEPT_CACHE:
         kept_cache.clear()
         kept_cache[_NONE_KEPT] = None
@@ -288,13 +288,13 @@ def _records(
             if kind in _GPU_KINDS:
                 grid = a.grid or _NONE3
                 block = a.block or _NONE3
-                append(new(Activity, (
+                append(new((
                     kind, ev.name, round(ts * 1000), round(dur * 1000), None,
                     int_or_none(a.device), int_or_none(a.stream), c, p, t,
                     grid[0], grid[1], grid[2], block[0], block[1], block[2], extra,
                 )))
             else:
-                append(new(Activity, (
+                append(new((
                     kind, ev.name, round(ts * 1000), round(dur * 1000), None,
                     int_or_none(a.device) if kind == "gpu_annotation" else None, None, c, p, t,
                     None, None, None, None, None, None, extra,

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..records import Activity, RankHint, Record, SourceInfo
+from ..records import Activity, RankHint, Record, SourceInfo, activity_of
 from .launcher_env import ALL_VARS, hint_from_env
 from .sqlite_common import columns, db_error, open_ro, relations, schema_mentions, stream, strings
 
@@ -160,22 +160,13 @@ def _devices(conn: sqlite3.Connection, names: dict[str, str]) -> dict[int, int]:
     return {i: c for i, c in conn.execute("SELECT id, cuDevice FROM TARGET_INFO_GPU") if isinstance(c, int)}
 
 
-def _pid(g: int | None) -> int | None:
-    return (g >> 24) & 0xFFFFFF if isinstance(g, int) else None
-
-
-def _tid(g: int | None) -> int | None:
-    return g & 0xFFFFFF if isinstance(g, int) else None
-
-
 #: a globalPid / globalTid's process id (bits 24-47; nsys's serialized GlobalId) and thread id (bits
-#: 0-23), computed by SQLite as ``_pid`` / ``_tid`` compute them (NULL for a value that is no integer)
+#: 0-23), computed in every table's query (NULL for a value that is no integer)
 _PID_SQL = "CASE WHEN typeof({0}) = 'integer' THEN ({0} >> 24) & 16777215 END"
 _TID_SQL = "CASE WHEN typeof({0}) = 'integer' THEN {0} & 16777215 END"
 #: distinct kernel args texts remembered (``_kernels``: launches repeat a few register and shared-memory
 #: pairs); cleared past this many, so memory stays flat
 _ARGS_KEPT = 4096
-_new = tuple.__new__  # (an Activity of all its fields in C: ``Activity(...)`` runs its defaults in Python)
 
 
 def _kernels(conn: sqlite3.Connection, devices: dict[int, int]) -> Iterator[Activity]:
@@ -201,7 +192,7 @@ def _kernels(conn: sqlite3.Connection, devices: dict[int, int]) -> Iterator[Acti
             shared = (static or 0) + (dynamic or 0)
             args = kept[key] = json.dumps({"registers per thread": regs, "shared memory": shared})
         start = r[0]
-        yield _new(Activity, (
+        yield activity_of((
             "kernel", name or "", start, r[1] - start, None, devices.get(r[2], r[2]), r[3], r[4], r[5], None,
             r[7], r[8], r[9], r[10], r[11], r[12], args,
         ))  # fmt: skip
@@ -211,21 +202,22 @@ def _memcpy(conn: sqlite3.Connection, names: dict[str, str], devices: dict[int, 
     labels = dict(_COPY_KINDS)
     if "ENUM_CUDA_MEMCPY_OPER" in names:
         labels.update({i: str(lbl) for i, lbl in conn.execute("SELECT id, label FROM ENUM_CUDA_MEMCPY_OPER") if lbl})
-    sql = f"SELECT start, end, deviceId, streamId, correlationId, globalPid, bytes, copyKind FROM {_MEMCPY}"
+    sql = (f"SELECT start, end, deviceId, streamId, correlationId, {_PID_SQL.format('globalPid')}, bytes, copyKind "
+           f"FROM {_MEMCPY}")
     for r in stream(conn, sql):
         label = labels.get(r[7], str(r[7]))
         yield Activity(
             "memcpy", f"[CUDA memcpy {label}]", r[0], r[1] - r[0], "memory", devices.get(r[2], r[2]), r[3], r[4],
-            _pid(r[5]), None, args=json.dumps({"bytes": r[6], "copyKind": r[7]}),
+            r[5], None, args=json.dumps({"bytes": r[6], "copyKind": r[7]}),
         )  # fmt: skip
 
 
 def _memset(conn: sqlite3.Connection, devices: dict[int, int]) -> Iterator[Activity]:
-    sql = f"SELECT start, end, deviceId, streamId, correlationId, globalPid, bytes FROM {_MEMSET}"
+    sql = f"SELECT start, end, deviceId, streamId, correlationId, {_PID_SQL.format('globalPid')}, bytes FROM {_MEMSET}"
     for r in stream(conn, sql):
         yield Activity(
             "memset", "[CUDA memset]", r[0], r[1] - r[0], "memory", devices.get(r[2], r[2]), r[3], r[4],
-            _pid(r[5]), None, args=json.dumps({"bytes": r[6]}),
+            r[5], None, args=json.dumps({"bytes": r[6]}),
         )  # fmt: skip
 
 
@@ -236,7 +228,7 @@ def _runtime(conn: sqlite3.Connection) -> Iterator[Activity]:
     )
     text = strings(conn, f"SELECT nameId FROM {_RUNTIME}")
     for start, end, corr, pid, tid, name_id in stream(conn, sql):
-        yield _new(Activity, ("api", text.get(name_id) or "", start, end - start, None, None, None, corr, pid, tid,
+        yield activity_of(("api", text.get(name_id) or "", start, end - start, None, None, None, corr, pid, tid,
                               None, None, None, None, None, None, None))
 
 
@@ -251,5 +243,5 @@ def _nvtx(conn: sqlite3.Connection) -> Iterator[Activity]:
     text = strings(conn, f"SELECT n.textId FROM {_NVTX} n WHERE {ranges} AND n.text IS NULL") if has_text_id else {}
     for start, end, pid, tid, own, text_id in stream(conn, sql):
         name = own if own is not None else text.get(text_id)
-        yield _new(Activity, ("annotation", name or "", start, end - start, None, None, None, None, pid, tid,
+        yield activity_of(("annotation", name or "", start, end - start, None, None, None, None, pid, tid,
                               None, None, None, None, None, None, None))

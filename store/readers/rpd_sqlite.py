@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..records import Activity, RankHint, Record, SourceInfo
+from ..records import Activity, RankHint, Record, SourceInfo, activity_of
 from .sqlite_common import columns, db_error, open_ro, relations, schema_mentions, stream, strings
 
 NAME = "rpd"
@@ -44,7 +44,6 @@ DESCRIPTION = "legacy RPD / rocm-trace-lite SQLite (.rpd, .db, .rpd.gz): GPU ops
 _KERNEL_OPS = {"KernelExecution", "Task"}
 _SKIP_OPS = re.compile(r"^(Barrier|Marker)", re.IGNORECASE)
 _BYTES_IN_DESC = re.compile(r":(\d+)$")
-_new = tuple.__new__  # (an Activity of all its fields in C: ``Activity(...)`` runs its defaults in Python)
 
 
 def detect(path: Path) -> bool:
@@ -210,7 +209,7 @@ def _ops(conn: sqlite3.Connection, names: dict[str, str], gpu: int | None = None
         start, end, gpu, queue, desc, optype = r[0], r[1], r[2], r[3], text.get(r[4]) or "", text.get(r[5]) or ""
         api_id, pid, tid = r[6], r[7], r[8]
         if optype in _KERNEL_OPS:
-            yield _new(Activity, (
+            yield activity_of((
                 "kernel", desc or text.get(r[15]) or optype, start, end - start, None, gpu, queue, api_id, pid, tid,
                 r[9], r[10], r[11], r[12], r[13], r[14], None,
             ))  # fmt: skip
@@ -226,7 +225,7 @@ def _ops(conn: sqlite3.Connection, names: dict[str, str], gpu: int | None = None
         elif optype.startswith("Fill"):
             yield Activity("memset", optype, start, end - start, "memory", gpu, queue, api_id, pid, tid)
         elif optype == "UserMarker":
-            yield _new(Activity, ("annotation", desc or optype, start, end - start, None, None, None, api_id, pid, tid,
+            yield activity_of(("annotation", desc or optype, start, end - start, None, None, None, api_id, pid, tid,
                                   None, None, None, None, None, None, None))
         elif _SKIP_OPS.match(optype):
             continue
@@ -246,8 +245,8 @@ def _apis(conn: sqlite3.Connection) -> Iterator[Activity]:
     for api_id, pid, tid, start, end, name_id, args_id in stream(conn, sql):
         name = text.get(name_id) or ""
         if name == "UserMarker":
-            yield _new(Activity, ("annotation", marker_args.get(args_id) or name, start, end - start, None, None, None,
+            yield activity_of(("annotation", marker_args.get(args_id) or name, start, end - start, None, None, None,
                                   api_id, pid, tid, None, None, None, None, None, None, None))
         else:
-            yield _new(Activity, ("api", name, start, end - start, None, None, None, api_id, pid, tid,
+            yield activity_of(("api", name, start, end - start, None, None, None, api_id, pid, tid,
                                   None, None, None, None, None, None, None))
