@@ -109,11 +109,13 @@ class PastInt64(InputError):
 
     def __init__(self, rank_id: int, what: str, value: object) -> None:
         self.rank_id, self.what, self.value = rank_id, what, value
-        super().__init__(f"{what} of one rank's files add up to {value} ns, past what 64 bits hold; {_FIX_FILES}")
+        super().__init__(self.said_of("one rank's files"))
 
-
-_FIX_FILES = ("each file's own fit, so one of them is damaged or was edited, or they are not of one rank: "
-              "re-copy them from the profiler's output, or leave one out of the ingest")
+    def said_of(self, whose: str) -> str:
+        """The message, ``whose`` naming the files added up."""
+        return (f"{self.what} of {whose} add up to {self.value} ns, past what 64 bits hold; each file's own fit, "
+                "so one of them is damaged or was edited, or they are not of one rank: re-copy them from the "
+                "profiler's output, or leave one out of the ingest")
 
 
 def merged(rank_id: int, what: str, value: int) -> None:
@@ -126,9 +128,8 @@ def past_int64(e: PastInt64, files: Sequence[object], rank: int, stored: bool) -
     """``e`` as the ingest reports it: naming the rank's ``files`` (``rank``: its global rank;
     ``stored``: the rank had files in the store before)."""
     named = ", ".join(map(str, files[:3])) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
-    before = " with those stored for it before" if stored else ""
-    return InputError(f"{named}: {e.what} of rank {rank}'s files{before} add up to {e.value} ns, past what 64 bits "
-                      f"hold; {_FIX_FILES}")
+    whose = f"rank {rank}'s files" + (" with those stored for it before" if stored else "")
+    return InputError(f"{named}: {e.said_of(whose)}")
 
 
 def counters(batch: Sequence[Counter], path: Path) -> None:
