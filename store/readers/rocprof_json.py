@@ -20,6 +20,7 @@ import json
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import chain, islice
 from pathlib import Path
 from typing import Any
 
@@ -184,8 +185,29 @@ def _handle(obj: Any) -> int | None:
 
 
 def read(path: Path, info: SourceInfo) -> Iterator[Record]:
+    return chain.from_iterable(activity_batches(path, info, None))
+
+
+#: records per list of the reference reader's (the fast path's come a slice at a time)
+_REFERENCE_BATCH = 4096
+
+
+def activity_batches(path: Path, info: SourceInfo, index: int | None) -> Iterator[list[Activity]]:
+    """The file's records in lists (base.BatchReader): decoded in slices by rocprof_json_fast when
+    its first pass proves it reads the file as the reference does, else streamed by the reference."""
+    from . import rocprof_json_fast as fast
+
     try:
-        yield from _read(path)
+        try:
+            with open_binary(path) as f:
+                checked = fast.check(f)
+        except fast.Fallback:
+            rest = _read(path)
+            while batch := list(islice(rest, _REFERENCE_BATCH)):
+                yield batch
+            return
+        with open_binary(path) as f:
+            yield from fast.records(f, checked)
     except ijson.common.IncompleteJSONError as e:
         raise _not_rocprof(path, f"invalid or truncated JSON ({e})") from e
     except (OSError, EOFError, zlib.error) as e:
@@ -197,7 +219,7 @@ def read(path: Path, info: SourceInfo) -> Iterator[Record]:
         ) from e
 
 
-def _read(path: Path) -> Iterator[Record]:
+def _read(path: Path) -> Iterator[Activity]:
     procs: list[_Tables] = []
     prepass: list[_Tables] | None = None
     builder: ijson.ObjectBuilder | None = None
