@@ -190,6 +190,7 @@ def _edits(proc: dict[str, Any]) -> dict[str, Callable[[Path], Path]]:
         "metadata twice": text('"agents":', '"metadata": {"pid": 77}, "agents":'),
         "kernel_dispatch twice": text('"memory_copy":', '"kernel_dispatch": [], "memory_copy":'),
         "nested too deep": doc(lambda p: first(p).update(extra=json.loads("[" * 80 + "]" * 80))),
+        "metadata nested too deep": doc(lambda p: p["metadata"].update(extra=json.loads("[" * 80 + "]" * 80))),
         "cut short": raw(json.dumps({"rocprofiler-sdk-tool": [small]})[:-900]),
         "not an object at the top": raw("[1, 2]"),
     }
