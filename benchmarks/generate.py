@@ -2,7 +2,7 @@
 
 Two formats generated, both streamed to disk (nothing is built whole in memory), and the SQLite
 formats made of real samples (``generate_sqlite``: Nsight Systems exports and RPD traces, the samples'
-tables repeated):
+tables repeated; ``generate_rocprof_json``: rocprofv3 JSON files, the sample's dispatches repeated):
 
 ``csv``     a multi-rank, multi-host rocprofv3 CSV run (2025 column layout, copied from a real
             rocprofv3 output) laid out as rocprofv3 writes it under a per-rank output folder:
@@ -703,6 +703,47 @@ def generate_sqlite(out: Path, fmt: str, ranks: int = 4, copies: int = 25) -> Ge
         conn.commit()
         conn.close()
         gen.files.append(str(f))
+        gen.bytes += f.stat().st_size
+    (out / META).write_text(json.dumps(asdict(gen), indent=1) + "\n")
+    return gen
+
+
+#: the real rocprofv3 JSON sample the ``rocprof-json`` job is made of (tests/data/rocprof_json: TraceLens's
+#: test data, its origin in SOURCES.txt there)
+REAL_ROCPROF_JSON = Path(__file__).resolve().parents[1] / "tests" / "data" / "rocprof_json" / "908_results.json.gz"
+ROCPROF_JSON_VERSION = 1
+
+
+def generate_rocprof_json(out: Path, ranks: int = 4, copies: int = 3) -> Generated:
+    """A ``ranks``-rank job of rocprofv3 JSON files made of the real sample: per rank
+    ``OUT/rankNNNN/results.json``, the sample's process (metadata, agents, 9,889 kernel symbols...) with
+    its kernel dispatches repeated ``copies`` times one after the other in time (correlation and
+    dispatch ids moved on by a copy's number x ID_STEP), each rank's copy shifted by its rank in ns;
+    written compact, as rocprofv3 writes it."""
+    out.mkdir(parents=True, exist_ok=True)
+    gen = Generated("rocprof-json", dict(ranks=ranks, copies=copies, version=ROCPROF_JSON_VERSION), -1, "")
+    with gzip.open(REAL_ROCPROF_JSON, "rt") as f:
+        doc = json.load(f)
+    proc = doc["rocprofiler-sdk-tool"][0]
+    base = proc["buffer_records"]["kernel_dispatch"]
+    lo = min(d["start_timestamp"] for d in base)
+    span = max(d["end_timestamp"] for d in base) - lo + 1000
+    for r in range(ranks):
+        dispatches = []
+        for k in range(copies):
+            for d in base:
+                c = json.loads(json.dumps(d)) if k or r else d
+                c["start_timestamp"] = d["start_timestamp"] + k * span + r
+                c["end_timestamp"] = d["end_timestamp"] + k * span + r
+                c["correlation_id"]["internal"] = d["correlation_id"]["internal"] + k * ID_STEP
+                c["dispatch_info"]["dispatch_id"] = d["dispatch_info"]["dispatch_id"] + k * ID_STEP
+                dispatches.append(c)
+        item = {**proc, "buffer_records": {**proc["buffer_records"], "kernel_dispatch": dispatches}}
+        f = out / f"rank{r:04d}" / "results.json"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps({"rocprofiler-sdk-tool": [item]}, separators=(",", ":")))
+        gen.files.append(str(f))
+        gen.rows["kernel_dispatch"] = gen.rows.get("kernel_dispatch", 0) + len(dispatches)
         gen.bytes += f.stat().st_size
     (out / META).write_text(json.dumps(asdict(gen), indent=1) + "\n")
     return gen

@@ -15,8 +15,10 @@ taken from beside that interpreter, else from PATH). What it measures (README, "
 4. Peak memory of ``profdb ingest`` at 1x and 4x input: the whole process tree's PSS (proportional set
    size: pages a forked worker shares with its parent count once), sampled every 50 ms, and the
    largest single process's max RSS (wait4). Target < 300 MB at 4x, not growing with input.
-5. ``profdb ingest`` of a 4-rank job's Nsight Systems exports, and of its RPD traces (the real samples'
-   tables repeated) / the sqlite3 CLI copying the tables profdb reads into one database. No target.
+5. ``profdb ingest`` of a 4-rank job's Nsight Systems exports, of its RPD traces (the real samples'
+   tables repeated) / the sqlite3 CLI copying the tables profdb reads into one database; and of its
+   rocprofv3 JSON files (the real sample's dispatches repeated) / the sqlite3 CLI storing each file's
+   dispatches as rows (``json_each``: one parse of the whole file). No target.
 
 Every command is a subprocess; wall times are from the parent, of runs timed without the memory
 sampler (the memory beside ratios 1 and 5 is from one more sampled run: ``with_memory``). Generated inputs are cached in
@@ -62,10 +64,12 @@ class Sizes:
     sqlite_ranks: int = 4
     nsys_copies: int = 25
     rpd_copies: int = 6
+    #: rocprofv3 JSON job (same ranks): the real sample's 43,915 dispatches this many times per rank's file
+    rocprof_json_copies: int = 3
 
 
 FULL = Sizes(1_000_000, 32, 4, 8, 300.0, 10_000_000, 5)
-QUICK = Sizes(20_000, 8, 2, 4, 8.0, 200_000, 3, 16, 4.0, 2, 2, 1)
+QUICK = Sizes(20_000, 8, 2, 4, 8.0, 200_000, 3, 16, 4.0, 2, 2, 1, 1)
 
 
 # --------------------------------------------------------------------------- measuring
@@ -457,23 +461,35 @@ def bench_sqlite_formats(b: Bench) -> None:
     """5. ``profdb ingest`` of a job's Nsight Systems exports and of its RPD traces (each rank's file the
     real sample's tables repeated: ``generate.generate_sqlite``) / the sqlite3 CLI copying the tables
     profdb reads from every file into one database (``CREATE TABLE .. AS SELECT``: the raw rows
-    without understanding them, as ``.import`` is for CSV). No target: recorded so a format's speed is
-    seen (per row, these readers do more than the CSV one: SQL joins, Python per record)."""
+    without understanding them, as ``.import`` is for CSV); and of its rocprofv3 JSON files (the real
+    sample's dispatches repeated: ``generate.generate_rocprof_json``) / the sqlite3 CLI storing each
+    file's dispatches as rows (``json_each(readfile(FILE), ...)``, which parses the whole file once).
+    No target: recorded so a format's speed is seen (per row, these readers do more than the CSV one:
+    SQL joins, Python per record)."""
     a, base, s, log = b.a, b.base, b.sizes, b.log
-    for fmt in ("nsys", "rpd"):
-        d = base / f"sqlite-{fmt}"
-        copies = s.nsys_copies if fmt == "nsys" else s.rpd_copies
-        gen = ensure(d, dict(format=fmt, ranks=s.sqlite_ranks, copies=copies, version=generate.SQLITE_VERSION),
-                     lambda: generate.generate_sqlite(d, fmt, ranks=s.sqlite_ranks, copies=copies), log)
-        files = [Path(f) for f in gen["files"]]
+    for fmt in ("nsys", "rpd", "rocprof-json"):
+        lines = []
+        if fmt == "rocprof-json":
+            d, copies = base / fmt, s.rocprof_json_copies
+            gen = ensure(d, dict(format=fmt, ranks=s.sqlite_ranks, copies=copies, version=generate.ROCPROF_JSON_VERSION),
+                         lambda: generate.generate_rocprof_json(d, ranks=s.sqlite_ranks, copies=copies), log)
+            files = [Path(f) for f in gen["files"]]
+            for k, f in enumerate(files):  # (one parse of the whole file; its dispatches stored as rows)
+                lines.append(f"CREATE TABLE r{k}_kernel_dispatch AS SELECT value FROM json_each(readfile('{f}'), "
+                             "'$.\"rocprofiler-sdk-tool\"[0].buffer_records.kernel_dispatch');")
+        else:
+            d = base / f"sqlite-{fmt}"
+            copies = s.nsys_copies if fmt == "nsys" else s.rpd_copies
+            gen = ensure(d, dict(format=fmt, ranks=s.sqlite_ranks, copies=copies, version=generate.SQLITE_VERSION),
+                         lambda: generate.generate_sqlite(d, fmt, ranks=s.sqlite_ranks, copies=copies), log)
+            files = [Path(f) for f in gen["files"]]
+            for k, f in enumerate(files):
+                lines.append(f"ATTACH '{f}' AS s;")
+                lines += [f"CREATE TABLE r{k}_{t} AS SELECT * FROM s.{t};" for t in SQLITE_TABLES[fmt]]
+                lines.append("DETACH s;")
         warm(files)
         db, raw = base / f"ingest-{fmt}.db", base / f"copy-{fmt}.db"
         script = raw.with_suffix(".copy.sql")
-        lines = []
-        for k, f in enumerate(files):
-            lines.append(f"ATTACH '{f}' AS s;")
-            lines += [f"CREATE TABLE r{k}_{t} AS SELECT * FROM s.{t};" for t in SQLITE_TABLES[fmt]]
-            lines.append("DETACH s;")
         script.write_text("\n".join(lines) + "\n")
         cmd = [b.profdb, "ingest", "--db", str(db), "--run", fmt, str(d)]
         ours: list[Measured] = []
@@ -491,16 +507,20 @@ def bench_sqlite_formats(b: Bench) -> None:
                 raise SystemExit(f"{fmt}: {ours[-1].stderr[-500:]} {theirs[-1].stderr[-500:]}")
         log(f"5. [{fmt}] profdb ingest once more, its memory sampled ...")
         m, t = with_memory(ours, cmd, db), best(theirs)
-        rows = sum(v for k, v in gen["rows"].items() if k in SQLITE_TABLES[fmt])
+        rows = sum(v for k, v in gen["rows"].items() if k in SQLITE_TABLES.get(fmt, ("kernel_dispatch",)))
         b.results[f"sqlite_{fmt}_ingest"] = asdict(m) | {"stdout": m.stdout[-2000:], "stderr": m.stderr[-2000:]}
         b.results[f"sqlite_{fmt}_copy"] = asdict(t) | {"stdout": "", "stderr": t.stderr[-2000:]}
+        json_job = fmt == "rocprof-json"
         b.rows.append(Row(
-            f"5. ingest / sqlite3 copy of the tables read [{fmt}: {len(files)} ranks, each the real sample's tables "
-            f"x{copies}] ({rows:,} rows in those tables, {gen['bytes'] / 1e6:,.0f} MB)",
+            f"5. ingest / sqlite3 copy of the {'records' if json_job else 'tables'} read [{fmt}: {len(files)} ranks, "
+            f"each the real sample's {'dispatches' if json_job else 'tables'} x{copies}] ({rows:,} rows in those "
+            f"{'arrays' if json_job else 'tables'}, {gen['bytes'] / 1e6:,.0f} MB)",
             m.wall_s / t.wall_s, "none (recorded)", None,
             f"{m.wall_s:.2f} s ({m.cpu_s:.1f} s CPU, {m.cores:.2f} cores, {m.tree_peak_mb:.0f} MB)",
             f"{t.wall_s:.2f} s ({t.cpu_s:.1f} s CPU)",
-            f"{' '.join(cmd[:5])} {d}  vs  sqlite3 DB 'ATTACH FILE; CREATE TABLE .. AS SELECT * FROM <each table read>'",
+            f"{' '.join(cmd[:5])} {d}  vs  sqlite3 DB " + (
+                "'CREATE TABLE .. AS SELECT value FROM json_each(readfile(FILE), <the dispatches>)' per file" if json_job
+                else "'ATTACH FILE; CREATE TABLE .. AS SELECT * FROM <each table read>'"),
             [pair_note([x.wall_s / y.wall_s for x, y in zip(ours, theirs)])],
             cpu_ratio=m.cpu_s / t.cpu_s if t.cpu_s else None))
 

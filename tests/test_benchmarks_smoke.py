@@ -159,3 +159,24 @@ def test_sqlite_jobs_are_the_real_samples_repeated(tmp_path: Path, fmt: str) -> 
         assert len({(a.kind, a.start_ns) for a in acts}) == 3 * len({(a.kind, a.start_ns) for a in one})
     report = ingest_paths([tmp_path / fmt], str(tmp_path / "s.db"), run="job", flags=IdentityFlags())
     assert [r[0] for r in report.ranks] == [0, 1]
+
+
+def test_rocprof_json_job_is_the_real_sample_repeated(tmp_path: Path) -> None:
+    """Each rank's rocprofv3 JSON file holds the real sample's dispatches ``copies`` times, later copies
+    after earlier ones in time, read by the fast path, and the files ingest as a job of distinct ranks."""
+    from profdb.store.identity import IdentityFlags
+    from profdb.store.ingest import ingest_paths
+    from profdb.store.readers import rocprof_json, rocprof_json_fast
+
+    made = gen.generate_rocprof_json(tmp_path / "job", ranks=2, copies=2)
+    one = list(rocprof_json.read(gen.REAL_ROCPROF_JSON, rocprof_json.inspect(gen.REAL_ROCPROF_JSON)))
+    for r, f in enumerate(map(Path, made.files)):
+        with open(f, "rb") as fh:
+            rocprof_json_fast.check(fh)  # (the fast path reads it: no Fallback)
+        acts = list(rocprof_json.read(f, rocprof_json.inspect(f)))
+        assert len(acts) == 2 * len(one) == made.rows["kernel_dispatch"] // 2
+        assert sorted(a.name for a in acts) == sorted(a.name for a in one * 2)
+        assert len({a.start_ns for a in acts}) == 2 * len({a.start_ns for a in one})
+        assert min(a.start_ns for a in acts) == min(a.start_ns for a in one) + r
+    report = ingest_paths([tmp_path / "job"], str(tmp_path / "s.db"), run="job", flags=IdentityFlags())
+    assert [r[0] for r in report.ranks] == [0, 1]
