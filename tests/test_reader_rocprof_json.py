@@ -19,12 +19,17 @@ DATA = Path(__file__).parent / "data" / "rocprof_json"
 SAMPLE = DATA / "908_results.json.gz"
 
 
-@pytest.fixture(scope="module")
-def doc() -> dict[str, Any]:
+def sample_process() -> dict[str, Any]:
+    """The sample's one process item, parsed with plain json."""
     with gzip.open(SAMPLE, "rt") as f:
         tool = json.load(f)["rocprofiler-sdk-tool"]
     assert len(tool) == 1
     return dict(tool[0])
+
+
+@pytest.fixture(scope="module")
+def doc() -> dict[str, Any]:
+    return sample_process()
 
 
 FIRST_PASSES: list[Path] = []

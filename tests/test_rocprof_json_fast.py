@@ -5,7 +5,6 @@ reference (which then reads the file alone, so both give the same records or the
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 from collections.abc import Callable
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_reader_rocprof_json import SAMPLE, _small_doc, sample_process
 
 from profdb.store.errors import InputError
 from profdb.store.readers import rocprof_json
@@ -20,15 +20,10 @@ from profdb.store.readers import rocprof_json_fast as fast
 from profdb.store.readers.base import open_binary
 from profdb.store.records import Activity
 
-SAMPLE = Path(__file__).parent / "data" / "rocprof_json" / "908_results.json.gz"
-
 
 @pytest.fixture(scope="module")
 def proc() -> dict[str, Any]:
-    with gzip.open(SAMPLE, "rt") as f:
-        tool = json.load(f)["rocprofiler-sdk-tool"]
-    assert len(tool) == 1
-    return dict(tool[0])
+    return sample_process()
 
 
 def _fast(path: Path) -> list[Activity]:
@@ -54,23 +49,15 @@ def _read(path: Path) -> list[Activity] | str:
 
 
 def _small(proc: dict[str, Any], n: int = 200) -> dict[str, Any]:
-    """The sample cut to n dispatches (their symbols only), with two memory copies added."""
-    dispatches = proc["buffer_records"]["kernel_dispatch"][:n]
-    used = {d["dispatch_info"]["kernel_id"] for d in dispatches}
-    gpu = dispatches[0]["dispatch_info"]["agent_id"]["handle"]
-    cpu = next(a["id"]["handle"] for a in proc["agents"] if a["type"] == 1)
-    t = dispatches[-1]["end_timestamp"]
-    copies = [
-        {"size": 72, "kind": 10, "operation": 2, "thread_id": 908, "correlation_id": {"internal": 9001, "external": 0},
-         "start_timestamp": t + 10, "end_timestamp": t + 5010, "dst_agent_id": {"handle": gpu},
-         "src_agent_id": {"handle": cpu}, "bytes": 1 << 20, "stream_id": {"handle": 0}},
-        {"size": 72, "kind": 10, "operation": 3, "thread_id": 908, "correlation_id": {"internal": 9002, "external": 0},
-         "start_timestamp": t + 6000, "end_timestamp": t + 6400, "dst_agent_id": {"handle": cpu},
-         "src_agent_id": {"handle": gpu}},
-    ]  # fmt: skip
+    """The reader test's reduced sample (n dispatches, their symbols, two memory copies) with the
+    process's other sections kept as they are, the first copy given a stream, the second no byte count."""
+    small = _small_doc(proc, n)
+    copies = small["buffer_records"]["memory_copy"]
+    copies[0]["stream_id"] = {"handle": 0}
+    del copies[1]["bytes"]
     out = {k: v for k, v in proc.items() if k != "buffer_records"}
-    out["kernel_symbols"] = [s for s in proc["kernel_symbols"] if s["kernel_id"] in used]
-    out["buffer_records"] = {**proc["buffer_records"], "kernel_dispatch": dispatches, "memory_copy": copies}
+    out.update((k, v) for k, v in small.items() if k != "buffer_records")
+    out["buffer_records"] = {**proc["buffer_records"], **small["buffer_records"]}
     return out
 
 
@@ -118,14 +105,16 @@ def test_the_fast_path_reads_what_rocprofv3_writes(proc: dict[str, Any], tmp_pat
     }
     # an integer past 64 bits where profdb reads nothing: valid JSON, read by both
     big = tmp_path / "e.json"
-    big.write_text((tmp_path / "a.json").read_text().replace('"size": 184', '"size": 123456789012345678901234567890', 1))
+    huge = '"size": 123456789012345678901234567890'
+    big.write_text((tmp_path / "a.json").read_text().replace('"size": 184', huge, 1))
     cases["big integer elsewhere"] = big
     for what, path in cases.items():
         got = _fast(path)  # (no Fallback)
         assert got == _reference(path), what
     two = _fast(cases["two processes"])
     assert {a.pid for a in two} == {908, 4242}
-    assert {a.device for a in two if a.pid == 4242} == {a.device + 100 for a in two if a.pid == 908 and a.device is not None}
+    gpus = {a.device for a in two if a.pid == 908 and a.device is not None}
+    assert {a.device for a in two if a.pid == 4242} == {d + 100 for d in gpus}
     copies = [a for a in _fast(cases["copies"]) if a.kind == "memcpy"]
     assert [c.name for c in copies] == ["MEMORY_COPY_HOST_TO_DEVICE", "MEMORY_COPY_DEVICE_TO_HOST"]
     assert [json.loads(c.args or "{}").get("bytes") for c in copies] == [1 << 20, None]
@@ -135,7 +124,7 @@ def _edits(proc: dict[str, Any]) -> dict[str, Callable[[Path], Path]]:
     """Files the fast path must leave to the reference, each made from the small sample."""
     small = _small(proc)
 
-    def doc(change: Callable[[dict[str, Any]], Any]) -> Callable[[Path], Path]:
+    def proc(change: Callable[[dict[str, Any]], Any]) -> Callable[[Path], Path]:
         def make(path: Path) -> Path:
             p = json.loads(json.dumps(small))
             change(p)
@@ -167,30 +156,30 @@ def _edits(proc: dict[str, Any]) -> dict[str, Callable[[Path], Path]]:
         return change
 
     return {
-        "tables after records": doc(reorder("buffer_records", "agents", "kernel_symbols")),
-        "metadata after records": doc(reorder("buffer_records", "metadata")),
-        "strings after records": doc(reorder("buffer_records", "strings")),
-        "a stream handle as an int": doc(lambda p: first(p).update(stream_id=3)),
-        "a handle without its int": doc(lambda p: first(p)["dispatch_info"].update(agent_id={})),
-        "correlation_id 0": doc(lambda p: first(p).update(correlation_id=0)),
-        "a thread id as text": doc(lambda p: first(p).update(thread_id="908")),
-        "a timestamp as a float": doc(lambda p: first(p).update(start_timestamp=1.5)),
-        "a timestamp as true": doc(lambda p: first(p).update(end_timestamp=True)),
-        "grid sizes as text": doc(lambda p: first(p)["dispatch_info"].update(grid_size={"x": "1"})),
-        "an unknown kernel_id": doc(lambda p: first(p)["dispatch_info"].update(kernel_id=10**9)),
-        "no kernel_symbols": doc(lambda p: p.pop("kernel_symbols")),
-        "kernel_symbols null": doc(lambda p: p.update(kernel_symbols=None)),
-        "a copy's bytes as true": doc(lambda p: p["buffer_records"]["memory_copy"][0].update(bytes=True)),
-        "a dispatch not an object": doc(lambda p: p["buffer_records"]["kernel_dispatch"].insert(3, 7)),
-        "records outside buffer_records": doc(
+        "tables after records": proc(reorder("buffer_records", "agents", "kernel_symbols")),
+        "metadata after records": proc(reorder("buffer_records", "metadata")),
+        "strings after records": proc(reorder("buffer_records", "strings")),
+        "a stream handle as an int": proc(lambda p: first(p).update(stream_id=3)),
+        "a handle without its int": proc(lambda p: first(p)["dispatch_info"].update(agent_id={})),
+        "correlation_id 0": proc(lambda p: first(p).update(correlation_id=0)),
+        "a thread id as text": proc(lambda p: first(p).update(thread_id="908")),
+        "a timestamp as a float": proc(lambda p: first(p).update(start_timestamp=1.5)),
+        "a timestamp as true": proc(lambda p: first(p).update(end_timestamp=True)),
+        "grid sizes as text": proc(lambda p: first(p)["dispatch_info"].update(grid_size={"x": "1"})),
+        "an unknown kernel_id": proc(lambda p: first(p)["dispatch_info"].update(kernel_id=10**9)),
+        "no kernel_symbols": proc(lambda p: p.pop("kernel_symbols")),
+        "kernel_symbols null": proc(lambda p: p.update(kernel_symbols=None)),
+        "a copy's bytes as true": proc(lambda p: p["buffer_records"]["memory_copy"][0].update(bytes=True)),
+        "a dispatch not an object": proc(lambda p: p["buffer_records"]["kernel_dispatch"].insert(3, 7)),
+        "records outside buffer_records": proc(
             lambda p: p.update(callback_records={"kernel_dispatch": p["buffer_records"]["kernel_dispatch"][:2]})),
-        "a dotted key naming records": doc(
+        "a dotted key naming records": proc(
             lambda p: p.update({"buffer_records.kernel_dispatch": p["buffer_records"]["kernel_dispatch"][:2]})),
         "a key with an escape": text('"kernel_symbols"', '"kernel\\u005fsymbols"'),
         "metadata twice": text('"agents":', '"metadata": {"pid": 77}, "agents":'),
         "kernel_dispatch twice": text('"memory_copy":', '"kernel_dispatch": [], "memory_copy":'),
-        "nested too deep": doc(lambda p: first(p).update(extra=json.loads("[" * 80 + "]" * 80))),
-        "metadata nested too deep": doc(lambda p: p["metadata"].update(extra=json.loads("[" * 80 + "]" * 80))),
+        "nested too deep": proc(lambda p: first(p).update(extra=json.loads("[" * 80 + "]" * 80))),
+        "metadata nested too deep": proc(lambda p: p["metadata"].update(extra=json.loads("[" * 80 + "]" * 80))),
         "cut short": raw(json.dumps({"rocprofiler-sdk-tool": [small]})[:-900]),
         "not an object at the top": raw("[1, 2]"),
     }
