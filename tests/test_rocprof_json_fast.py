@@ -180,12 +180,20 @@ def _edits(proc: dict[str, Any]) -> dict[str, Callable[[Path], Path]]:
         "kernel_dispatch twice": text('"memory_copy":', '"kernel_dispatch": [], "memory_copy":'),
         "nested too deep": proc(lambda p: first(p).update(extra=json.loads("[" * 80 + "]" * 80))),
         "metadata nested too deep": proc(lambda p: p["metadata"].update(extra=json.loads("[" * 80 + "]" * 80))),
+        "vertical tabs between dispatches": text('"stream_id": {"handle": 0}}, {', '"stream_id": {"handle": 0}}\v, {', -1),
+        "a comma before the closing bracket": text('}}], "hip_api"', '}},], "hip_api"'),
         "cut short": raw(json.dumps({"rocprofiler-sdk-tool": [small]})[:-900]),
         "not an object at the top": raw("[1, 2]"),
     }
 
 
-def test_what_the_fast_path_leaves_to_the_reference(proc: dict[str, Any], tmp_path: Path) -> None:
+@pytest.mark.parametrize("tiny", [False, True], ids=["2 MB slices", "4 KB slices"])
+def test_what_the_fast_path_leaves_to_the_reference(
+    proc: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny: bool
+) -> None:
+    if tiny:  # (many cuts: an odd item met at a slice's end, a damaged end met after slices were read)
+        monkeypatch.setattr(fast, "READ", 1 << 10)
+        monkeypatch.setattr(fast, "SLICE", 4 << 10)
     for what, make in _edits(proc).items():
         path = make(tmp_path / (re.sub(r"\W+", "_", what) + ".json"))
         with pytest.raises(fast.Fallback):
@@ -209,3 +217,13 @@ def test_an_ingest_reads_the_sample_as_the_reference_does(monkeypatch: pytest.Mo
 
     monkeypatch.setattr(fast, "check", refuse)
     assert [a for b in rocprof_json.activity_batches(SAMPLE, info, None) for a in b] == fast_read
+
+
+def test_a_file_changed_between_the_passes_is_an_input_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    def changed(f: Any, checked: Any) -> Any:
+        raise fast.Fallback("a slice does not decode")
+        yield  # (a generator, as records is)
+
+    monkeypatch.setattr(fast, "records", changed)
+    with pytest.raises(InputError, match="908_results.json.gz: the file changed while profdb read it"):
+        list(rocprof_json.read(SAMPLE, rocprof_json.inspect(SAMPLE)))

@@ -208,6 +208,10 @@ def activity_batches(path: Path, info: SourceInfo, index: int | None) -> Iterato
             return
         with open_binary(path) as f:
             yield from fast.records(f, checked)
+    except fast.Fallback as e:  # (the second pass met what the first did not: the file changed meanwhile)
+        raise InputError(
+            f"{path}: the file changed while profdb read it ({e}); ingest it again once it is complete"
+        ) from e
     except ijson.common.IncompleteJSONError as e:
         raise _not_rocprof(path, f"invalid or truncated JSON ({e})") from e
     except (OSError, EOFError, zlib.error) as e:

@@ -41,7 +41,7 @@ from .json_guard import MAX_JSON_DEPTH, nesting
 from .rocprof_json import _AGENT, _META, _STRINGS, _Tables
 
 #: the arrays decoded in slices: records and the two large tables
-_ARRAYS = re.compile(rb'"(kernel_dispatch|memory_copy|agents|kernel_symbols)"\s*:\s*\[')
+_ARRAYS = re.compile(rb'"(kernel_dispatch|memory_copy|agents|kernel_symbols)"[ \t\r\n]*:[ \t\r\n]*\[')
 #: bytes of items decoded at once
 SLICE = 2 << 20
 #: bytes read per block
@@ -56,10 +56,12 @@ _TAIL = 64
 _TRIES = 8
 _AT_BYTE = re.compile(r"\(byte (\d+)\)")
 _TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
-_ITEM_END = re.compile(rb"\s*([,\]])")
+#: (JSON's whitespace: four bytes; ``\s`` would also pass \f and \v, which the reference refuses)
+_ITEM_END = re.compile(rb"[ \t\r\n]*([,\]])")
+_SPACE = re.compile(rb"[ \t\r\n]*")
 #: what follows an item's closing brace when another item or the array's end comes next
-_NEXT = re.compile(rb"\s*(?:,\s*\{|\])")
-_DOTTED_KEY = re.compile(rb'"[^"\\]*\.[^"\\]*"\s*:')
+_NEXT = re.compile(rb"[ \t\r\n]*(?:,[ \t\r\n]*\{|\])")
+_DOTTED_KEY = re.compile(rb'"[^"\\]*\.[^"\\]*"[ \t\r\n]*:')
 #: how deep an array's items sit in the file (top object, process list, process, buffer_records)
 _ITEM_DEPTH = 4
 
@@ -181,16 +183,17 @@ class Walk:
         (buf, pos of its closing bracket, eof)."""
         decoder = _DECODERS[key]
         want = SLICE
+        first = True
         while True:
             while len(buf) - pos < want and not eof:
                 data = self.f.read(READ)
                 eof = not data
                 buf = buf[pos:] + data
                 pos = 0
-            start = pos
-            while start < len(buf) and buf[start] in b" \t\r\n":
-                start += 1
-            if start < len(buf) and buf[start] == 93:  # "]": empty, or after the last slice
+            start = _SPACE.match(buf, pos).end()  # type: ignore[union-attr]  # (matches at least "")
+            if start < len(buf) and buf[start] == 93:  # "]": an empty array (after a comma: not JSON)
+                if not first:
+                    raise Fallback(f"a comma before the closing bracket of '{key}'")
                 return buf, start, eof
             items, end = self._slice(decoder, buf, start)
             if items is None:
@@ -199,6 +202,7 @@ class Walk:
                 want = 2 * (len(buf) - pos)  # (an item longer than the slice, or odd cuts)
                 continue
             yield k, key, items
+            first = False
             m = _ITEM_END.match(buf, end)
             assert m is not None  # (_slice cut before a comma or a bracket)
             if m.group(1) == b"]":
@@ -314,7 +318,7 @@ def check(f: IO[bytes]) -> Checked:
     if sorted(owner) != list(range(len(walk.keys))):
         raise Fallback("an array outside its place, or twice")
     for section in ("metadata", "strings"):  # (a duplicate key: the reference reads both, a dict one)
-        found = len(re.findall(b'"' + section.encode() + rb'"\s*:', skeleton))
+        found = len(re.findall(b'"' + section.encode() + rb'"[ \t\r\n]*:', skeleton))
         if found != sum(section in p for p in procs):
             raise Fallback(f"'{section}' more than once in a process, or elsewhere")
     for k, key in enumerate(walk.keys):
