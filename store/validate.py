@@ -65,7 +65,10 @@ def activities(batch: Sequence[Activity], path: Path, time_base_ns: int = 0) -> 
     """Checks a batch of Activity records: integer times inside int64, no negative duration
     (an end before its start), every start and end on the file's clock (``time_base_ns`` added, as
     timelines and exports add it) inside int64 too, string names, integer optional columns.
-    Column-wise C loops (``map``/``itemgetter``/``set``), ~0.2 us per record: no per-record Python code."""
+    Column-wise C loops (``map``/``itemgetter``/``set``): no per-record Python code. ~0.9 us a record on a
+    generated Kineto trace's batches (session 32, 81,676 records; more than half of it the 11 optional
+    integers' check, whose values are scattered objects: building a set of the values instead is
+    unsound, ``1 == True``, and filtering out None before typing them was the fastest of four ways)."""
     if not batch:
         return
     starts = list(map(_START, batch))
