@@ -6,10 +6,12 @@ Kernel names come from ``kernel_symbols[kernel_id]`` (the formatted, demangled n
 CSV writes it), devices from ``agents[].id.handle`` (the agent's ``node_id``, i.e. rocprofv3's
 absolute agent index, the ``Agent N`` of its CSV). Timestamps are integer ns (CLOCK_BOOTTIME).
 
-Files are GBs: they are parsed as one event stream (ijson), building one dispatch at a time.
-rocprofv3 writes the small tables (agents, strings, kernel_symbols) before ``buffer_records``; if
-a file has them after, a first pass collects only those tables (memory stays bounded by their size,
-never by the number of dispatches), and the main pass then streams the records.
+Files are GBs: memory stays bounded by a slice and the tables, never by the number of dispatches.
+``activity_batches`` reads a file with rocprof_json_fast (msgspec, slices of the big arrays, two
+passes) when its first pass proves the file is read alike; every other file is read here, the
+reference: one event stream (ijson), building one dispatch at a time. rocprofv3 writes the small
+tables (agents, strings, kernel_symbols) before ``buffer_records``; if a file has them after, a
+first pass collects only those tables, and the main pass then streams the records.
 
 Counter collection (``callback_records.counter_collection``) and the API traces are not read here
 (use the CSV or rocpd output for those)."""
