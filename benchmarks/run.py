@@ -7,7 +7,8 @@ Run it with the Python of the environment where profdb is installed (its ``profd
 taken from beside that interpreter, else from PATH). What it measures (README, "Benchmarks"):
 
 1. ``profdb ingest`` of a 1M-dispatch rocprofv3 CSV run (kernel_trace + counter_collection, 32 ranks
-   on 4 hosts) / the sqlite3 CLI's ``.import --csv`` of the same files into raw tables, per row shape. Target <= 0.5.
+   on 4 hosts) / the sqlite3 CLI's ``.import --csv`` of the same files into raw tables, per row
+   shape. Target <= 0.5.
 2. ``profdb ingest`` of Kineto traces / HolisticTraceAnalysis ``TraceAnalysis(trace_dir=...)`` load
    time on the same traces (HTA runs in its own virtualenv, see --hta-venv). Target <= 0.15.
 3. ``profdb query --imbalance`` / a full-scan GROUP BY of the same question (max and mean of per-rank
@@ -21,9 +22,9 @@ taken from beside that interpreter, else from PATH). What it measures (README, "
    dispatches as rows (``json_each``: one parse of the whole file). No target.
 
 Every command is a subprocess; wall times are from the parent, of runs timed without the memory
-sampler (the memory beside ratios 1 and 5 is from one more sampled run: ``with_memory``). Generated inputs are cached in
-``--out`` (keyed by their parameters) and reused by later runs; stores are rebuilt every run except
-the 10M-row store, which is kept while its input is unchanged (--rebuild to force).
+sampler (the memory beside ratios 1 and 5 is from one more sampled run: ``with_memory``). Generated
+inputs are cached in ``--out`` (keyed by their parameters) and reused by later runs; stores are rebuilt
+every run except the 10M-row store, which is kept while its input is unchanged (--rebuild to force).
 """
 
 from __future__ import annotations
