@@ -170,6 +170,8 @@ def _edits(proc: dict[str, Any]) -> dict[str, Callable[[Path], Path]]:
         "no kernel_symbols": proc(lambda p: p.pop("kernel_symbols")),
         "kernel_symbols null": proc(lambda p: p.update(kernel_symbols=None)),
         "a copy's bytes as true": proc(lambda p: p["buffer_records"]["memory_copy"][0].update(bytes=True)),
+        "a copy's correlation_id as text": proc(lambda p: p["buffer_records"]["memory_copy"][0].update(correlation_id="x")),
+        "an agent's id as a number": proc(lambda p: p["agents"][0].update(id=5)),
         "a dispatch not an object": proc(lambda p: p["buffer_records"]["kernel_dispatch"].insert(3, 7)),
         "records outside buffer_records": proc(
             lambda p: p.update(callback_records={"kernel_dispatch": p["buffer_records"]["kernel_dispatch"][:2]})),

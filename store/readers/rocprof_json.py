@@ -218,10 +218,10 @@ def activity_batches(path: Path, info: SourceInfo, index: int | None) -> Iterato
         raise _not_rocprof(path, f"invalid or truncated JSON ({e})") from e
     except (OSError, EOFError, zlib.error) as e:
         raise InputError(f"{path}: cannot read the file ({e}); it is damaged: re-copy it") from e
-    except (KeyError, TypeError) as e:
+    except (KeyError, TypeError, AttributeError) as e:  # (a field missing, or not of rocprofv3's type)
         raise InputError(
-            f"{path}: a record lacks an expected field ({e!r}); the file is from an unsupported "
-            "rocprofv3 version or damaged: re-export it with rocprofv3 --output-format json"
+            f"{path}: a record lacks an expected field or holds another type there ({e!r}); the file is "
+            "from an unsupported rocprofv3 version or damaged: re-export it with rocprofv3 --output-format json"
         ) from e
 
 
