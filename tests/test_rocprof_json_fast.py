@@ -221,6 +221,20 @@ def test_an_ingest_reads_the_sample_as_the_reference_does(monkeypatch: pytest.Mo
     assert [a for b in rocprof_json.activity_batches(SAMPLE, info, None) for a in b] == fast_read
 
 
+def test_a_file_changed_between_the_passes_fails_the_read(proc: dict[str, Any], tmp_path: Path) -> None:
+    # the first pass proved the arrays' places in a; b moves a dispatch array into callback_records
+    small = _small(proc)
+    a = _write(tmp_path / "a.json", [small])
+    moved = json.loads(json.dumps(small))
+    moved["callback_records"] = {"kernel_dispatch": moved["buffer_records"].pop("kernel_dispatch")}
+    b = _write(tmp_path / "b.json", [moved])
+    with open_binary(a) as f:
+        checked = fast.check(f)
+    with open_binary(b) as f, pytest.raises(fast.Fallback, match="not what the first pass read"):
+        for _ in fast.records(f, checked):
+            pass
+
+
 def test_a_file_changed_between_the_passes_is_an_input_error(monkeypatch: pytest.MonkeyPatch) -> None:
     def changed(f: Any, checked: Any) -> Any:
         raise fast.Fallback("a slice does not decode")

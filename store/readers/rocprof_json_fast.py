@@ -258,11 +258,13 @@ class Walk:
 
 
 class Checked:
-    """What the first pass found: each process's tables, and the process of each array (by number)."""
+    """What the first pass found: each process's tables, the process of each array (by number), and
+    the skeleton it proved them by (the second pass must meet the same one)."""
 
-    def __init__(self, tables: list[_Tables], owner: dict[int, int]) -> None:
+    def __init__(self, tables: list[_Tables], owner: dict[int, int], skeleton: bytes) -> None:
         self.tables = tables
         self.owner = owner
+        self.skeleton = skeleton
 
 
 def check(f: IO[bytes]) -> Checked:
@@ -340,7 +342,7 @@ def check(f: IO[bytes]) -> Checked:
         t = tables[owner[k]]
         if not t.has_symbols or not used <= t.symbols.keys():
             raise Fallback("dispatches without a kernel_symbols table, or of a kernel_id not in it")
-    return Checked(tables, owner)
+    return Checked(tables, owner, skeleton)
 
 
 def _raw_object(raw: msgspec.Raw | None) -> dict[str, msgspec.Raw] | None:
@@ -365,7 +367,9 @@ def _place(raw: msgspec.Raw, key: str, keys: list[str]) -> int:
 
 def records(f: IO[bytes], checked: Checked) -> Iterator[list[Activity]]:
     """Second pass: the records, a list per slice, with what ``check`` found in the same file (both
-    passes meet the arrays in the same order, so array k is the same one)."""
+    passes meet the arrays in the same order, so array k is the same one). A file that changed after
+    the first pass shows another skeleton at the end: Fallback then, which the reader reports as an
+    error, so the ingest that took these records fails whole."""
     walk = Walk(f)
     tables, owners = checked.tables, checked.owner
     new = activity_of
@@ -393,6 +397,8 @@ def records(f: IO[bytes], checked: Checked) -> Iterator[list[Activity]]:
         elif key == "memory_copy":
             t = tables[owners[k]]
             yield [_copy(c, t) for c in items]
+    if walk.skeleton != checked.skeleton:
+        raise Fallback("the text around the arrays is not what the first pass read")
 
 
 _NO_DIMS = _Dims()
