@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from .classify import category as _category
-from .intervals import Coverage, merge, union_length
+from .intervals import Coverage, union_length
 from .records import Activity
 from .units import fmt_ns
 from .validate import INT64_MAX
@@ -260,12 +260,18 @@ class _Union:
     """A growing set of intervals, folded into their union every _COMPACT additions, so nested or
     overlapping work (CPU ops in their parents, kernels on several streams) costs no memory.
     ``pending`` is appended to directly by ``TimelineBuilder.add_many`` (the same list for the
-    builder's life), which then calls ``compact``."""
+    builder's life), which then calls ``compact``.
 
-    __slots__ = ("merged", "pending")
+    The union is folded as numpy columns (``columns``: int64 starts and ends, 16 bytes an interval),
+    not as a list of tuples: work that does not overlap (a GPU's kernels one after another) does not
+    shrink, and a tuple of two ints is ~120 bytes, each fold re-sorting all of them (one 484 MB
+    rocprofv3 JSON file of 1.05M dispatches: the worker grew to 290 MB). numpy is loaded by the first
+    fold only, i.e. for a file of at least _COMPACT such intervals; smaller ones never fold."""
+
+    __slots__ = ("columns", "pending")
 
     def __init__(self) -> None:
-        self.merged: list[tuple[int, int]] = []
+        self.columns: Any = None  # (starts, ends) of the union folded so far, numpy int64; None: none yet
         self.pending: list[tuple[int, int]] = []
 
     def add(self, start: int, end: int) -> None:
@@ -274,14 +280,17 @@ class _Union:
 
     def compact(self) -> None:
         if len(self.pending) >= _COMPACT:
-            self.merged = merge([*self.merged, *self.pending])
+            from .columnar import fold  # (numpy)
+
+            self.columns = fold(self.columns, self.pending)
             self.pending.clear()
 
     def intervals(self) -> list[tuple[int, int]]:
-        return [*self.merged, *self.pending]
+        """The intervals not folded yet (all of them while ``columns`` is None)."""
+        return list(self.pending)
 
     def __bool__(self) -> bool:
-        return bool(self.merged or self.pending)
+        return bool(self.pending) or (self.columns is not None and len(self.columns[0]) > 0)
 
 
 class TimelineBuilder:
@@ -375,7 +384,12 @@ class TimelineBuilder:
 
     def _coverage(self) -> tuple[str, Covered, Covered, int]:
         """(work domain, its work's coverage, work and communication's coverage together, the length of
-        communication's union): device work when the rank has any, else CPU work."""
+        communication's union): device work when the rank has any, else CPU work. With numpy when a
+        union was folded (a large file: ``_Union``), as ``columnar.ColumnTimeline`` does."""
+        if any(u.columns is not None for u in (self.device_work, self.device_comm, self.cpu_work, self.host_comm)):
+            from .columnar import bucket_columns, coverage_of
+
+            return coverage_of(self, bucket_columns)
         comm: list[tuple[int, int]]
         if self.device_work or self.device_comm:
             domain, work, comm = "device", Coverage(self.device_work.intervals()), self.device_comm.intervals()

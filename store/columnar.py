@@ -285,6 +285,48 @@ def union(starts: I64, ends: I64) -> tuple[I64, I64]:
     return s[firsts], e[lasts]
 
 
+def fold(columns: tuple[I64, I64] | None, pending: Sequence[tuple[int, int]]) -> tuple[I64, I64]:
+    """The union of ``columns`` (a union folded before, or None) and the ``pending`` intervals, as
+    columns (``collectives._Union``'s fold)."""
+    new = np.array(pending, dtype=np.int64).reshape(-1, 2)
+    starts, ends = new[:, 0], new[:, 1]
+    if columns is not None:
+        starts, ends = np.concatenate((columns[0], starts)), np.concatenate((columns[1], ends))
+    return union(starts, ends)
+
+
+def bucket_columns(bucket: Any, chunks: Sequence[tuple[I64, I64]] = ()) -> tuple[I64, I64]:
+    """All the intervals of a ``collectives._Union`` (its folded columns and those not folded yet),
+    with ``chunks`` of columns kept beside it, as two int64 columns (not merged)."""
+    parts = list(chunks)
+    if bucket.columns is not None:
+        parts.append(bucket.columns)
+    rest = bucket.intervals()
+    if rest:
+        parts.append((np.array([s for s, _ in rest], dtype=np.int64),
+                      np.array([e for _, e in rest], dtype=np.int64)))
+    if not parts:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
+def coverage_of(tl: TimelineBuilder, columns: Any) -> tuple[str, Covered, Covered, int]:
+    """``TimelineBuilder._coverage`` with numpy unions (the same steps, in the same order), each
+    bucket's intervals given by ``columns(bucket)``."""
+    dw, dc = columns(tl.device_work), columns(tl.device_comm)
+    cw, hc = columns(tl.cpu_work), columns(tl.host_comm)
+    if len(dw[0]) or len(dc[0]):
+        domain, work, comm = "device", Cover(*dw), dc
+    elif len(cw[0]) or len(hc[0]):
+        domain, work, comm = "cpu", Cover(*cw), hc
+    else:
+        empty = np.zeros(0, dtype=np.int64)
+        domain, work, comm = "", Cover(empty, empty), (empty, empty)
+    both = Cover(np.concatenate((comm[0], work.starts)), np.concatenate((comm[1], work.ends))) if len(
+        comm[0]) else work
+    return domain, work, both, Cover(*comm).total
+
+
 class Cover:
     """``intervals.Coverage`` over numpy columns: the union of intervals, answering "how much of [a, b)
     is covered" by binary search (the same numbers; built without a Python step per interval)."""
@@ -420,29 +462,11 @@ class ColumnTimeline(TimelineBuilder):
             self.add_many(sub.records())
 
     def _columns(self, bucket: Any) -> tuple[I64, I64]:
-        parts = list(self.chunks.get(id(bucket), []))
-        rest = bucket.intervals()
-        if rest:
-            parts.append((np.array([s for s, _ in rest], dtype=np.int64),
-                          np.array([e for _, e in rest], dtype=np.int64)))
-        if not parts:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+        return bucket_columns(bucket, self.chunks.get(id(bucket), []))
 
     def _coverage(self) -> tuple[str, Covered, Covered, int]:
         """``TimelineBuilder._coverage`` with numpy unions (the same steps, in the same order)."""
-        dw, dc = self._columns(self.device_work), self._columns(self.device_comm)
-        cw, hc = self._columns(self.cpu_work), self._columns(self.host_comm)
-        if len(dw[0]) or len(dc[0]):
-            domain, work, comm = "device", Cover(*dw), dc
-        elif len(cw[0]) or len(hc[0]):
-            domain, work, comm = "cpu", Cover(*cw), hc
-        else:
-            empty = np.zeros(0, dtype=np.int64)
-            domain, work, comm = "", Cover(empty, empty), (empty, empty)
-        both = Cover(np.concatenate((comm[0], work.starts)), np.concatenate((comm[1], work.ends))) if len(
-            comm[0]) else work
-        return domain, work, both, Cover(*comm).total
+        return coverage_of(self, self._columns)
 
     def _family_calls(self, rank: int, family: str, items: list[tuple[int, int, str, str, int | None]],
                       work: Covered, first_ns: int) -> tuple[CollectiveCall, ...]:

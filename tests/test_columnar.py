@@ -195,3 +195,42 @@ def test_running_sums_give_what_a_totals_per_key_gives(big: bool) -> None:
     assert (sums.total.dtype == object) is big
     if big:
         assert max(r[5] for r in got) >= 1 << 63  # (beyond int64: exact Python integers)
+
+
+KINETO = Path(__file__).parent / "data" / "kineto"
+#: real traces with enough work intervals to fold (Kineto GPU and CPU-only, rocprofv3 JSON)
+FOLDED_REAL = [
+    *(KINETO / n for n in ("rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz", "deepseek_train_rank0.json.gz",
+                           "mi250_minitoy_train_ROCm6_2_kineto.json.gz", "nccl_data.json.gz")),
+    KINETO / "torchrun4_cpu" / "rank0_iter5_7.json.gz",
+    Path(__file__).parent / "data" / "rocprof_json" / "908_results.json.gz",
+]
+
+
+@pytest.mark.parametrize("path", FOLDED_REAL, ids=lambda p: p.name)
+def test_unions_folded_as_columns_give_the_same_timeline(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large file's work unions are folded as numpy columns (``collectives._Union``); on real traces,
+    folding every 16 intervals gives the timeline that never folding gives, of plain ints."""
+    from profdb.store import collectives
+    from profdb.store.readers import detect
+    from profdb.store.records import Activity
+
+    reader = detect(path)
+    assert reader is not None
+    info = reader.inspect(path)
+    acts = [a for a in reader.read(path, info) if isinstance(a, Activity)]
+
+    def timeline(compact: int) -> object:
+        monkeypatch.setattr(collectives, "_COMPACT", compact)
+        t = TimelineBuilder(info.time_base_ns)
+        for at in range(0, len(acts), 1000):
+            t.add_many(acts[at : at + 1000])
+        folded = any(u.columns is not None for u in (t.device_work, t.cpu_work, t.device_comm, t.host_comm))
+        assert folded == (compact == 16)
+        return t.finish(0)
+
+    plain, folded = timeline(1 << 40), timeline(16)
+    assert folded == plain
+    assert {type(v) for v in (folded.busy_ns, folded.comm_ns, folded.exposed_comm_ns)} == {int}  # type: ignore[attr-defined]
+    assert all(type(x) is int for s in folded.steps for x in s[1:])  # type: ignore[attr-defined]
+    assert all(type(c.busy_before_ns) is int for cs in folded.calls.values() for c in cs)  # type: ignore[attr-defined]
