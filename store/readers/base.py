@@ -52,6 +52,7 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from itertools import islice
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol
 
@@ -83,6 +84,16 @@ class BatchReader(Reader, Protocol):
     """A reader whose Activity records come in lists (``activity_batches``, see the module doc)."""
 
     def activity_batches(self, path: Path, info: SourceInfo, index: int | None) -> Iterator[list[Activity]]: ...
+
+
+#: records per list when a BatchReader's records come one by one (its reference reader's)
+RECORDS_PER_LIST = 4096
+
+
+def in_lists(records: Iterator[Activity]) -> Iterator[list[Activity]]:
+    """``records`` as ``activity_batches`` gives them: lists of ``RECORDS_PER_LIST``."""
+    while batch := list(islice(records, RECORDS_PER_LIST)):
+        yield batch
 
 
 class ColumnReader(Reader, Protocol):

@@ -24,7 +24,7 @@ import json
 import re
 import zlib
 from collections.abc import Iterator
-from itertools import chain, islice
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ import ijson
 from ..errors import InputError
 from ..records import Activity, RankHint, Record, SourceInfo
 from . import kineto_fast
-from .base import display_name, head, open_binary, tail
+from .base import display_name, head, in_lists, open_binary, tail
 from .json_guard import guarded
 
 NAME = "kineto"
@@ -311,10 +311,6 @@ def _read(path: Path, pid: int | None) -> Iterator[Activity]:
     return chain.from_iterable(_batches(path, pid))
 
 
-#: records per list of the reference reader's (kineto_fast's come a slice at a time)
-_REFERENCE_BATCH = 4096
-
-
 def _batches(path: Path, pid: int | None) -> Iterator[list[Activity]]:
     """Every event (``pid`` None), or those of process ``pid``: decoded in slices by kineto_fast, and
     from where it stops (an odd layout, a damaged file), streamed by the reference reader."""
@@ -326,9 +322,7 @@ def _batches(path: Path, pid: int | None) -> Iterator[list[Activity]]:
         done = e.done
     except (OSError, EOFError, zlib.error) as e:
         raise InputError(f"{path}: cannot read the file ({e}); it is damaged: re-copy it") from e
-    rest = _read_reference(path, pid, done)
-    while batch := list(islice(rest, _REFERENCE_BATCH)):
-        yield batch
+    yield from in_lists(_read_reference(path, pid, done))  # (kineto_fast's lists are its slices)
 
 
 #: ijson's parser in Python, for a trace holding an integer beyond 64 bits: yajl (ijson's C parser)

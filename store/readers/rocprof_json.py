@@ -22,7 +22,7 @@ import json
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from itertools import chain, islice
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ import ijson
 
 from ..errors import InputError
 from ..records import Activity, RankHint, Record, SourceInfo
-from .base import head, open_binary, tail
+from .base import head, in_lists, open_binary, tail
 from .json_guard import guarded
 
 NAME = "rocprof-json"
@@ -190,10 +190,6 @@ def read(path: Path, info: SourceInfo) -> Iterator[Record]:
     return chain.from_iterable(activity_batches(path, info, None))
 
 
-#: records per list of the reference reader's (the fast path's come a slice at a time)
-_REFERENCE_BATCH = 4096
-
-
 def activity_batches(path: Path, info: SourceInfo, index: int | None) -> Iterator[list[Activity]]:
     """The file's records in lists (base.BatchReader): decoded in slices by rocprof_json_fast when
     its first pass proves it reads the file as the reference does, else streamed by the reference."""
@@ -204,9 +200,7 @@ def activity_batches(path: Path, info: SourceInfo, index: int | None) -> Iterato
             with open_binary(path) as f:
                 checked = fast.check(f)
         except fast.Fallback:
-            rest = _read(path)
-            while batch := list(islice(rest, _REFERENCE_BATCH)):
-                yield batch
+            yield from in_lists(_read(path))  # (the fast path's lists are its slices)
             return
         with open_binary(path) as f:
             yield from fast.records(f, checked)
