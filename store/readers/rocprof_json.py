@@ -131,14 +131,17 @@ class _Tables:
     #: True once the whole file was searched for this process's tables (the first pass)
     complete: bool = False
 
+    def add_symbol(self, kernel_id: Any, formatted: Any, demangled: Any, raw: Any) -> None:
+        """A kernel_symbols entry's name: its formatted name, else its demangled one, else its own."""
+        if isinstance(kernel_id, int):
+            self.symbols[kernel_id] = str(formatted or demangled or raw or "")
+
     def add(self, prefix: str, obj: Any) -> None:
         if not isinstance(obj, dict):
             return
         if prefix == _SYMBOL:
-            kid = obj.get("kernel_id")
-            if isinstance(kid, int):
-                name = obj.get("formatted_kernel_name") or obj.get("demangled_kernel_name") or obj.get("kernel_name")
-                self.symbols[kid] = str(name or "")
+            self.add_symbol(obj.get("kernel_id"), obj.get("formatted_kernel_name"), obj.get("demangled_kernel_name"),
+                            obj.get("kernel_name"))
         elif prefix == _AGENT:
             handle = (obj.get("id") or {}).get("handle")
             node_id = obj.get("node_id", obj.get("logical_node_id"))
@@ -305,26 +308,30 @@ def _dispatch(path: Path, d: dict[str, Any], t: _Tables) -> Activity:
 
 
 def _copy(d: dict[str, Any], t: _Tables) -> Activity:
-    op = d.get("operation")
+    start = d["start_timestamp"]
+    nbytes = d.get("bytes")
+    return copy_activity(
+        t, d.get("operation"), _handle(d.get("src_agent_id")), _handle(d.get("dst_agent_id")), start,
+        d["end_timestamp"], _handle(d.get("stream_id")), (d.get("correlation_id") or {}).get("internal"),
+        d.get("thread_id"), nbytes if isinstance(nbytes, int) else None,
+    )
+
+
+def copy_activity(
+    t: _Tables, op: Any, src: int | None, dst: int | None, start: Any, end: Any, stream: int | None,
+    correlation: Any, tid: Any, nbytes: int | None,
+) -> Activity:
+    """A memory_copy record of process ``t`` as an Activity, from its fields (``src``/``dst``: the
+    agents' handles): named by its operation, on the device of its GPU end (the other when that one's
+    is unknown), its agents and byte count in args. (Both readers: this one's ``_copy``, and
+    rocprof_json_fast's.)"""
     name = t.copy_ops[op] if isinstance(op, int) and 0 <= op < len(t.copy_ops) else f"MEMORY_COPY_{op}"
-    src = _handle(d.get("src_agent_id"))
-    dst = _handle(d.get("dst_agent_id"))
     src_dev = t.agents.get(src) if src is not None else None
     dst_dev = t.agents.get(dst) if dst is not None else None
-    start = d["start_timestamp"]
     args: dict[str, Any] = {"src_agent": src_dev, "dst_agent": dst_dev}
-    if isinstance(d.get("bytes"), int):
-        args["bytes"] = d["bytes"]
+    if nbytes is not None:
+        args["bytes"] = nbytes
     return Activity(
-        "memcpy",
-        name,
-        start,
-        d["end_timestamp"] - start,
-        "memory",
-        dst_dev if dst_dev else src_dev,
-        _handle(d.get("stream_id")),
-        (d.get("correlation_id") or {}).get("internal"),
-        t.pid,
-        d.get("thread_id"),
-        args=json.dumps(args),
+        "memcpy", name, start, end - start, "memory", dst_dev if dst_dev else src_dev, stream, correlation,
+        t.pid, tid, args=json.dumps(args),
     )

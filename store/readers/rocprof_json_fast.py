@@ -29,7 +29,6 @@ test_rocprof_json_fast.py compares both paths' records on the real sample (whole
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Generator, Iterator
 from typing import IO, Any
@@ -38,7 +37,7 @@ import msgspec
 
 from ..records import Activity, activity_of
 from .json_guard import MAX_JSON_DEPTH, nesting
-from .rocprof_json import _AGENT, _META, _STRINGS, _Tables
+from .rocprof_json import _AGENT, _META, _STRINGS, _Tables, copy_activity
 
 #: the arrays decoded in slices: records and the two large tables
 _ARRAYS = re.compile(rb'"(kernel_dispatch|memory_copy|agents|kernel_symbols)"[ \t\r\n]*:[ \t\r\n]*\[')
@@ -333,9 +332,7 @@ def check(f: IO[bytes]) -> Checked:
             elif key == "kernel_symbols":
                 t.has_symbols = True
                 for s in arrays.get(k, ()):
-                    kid = s.kernel_id
-                    if isinstance(kid, int):
-                        t.symbols[kid] = str(s.formatted_kernel_name or s.demangled_kernel_name or s.kernel_name or "")
+                    t.add_symbol(s.kernel_id, s.formatted_kernel_name, s.demangled_kernel_name, s.kernel_name)
         except Exception as e:
             raise Fallback(f"{type(e).__name__}: {e}") from None
     for k, used in kernels.items():
@@ -396,28 +393,13 @@ def records(f: IO[bytes], checked: Checked) -> Iterator[list[Activity]]:
             yield out
         elif key == "memory_copy":
             t = tables[owners[k]]
-            yield [_copy(c, t) for c in items]
+            yield [copy_activity(t, c.operation, c.src_agent_id.handle if c.src_agent_id is not None else None,
+                                 c.dst_agent_id.handle if c.dst_agent_id is not None else None, c.start_timestamp,
+                                 c.end_timestamp, c.stream_id.handle if c.stream_id is not None else None,
+                                 c.correlation_id.internal if c.correlation_id is not None else None,
+                                 c.thread_id, c.bytes) for c in items]
     if walk.skeleton != checked.skeleton:
         raise Fallback("the text around the arrays is not what the first pass read")
 
 
 _NO_DIMS = _Dims()
-
-
-def _copy(c: _Copy, t: _Tables) -> Activity:
-    op = c.operation
-    name = t.copy_ops[op] if isinstance(op, int) and 0 <= op < len(t.copy_ops) else f"MEMORY_COPY_{op}"
-    src = c.src_agent_id.handle if c.src_agent_id is not None else None
-    dst = c.dst_agent_id.handle if c.dst_agent_id is not None else None
-    src_dev = t.agents.get(src) if src is not None else None
-    dst_dev = t.agents.get(dst) if dst is not None else None
-    args: dict[str, Any] = {"src_agent": src_dev, "dst_agent": dst_dev}
-    if c.bytes is not None:
-        args["bytes"] = c.bytes
-    start = c.start_timestamp
-    return Activity(
-        "memcpy", name, start, c.end_timestamp - start, "memory", dst_dev if dst_dev else src_dev,
-        c.stream_id.handle if c.stream_id is not None else None,
-        c.correlation_id.internal if c.correlation_id is not None else None,
-        t.pid, c.thread_id, args=json.dumps(args),
-    )
