@@ -386,7 +386,7 @@ class TimelineBuilder:
         """(work domain, its work's coverage, work and communication's coverage together, the length of
         communication's union): device work when the rank has any, else CPU work. With numpy when a
         union was folded (a large file: ``_Union``), as ``columnar.ColumnTimeline`` does."""
-        if any(u.columns is not None for u in (self.device_work, self.device_comm, self.cpu_work, self.host_comm)):
+        if any(u.columns is not None for u in self.buckets()[1:]):
             from .columnar import bucket_columns, coverage_of
 
             return coverage_of(self, bucket_columns)

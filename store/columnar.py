@@ -288,11 +288,16 @@ def union(starts: I64, ends: I64) -> tuple[I64, I64]:
 def fold(columns: tuple[I64, I64] | None, pending: Sequence[tuple[int, int]]) -> tuple[I64, I64]:
     """The union of ``columns`` (a union folded before, or None) and the ``pending`` intervals, as
     columns (``collectives._Union``'s fold)."""
-    new = np.array(pending, dtype=np.int64).reshape(-1, 2)
-    starts, ends = new[:, 0], new[:, 1]
+    starts, ends = _pairs(pending)
     if columns is not None:
         starts, ends = np.concatenate((columns[0], starts)), np.concatenate((columns[1], ends))
     return union(starts, ends)
+
+
+def _pairs(intervals: Sequence[tuple[int, int]]) -> tuple[I64, I64]:
+    """(start, end) pairs as two int64 columns."""
+    both = np.array(intervals, dtype=np.int64).reshape(-1, 2)
+    return both[:, 0], both[:, 1]
 
 
 def bucket_columns(bucket: Any, chunks: Sequence[tuple[I64, I64]] = ()) -> tuple[I64, I64]:
@@ -303,8 +308,7 @@ def bucket_columns(bucket: Any, chunks: Sequence[tuple[I64, I64]] = ()) -> tuple
         parts.append(bucket.columns)
     rest = bucket.intervals()
     if rest:
-        parts.append((np.array([s for s, _ in rest], dtype=np.int64),
-                      np.array([e for _, e in rest], dtype=np.int64)))
+        parts.append(_pairs(rest))
     if not parts:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
