@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
+from operator import add
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -19,6 +20,7 @@ import numpy.typing as npt
 
 from .collectives import CollectiveCall, Covered, TimelineBuilder, call_name, classify_interval
 from .errors import InputError
+from .intervals import walk_lane
 from .records import Activity, Counter
 from .validate import INT64_MAX, MAX_NAME_CHARS
 
@@ -298,6 +300,42 @@ def _pairs(intervals: Sequence[tuple[int, int]]) -> tuple[I64, I64]:
     """(start, end) pairs as two int64 columns."""
     both = np.array(intervals, dtype=np.int64).reshape(-1, 2)
     return both[:, 0], both[:, 1]
+
+
+def span_columns(lanes: list[int], starts: list[int], durations: list[int], slots: list[int]) -> I64:
+    """Nested ranges as columns (``intervals.SelfTotals``'s fold): rows lane id, start, duration, key
+    slot of one 4 x n int64 array (the starts and durations validated inside int64 by the reader's
+    batch checks; lanes and slots are counts)."""
+    return np.array((lanes, starts, durations, slots), dtype=np.int64).reshape(4, -1)
+
+
+#: ranges turned back into Python integers at a time by ``self_time_sums``
+_WALK = 1 << 16
+
+
+def self_time_sums(chunks: Sequence[I64], out: list[int]) -> None:
+    """Adds the self time of every range of ``span_columns`` chunks to ``out[slot]``: the ranges put in
+    stack order by one sort (lane, start, the longer first, input order) and walked by
+    ``intervals.walk_lane`` ``_WALK`` at a time, so the Python integers alive stay bounded. Ends are
+    added as Python integers (exact wherever a start plus a duration lands)."""
+    lane, start, duration, slot = np.concatenate(chunks, axis=1) if len(chunks) > 1 else chunks[0]
+    duration = np.maximum(duration, 0)
+    order = np.lexsort((np.arange(len(lane)), -duration, start, lane))
+    stack: list[tuple[int, int]] = []
+    last = None  # the lane the stack belongs to
+    for at in range(0, len(order), _WALK):
+        o = order[at : at + _WALK]
+        lanes = lane[o]
+        starts, slots = start[o].tolist(), slot[o].tolist()
+        ends = list(map(add, starts, duration[o].tolist()))
+        # where the lane changes: at the chunk's start (from the last chunk's), and inside it
+        cuts = (np.flatnonzero(lanes[1:] != lanes[:-1]) + 1).tolist()
+        for a, b in zip([0, *cuts], [*cuts, len(o)]):
+            this = int(lanes[a])
+            if this != last:
+                stack.clear()
+                last = this
+            walk_lane(zip(starts[a:b], ends[a:b], slots[a:b]), out, stack)
 
 
 def bucket_columns(bucket: Any, chunks: Sequence[tuple[I64, I64]] = ()) -> tuple[I64, I64]:

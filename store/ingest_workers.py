@@ -586,6 +586,7 @@ def _parse(
     timeline = TimelineBuilder(task.info.time_base_ns)
     nested = SelfTotals()
     nested_span, nested_key = nested.spans.append, nested.keys.append  # (SelfTotals.add, inlined)
+    fold_nested = nested.compact  # (``nested`` is a flag in flush_acts' loop)
 
     def with_ids() -> None:
         """Records are read (a JSON trace parsed) before the store's ids come; their rows need them, and
@@ -650,6 +651,7 @@ def _parse(
             f = list(map(float, ds))
             _fold(summary, key, first_cat[key], len(ds), sum(ds), min(ds), max(ds), sum(map(mul, f, f)))
             counts[key[1]] = counts.get(key[1], 0) + len(ds)
+        fold_nested()  # (a large file's CPU ops: columns, not tuples)
         conn.send(RowsMsg(task.index, "activity", rows))
 
     def flush_ctrs() -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Hashable, Iterable, Sequence
 from operator import itemgetter, neg
+from typing import Any
 
 _LANE, _START, _DURATION = itemgetter(0), itemgetter(1), itemgetter(2)
 
@@ -44,22 +45,27 @@ def self_times(spans: Sequence[tuple[Hashable, int, int]]) -> list[int]:
     result = [0] * n
     for members in lanes.values():
         members.sort(key=order.__getitem__)
-        stack: list[tuple[int, int]] = []  # (clipped end_ns, index) of the open ranges, innermost last
-        for i in members:
-            start = starts[i]
-            end = ends[i]
-            while stack and stack[-1][0] <= start:
-                stack.pop()
-            if stack:
-                top_end, top = stack[-1]
-                if end > top_end:
-                    end = top_end
-                if end > start:
-                    result[top] -= end - start
-            if end > start:
-                result[i] += end - start
-                stack.append((end, i))
+        walk_lane(zip(map(starts.__getitem__, members), map(ends.__getitem__, members), members), result, [])
     return result
+
+
+def walk_lane(ranges: Iterable[tuple[int, int, int]], out: list[int], stack: list[tuple[int, int]]) -> None:
+    """Adds the self time of each ``(start_ns, end_ns, slot)`` of one lane to ``out[slot]``: the ranges
+    in stack order (start, then the later end first, then input order) and ends not before starts.
+    ``stack`` holds the open ranges, ``(clipped end_ns, slot)``, innermost last: empty for a new lane,
+    and kept between calls that go on with one lane (``columnar.self_time_sums`` walks it in chunks)."""
+    for start, end, slot in ranges:
+        while stack and stack[-1][0] <= start:
+            stack.pop()
+        if stack:
+            top_end, top = stack[-1]
+            if end > top_end:
+                end = top_end
+            if end > start:
+                out[top] -= end - start
+        if end > start:
+            out[slot] += end - start
+            stack.append((end, slot))
 
 
 def merge(intervals: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -119,23 +125,61 @@ class Coverage:
         return self.covered_before(b) - self.covered_before(a)
 
 
+#: nested ranges a ``SelfTotals`` holds as Python objects before it folds them into columns
+FOLD = 1 << 16
+
+
 class SelfTotals:
     """Self time summed per key (e.g. (name_id, kind)), for the nested ranges of a file, fed one range
-    at a time. Keeps every range until ``totals()`` (self time needs a lane's ranges in time order):
-    about 100 bytes per CPU op or annotation of the file, none for other kinds."""
+    at a time. Self time needs a lane's ranges in time order, which a file does not promise, so every
+    range is kept until ``totals()``: as Python objects (~250 bytes a CPU op of a Kineto trace: the
+    tuples and their integers) until there are ``FOLD`` of them, then folded into int64 columns (32
+    bytes a range: ``compact``), so a file of millions of CPU ops costs tens of MB, not a GB. numpy is
+    loaded by the first fold only: smaller files take the plain-integer path."""
 
-    __slots__ = ("keys", "spans")
+    __slots__ = ("_columns", "_lanes", "_slots", "keys", "spans")
 
     def __init__(self) -> None:
         self.spans: list[tuple[Hashable, int, int]] = []
         self.keys: list[Hashable] = []
+        self._columns: list[Any] = []  # the folded ranges: (lane id, start, duration, key slot) columns
+        self._lanes: dict[Hashable, int] = {}  # lane: its id in the columns
+        self._slots: dict[Hashable, int] = {}  # key: its slot, in the order keys were first given
 
     def add(self, lane: Hashable, start_ns: int, duration_ns: int, key: Hashable) -> None:
         self.spans.append((lane, start_ns, duration_ns))
         self.keys.append(key)
+        if len(self.spans) >= FOLD:
+            self.compact()
+
+    def compact(self) -> None:
+        """Folds the ranges given since the last fold into columns once there are ``FOLD`` of them
+        (callers that append to ``spans`` and ``keys`` themselves call it between batches)."""
+        if len(self.spans) >= FOLD:
+            self._fold()
+
+    def _fold(self) -> None:
+        from .columnar import span_columns  # (numpy)
+
+        lanes, slots = self._lanes, self._slots
+        self._columns.append(span_columns(
+            [lanes.setdefault(lane, len(lanes)) for lane in map(_LANE, self.spans)],
+            list(map(_START, self.spans)), list(map(_DURATION, self.spans)),
+            [slots.setdefault(key, len(slots)) for key in self.keys]))
+        self.spans.clear()  # (in place: callers hold its append)
+        self.keys.clear()
 
     def totals(self) -> dict[Hashable, int]:
-        out: dict[Hashable, int] = {}
-        for key, own in zip(self.keys, self_times(self.spans)):
-            out[key] = out.get(key, 0) + own
-        return out
+        """Each key's self time, keys in the order they were first given."""
+        if not self._columns:
+            out: dict[Hashable, int] = {}
+            for key, own in zip(self.keys, self_times(self.spans)):
+                out[key] = out.get(key, 0) + own
+            return out
+        from .columnar import self_time_sums  # (numpy: loaded by the fold)
+
+        if self.spans:
+            self._fold()
+        sums = [0] * len(self._slots)
+        self_time_sums(self._columns, sums)
+        return dict(zip(self._slots, sums))

@@ -102,3 +102,78 @@ def test_cpu_op_self_time_adds_up_to_100_percent_where_inclusive_double_counts(d
     incl_shares = sum(v / union for v in by_name_incl.values())
     assert incl_shares == pytest.approx(inclusive / union)
     assert incl_shares > 2.0
+
+
+def _self_totals(spans: list[tuple[object, int, int, object]], fold: int, walk: int,
+                 monkeypatch: pytest.MonkeyPatch) -> tuple[list[tuple[object, int]], bool]:
+    """``SelfTotals`` fed ``(lane, start, duration, key)`` in batches of 100, folding every ``fold``
+    ranges and walking the columns ``walk`` at a time: its totals (in order) and whether it folded."""
+    from profdb.store import columnar, intervals
+
+    monkeypatch.setattr(intervals, "FOLD", fold)
+    monkeypatch.setattr(columnar, "_WALK", walk)
+    t = intervals.SelfTotals()
+    for at in range(0, len(spans), 100):
+        for lane, start, duration, key in spans[at : at + 100]:
+            t.spans.append((lane, start, duration))  # (as the ingest worker feeds it)
+            t.keys.append(key)
+        t.compact()
+    return list(t.totals().items()), bool(t._columns)
+
+
+#: real traces with nested ranges (CPU ops, annotations): Kineto GPU and CPU-only
+NESTED_REAL = ["kineto/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz", "kineto/deepseek_train_rank0.json.gz",
+               "kineto/nccl_data.json.gz", "kineto/rank0.json.gz", "kineto/torchrun4_cpu/rank0_iter5_7.json.gz"]
+
+
+@pytest.mark.parametrize("name", NESTED_REAL)
+def test_self_totals_folded_as_columns_are_the_plain_ones(data: Path, name: str,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large file's nested ranges are folded into int64 columns (``SelfTotals``; memory: ~32 bytes a
+    range, not ~250); on real traces, folding every 16 ranges and walking 7 at a time (lanes cut across
+    walks) gives every key the self time never folding gives, keys in the same order, plain ints."""
+    from profdb.store.readers import detect
+    from profdb.store.records import NESTED_KINDS
+
+    path = data / name
+    reader = detect(path)
+    assert reader is not None
+    acts = [a for a in reader.read(path, reader.inspect(path)) if isinstance(a, Activity) and a.kind in NESTED_KINDS]
+    assert len(acts) > 400  # (folds: dozens)
+    spans: list[tuple[object, int, int, object]] = [
+        ((a.kind, a.pid, a.tid, a.device), a.start_ns, a.duration_ns, (a.name, a.kind)) for a in acts]
+    plain, folded_before = _self_totals(spans, 1 << 40, 1 << 16, monkeypatch)
+    folded, folded_now = _self_totals(spans, 16, 7, monkeypatch)
+    assert (folded_before, folded_now) == (False, True)
+    assert folded == plain
+    assert all(type(v) is int for _k, v in folded)
+    assert sum(v for _k, v in plain) > 0
+
+
+def test_self_totals_folded_at_the_edges(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Folded columns keep the plain path's rules where they are easy to get wrong: equal starts (the
+    longer, then the first given, is the parent), zero and negative durations (nothing), a child past its
+    parent's end (clipped), lanes interleaved in input order, times at the ends of int64, and
+    random nestings."""
+    import random
+
+    top = (1 << 63) - 1
+    spans: list[tuple[object, int, int, object]] = [
+        ("a", 0, 100, "p"), ("a", 0, 100, "q"), ("b", 0, 40, "r"), ("a", 0, 140, "s"), ("a", 30, 0, "z"),
+        ("a", 50, -5, "z"), ("b", 10, 90, "r"), ("a", 90, 500, "c"),
+        ("x", top - 100, 100, "big"), ("x", top - 50, 50, "small"), ("x", -(1 << 63), 10, "low"),
+        # an end past int64 (a start and a duration that fit, on a clock with a negative time base)
+        ("y", top - 5, 10, "over"), ("y", top - 3, 2, "in"),
+    ]
+    rng = random.Random(7)
+    for _ in range(3000):
+        spans.append((rng.choice("abcd"), rng.randrange(10_000), rng.choice((0, 1, 5, 50, 500, 5000)),
+                      rng.randrange(40)))
+    want: dict[object, int] = {}
+    for (lane, start, duration, key), own in zip(spans, self_times([s[:3] for s in spans])):
+        want[key] = want.get(key, 0) + own
+    assert (want["big"], want["small"], want["low"], want["over"], want["in"]) == (50, 50, 10, 8, 2)
+    for fold, walk in ((16, 7), (100, 1), (3000, 2)):
+        got, folded = _self_totals(spans, fold, walk, monkeypatch)
+        assert folded
+        assert got == list(want.items())
