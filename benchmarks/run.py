@@ -15,7 +15,9 @@ taken from beside that interpreter, else from PATH). What it measures (README, "
    totals per kernel) in sqlite3, on one run of >= 10M activity rows. Target <= 0.05 and < 0.3 s.
 4. Peak memory of ``profdb ingest`` at 1x and 4x input: the whole process tree's PSS (proportional set
    size: pages a forked worker shares with its parent count once), sampled every 50 ms, and the
-   largest single process's max RSS (wait4). Target < 300 MB at 4x, not growing with input.
+   largest single process's max RSS (wait4). Target < 300 MB at 4x, not growing with input. And
+   one Kineto trace 4x as large as another (one rank's long profile: a worker holds some of a file
+   until its end). Target: flat (< 1.25).
 5. ``profdb ingest`` of a 4-rank job's Nsight Systems exports, of its RPD traces (the real samples'
    tables repeated) / the sqlite3 CLI copying the tables profdb reads into one database; and of its
    rocprofv3 JSON files (the real sample's dispatches repeated) / the sqlite3 CLI storing each file's
@@ -67,10 +69,12 @@ class Sizes:
     rpd_copies: int = 6
     #: rocprofv3 JSON job (same ranks): the real sample's 43,915 dispatches this many times per rank's file
     rocprof_json_copies: int = 3
+    #: benchmark 4's one-trace Kineto shape: one rank's trace of this many MB, and of 4x as many
+    kineto_one_mb: float = 150.0
 
 
 FULL = Sizes(1_000_000, 32, 4, 8, 300.0, 10_000_000, 5)
-QUICK = Sizes(20_000, 8, 2, 4, 8.0, 200_000, 3, 16, 4.0, 2, 2, 1, 1)
+QUICK = Sizes(20_000, 8, 2, 4, 8.0, 200_000, 3, 16, 4.0, 2, 2, 1, 1, 4.0)
 
 
 # --------------------------------------------------------------------------- measuring
@@ -677,6 +681,40 @@ def bench_rss(b: Bench, ingest1: Measured) -> None:
         f"4x {i4.tree_peak_mb:.0f} MB tree ({i4.max_rss_mb:.0f} MB max process), {i4.wall_s:.1f} s",
         f"1x {ingest1.tree_peak_mb:.0f} MB tree ({ingest1.max_rss_mb:.0f} MB max process), {ingest1.wall_s:.1f} s",
         f"{' '.join(cmd4[:5])} {c4}/rank*"))
+    bench_kineto_rss(b)
+
+
+def bench_kineto_rss(b: Bench) -> None:
+    """4. Peak memory of ``profdb ingest`` of one Kineto trace 4x as large as another (one rank's long
+    profile: what a worker holds until a file's end grows with it, where a job of many files does not)."""
+    runs: dict[float, Measured] = {}
+    for times in (1.0, 4.0):
+        mb = b.sizes.kineto_one_mb * times
+        out = b.base / f"kineto-one-{times:g}x"
+        g = ensure(out, dict(ranks=1, size_mb=mb, names=320, gzip=False, seed=generate.SEED,
+                             version=generate.KINETO_VERSION),
+                   lambda: generate.generate_kineto(out, ranks=1, size_mb=mb), b.log)
+        trace = out / g["files"][0]
+        db = b.base / "ingest-kineto-one.db"
+        ms = []
+        for rep in range(max(1, b.a.repeat)):
+            drop_store(db)
+            b.log(f"4. profdb ingest of one {mb:,.0f} MB Kineto trace (run {rep + 1}) ...")
+            ms.append(measure([b.profdb, "ingest", "--db", str(db), "--run", f"kineto-one-{times:g}x", str(trace)]))
+            drop_store(db)
+            b.log(f"   {ms[-1].wall_s:.2f} s, tree peak PSS {ms[-1].tree_peak_mb:.0f} MB "
+                  f"({ms[-1].max_rss_mb:.0f} MB max process)")
+        runs[times] = best(ms)
+    one, four = runs[1.0], runs[4.0]
+    growth = four.tree_peak_mb / one.tree_peak_mb if one.tree_peak_mb else None
+    b.results["ingest_kineto_one"] = {"1x": asdict(one), "4x": asdict(four)}
+    mb = b.sizes.kineto_one_mb
+    b.rows.append(Row(
+        f"4. ingest peak RSS, one Kineto trace 4x / 1x ({4 * mb:,.0f} MB vs {mb:,.0f} MB of JSON)",
+        growth, "flat (< 1.25)", growth is not None and growth < 1.25,
+        f"4x {four.tree_peak_mb:.0f} MB tree ({four.max_rss_mb:.0f} MB max process), {four.wall_s:.1f} s",
+        f"1x {one.tree_peak_mb:.0f} MB tree ({one.max_rss_mb:.0f} MB max process), {one.wall_s:.1f} s",
+        f"profdb ingest --db DB {b.base}/kineto-one-4x/rank-0.json"))
 
 
 def main(argv: list[str] | None = None) -> int:
