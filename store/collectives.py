@@ -264,16 +264,19 @@ class _Union:
     ``pending`` is appended to directly by ``TimelineBuilder.add_many`` (the same list for the
     builder's life), which then calls ``compact``.
 
-    The union is folded as numpy columns (``columns``: int64 starts and ends, 16 bytes an interval),
-    not as a list of tuples: work that does not overlap (a GPU's kernels one after another) does not
-    shrink, and a tuple of two ints is ~120 bytes, each fold re-sorting all of them (one 484 MB
-    rocprofv3 JSON file of 1.05M dispatches: the worker grew to 290 MB). numpy is loaded by the first
-    fold only, i.e. for a file of at least _COMPACT such intervals; smaller ones never fold."""
+    Each fold is the union of the pending intervals as numpy columns (int64 starts and ends, 16 bytes
+    an interval), not a list of tuples: work that does not overlap (a GPU's kernels one after another)
+    does not shrink, and a tuple of two ints is ~120 bytes (one 484 MB rocprofv3 JSON file of 1.05M
+    dispatches: the worker grew to 290 MB). The folds are kept side by side and merged once, by
+    ``finish``: merging each into all the earlier ones re-sorted the whole union at every fold, whose
+    ever larger arrays, freed at the next fold, left glibc's heap holding ~25 MB more by the end of a
+    600 MB Kineto trace. numpy is loaded by the first fold only, i.e. for a file of at least _COMPACT
+    such intervals; smaller ones never fold."""
 
     __slots__ = ("columns", "pending")
 
     def __init__(self) -> None:
-        self.columns: Any = None  # (starts, ends) of the union folded so far, numpy int64; None: none yet
+        self.columns: list[Any] = []  # (starts, ends) of each fold's union, numpy int64
         self.pending: list[tuple[int, int]] = []
 
     def add(self, start: int, end: int) -> None:
@@ -284,7 +287,7 @@ class _Union:
         if len(self.pending) >= _COMPACT:
             from .columnar import fold  # (numpy)
 
-            self.columns = fold(self.columns, self.pending)
+            self.columns.append(fold(self.pending))
             self.pending.clear()
 
     def intervals(self) -> list[tuple[int, int]]:
@@ -292,7 +295,7 @@ class _Union:
         return list(self.pending)
 
     def __bool__(self) -> bool:
-        return bool(self.pending) or (self.columns is not None and len(self.columns[0]) > 0)
+        return bool(self.pending) or any(len(c[0]) for c in self.columns)
 
 
 class TimelineBuilder:
@@ -388,7 +391,7 @@ class TimelineBuilder:
         """(work domain, its work's coverage, work and communication's coverage together, the length of
         communication's union): device work when the rank has any, else CPU work. With numpy when a
         union was folded (a large file: ``_Union``), as ``columnar.ColumnTimeline`` does."""
-        if any(u.columns is not None for u in self.buckets()[1:]):
+        if any(u.columns for u in self.buckets()[1:]):
             from .columnar import bucket_columns, coverage_of
 
             return coverage_of(self, bucket_columns)

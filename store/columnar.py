@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
-from operator import add
+from operator import sub
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -287,13 +287,9 @@ def union(starts: I64, ends: I64) -> tuple[I64, I64]:
     return s[firsts], e[lasts]
 
 
-def fold(columns: tuple[I64, I64] | None, pending: Sequence[tuple[int, int]]) -> tuple[I64, I64]:
-    """The union of ``columns`` (a union folded before, or None) and the ``pending`` intervals, as
-    columns (``collectives._Union``'s fold)."""
-    starts, ends = _pairs(pending)
-    if columns is not None:
-        starts, ends = np.concatenate((columns[0], starts)), np.concatenate((columns[1], ends))
-    return union(starts, ends)
+def fold(pending: Sequence[tuple[int, int]]) -> tuple[I64, I64]:
+    """The union of the ``pending`` intervals as columns (``collectives._Union``'s fold)."""
+    return union(*_pairs(pending))
 
 
 def _pairs(intervals: Sequence[tuple[int, int]]) -> tuple[I64, I64]:
@@ -313,21 +309,27 @@ def span_columns(lanes: list[int], starts: list[int], durations: list[int], slot
 _WALK = 1 << 16
 
 
-def self_time_sums(chunks: Sequence[I64], out: list[int]) -> None:
+def self_time_sums(chunks: list[I64], out: list[int]) -> None:
     """Adds the self time of every range of ``span_columns`` chunks to ``out[slot]``: the ranges put in
     stack order by one sort (lane, start, the longer first, input order) and walked by
     ``intervals.walk_lane`` ``_WALK`` at a time, so the Python integers alive stay bounded. Ends are
-    added as Python integers (exact wherever a start plus a duration lands)."""
-    lane, start, duration, slot = np.concatenate(chunks, axis=1) if len(chunks) > 1 else chunks[0]
-    duration = np.maximum(duration, 0)
-    order = np.lexsort((np.arange(len(lane)), -duration, start, lane))
+    added as Python integers (exact wherever a start plus a duration lands). Takes ``chunks`` over:
+    it empties the list once they are joined, and reuses their arrays (memory at the file's end: the
+    joined columns, the sort's order and lexsort's own work, ~7 int64s a range)."""
+    cols = np.concatenate(chunks, axis=1) if len(chunks) > 1 else chunks[0]
+    chunks.clear()
+    lane, start, negative, slot = cols
+    np.maximum(negative, 0, out=negative)  # (a negative duration nests as a zero one)
+    np.negative(negative, out=negative)  # (the longer first; ends are start - negative)
+    # lexsort sorts key by key with numpy's stable sort, so equal keys keep input order
+    order = np.lexsort((negative, start, lane))
     stack: list[tuple[int, int]] = []
     last = None  # the lane the stack belongs to
     for at in range(0, len(order), _WALK):
         o = order[at : at + _WALK]
         lanes = lane[o]
         starts, slots = start[o].tolist(), slot[o].tolist()
-        ends = list(map(add, starts, duration[o].tolist()))
+        ends = list(map(sub, starts, negative[o].tolist()))
         # where the lane changes: at the chunk's start (from the last chunk's), and inside it
         cuts = (np.flatnonzero(lanes[1:] != lanes[:-1]) + 1).tolist()
         for a, b in zip([0, *cuts], [*cuts, len(o)]):
@@ -339,11 +341,9 @@ def self_time_sums(chunks: Sequence[I64], out: list[int]) -> None:
 
 
 def bucket_columns(bucket: Any, chunks: Sequence[tuple[I64, I64]] = ()) -> tuple[I64, I64]:
-    """All the intervals of a ``collectives._Union`` (its folded columns and those not folded yet),
+    """All the intervals of a ``collectives._Union`` (its folds' columns and those not folded yet),
     with ``chunks`` of columns kept beside it, as two int64 columns (not merged)."""
-    parts = list(chunks)
-    if bucket.columns is not None:
-        parts.append(bucket.columns)
+    parts = [*chunks, *bucket.columns]
     rest = bucket.intervals()
     if rest:
         parts.append(_pairs(rest))

@@ -181,5 +181,5 @@ class SelfTotals:
         if self.spans:
             self._fold()
         sums = [0] * len(self._slots)
-        self_time_sums(self._columns, sums)
+        self_time_sums(self._columns, sums)  # (which empties the list: totals() is the end of it)
         return dict(zip(self._slots, sums))

@@ -225,7 +225,7 @@ def test_unions_folded_as_columns_give_the_same_timeline(path: Path, monkeypatch
         t = TimelineBuilder(info.time_base_ns)
         for at in range(0, len(acts), 1000):
             t.add_many(acts[at : at + 1000])
-        folded = any(u.columns is not None for u in (t.device_work, t.cpu_work, t.device_comm, t.host_comm))
+        folded = any(bool(u.columns) for u in (t.device_work, t.cpu_work, t.device_comm, t.host_comm))
         assert folded == (compact == 16)
         return t.finish(0)
 

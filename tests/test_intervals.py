@@ -118,7 +118,8 @@ def _self_totals(spans: list[tuple[object, int, int, object]], fold: int, walk: 
             t.spans.append((lane, start, duration))  # (as the ingest worker feeds it)
             t.keys.append(key)
         t.compact()
-    return list(t.totals().items()), bool(t._columns)
+    folded = bool(t._columns)
+    return list(t.totals().items()), folded
 
 
 #: real traces with nested ranges (CPU ops, annotations): Kineto GPU and CPU-only
