@@ -269,7 +269,7 @@ class _Union:
     does not shrink, and a tuple of two ints is ~120 bytes (one 484 MB rocprofv3 JSON file of 1.05M
     dispatches: the worker grew to 290 MB). The folds are kept side by side and merged once, by
     ``finish``: merging each into all the earlier ones re-sorted the whole union at every fold, whose
-    ever larger arrays, freed at the next fold, left glibc's heap holding ~25 MB more by the end of a
+    ever larger arrays, freed at the next fold, left glibc's heap holding ~20 MB more by the end of a
     600 MB Kineto trace. numpy is loaded by the first fold only, i.e. for a file of at least _COMPACT
     such intervals; smaller ones never fold."""
 
