@@ -16,7 +16,10 @@ Consequence (tested on real traces): per lane, the self times add up to the unio
 ranges, so hotspot shares of one kind add up to 100%, where inclusive totals add up to 200% or more.
 
 Busy time. Work on several streams of one device, or several ops at once on one thread, overlaps;
-the busy time of a lane is the length of the union of its intervals, never the sum."""
+the busy time of a lane is the length of the union of its intervals, never the sum.
+
+(``SelfTotals`` folds a large file's ranges into numpy columns, ``columnar.span_columns``, loaded by
+its first fold only; the stack walk is this module's ``walk_lane`` either way.)"""
 
 from __future__ import annotations
 

@@ -178,3 +178,12 @@ def test_self_totals_folded_at_the_edges(monkeypatch: pytest.MonkeyPatch) -> Non
         got, folded = _self_totals(spans, fold, walk, monkeypatch)
         assert folded
         assert got == list(want.items())
+    # fed one range at a time (SelfTotals.add, as a transfer feeds it): it folds by itself
+    from profdb.store import intervals
+
+    monkeypatch.setattr(intervals, "FOLD", 16)
+    t = intervals.SelfTotals()
+    for lane, start, duration, key in spans:
+        t.add(lane, start, duration, key)
+    assert t._columns and len(t.spans) < 16
+    assert list(t.totals().items()) == list(want.items())
