@@ -271,7 +271,8 @@ class _Union:
     ``finish``: merging each into all the earlier ones re-sorted the whole union at every fold, whose
     ever larger arrays, freed at the next fold, left glibc's heap holding ~20 MB more by the end of a
     600 MB Kineto trace. numpy is loaded by the first fold only, i.e. for a file of at least _COMPACT
-    such intervals; smaller ones never fold."""
+    such intervals; smaller ones never fold. (``columnar.ColumnTimeline`` adds each column batch's
+    union to ``columns`` too.)"""
 
     __slots__ = ("columns", "pending")
 
@@ -291,7 +292,7 @@ class _Union:
             self.pending.clear()
 
     def intervals(self) -> list[tuple[int, int]]:
-        """The intervals not folded yet (all of them while ``columns`` is None)."""
+        """The intervals not folded yet (all of them while ``columns`` is empty)."""
         return list(self.pending)
 
     def __bool__(self) -> bool:

@@ -340,10 +340,10 @@ def self_time_sums(chunks: list[I64], out: list[int]) -> None:
             walk_lane(zip(starts[a:b], ends[a:b], slots[a:b]), out, stack)
 
 
-def bucket_columns(bucket: Any, chunks: Sequence[tuple[I64, I64]] = ()) -> tuple[I64, I64]:
-    """All the intervals of a ``collectives._Union`` (its folds' columns and those not folded yet),
-    with ``chunks`` of columns kept beside it, as two int64 columns (not merged)."""
-    parts = [*chunks, *bucket.columns]
+def bucket_columns(bucket: Any) -> tuple[I64, I64]:
+    """All the intervals of a ``collectives._Union`` (its unions' columns and the intervals not folded
+    yet) as two int64 columns (not merged)."""
+    parts = list(bucket.columns)
     rest = bucket.intervals()
     if rest:
         parts.append(_pairs(rest))
@@ -429,21 +429,16 @@ def entry_plan(kind: str, names: Sequence[str], category: str | None) -> EntryPl
                      {e: call_name(kind, names[e]) for e, h in enumerate(how) if h[1]})
 
 
-#: intervals kept per bucket before their chunks are folded into one union (bounds memory)
+#: intervals kept per bucket before its unions are folded into one (bounds memory)
 _FOLD = 1 << 20
 
 
 class ColumnTimeline(TimelineBuilder):
-    """A ``TimelineBuilder`` fed column batches (``add_columns``): each bucket's intervals are kept as
-    numpy unions and ``finish`` computes with them (``Cover``) what ``TimelineBuilder.finish`` computes
-    with Python lists; the few rows that may be collective calls or steps still go through
-    ``add_many`` (their intervals join the same unions at the end). tests/test_columnar.py checks both
-    give the same RankTimeline."""
-
-    def __init__(self, time_base_ns: int = 0) -> None:
-        super().__init__(time_base_ns)
-        self.chunks: dict[int, list[tuple[I64, I64]]] = {}
-        self.sizes: dict[int, int] = {}
+    """A ``TimelineBuilder`` fed column batches (``add_columns``): each batch's intervals join their
+    bucket as a numpy union (``_Union.columns``, beside its own folds) and ``finish`` computes with
+    them (``Cover``) what ``TimelineBuilder.finish`` computes with Python lists; the few rows that may
+    be collective calls or steps still go through ``add_many`` (their intervals join the same unions
+    at the end). tests/test_columnar.py checks both give the same RankTimeline."""
 
     def add_columns(self, b: ActivityColumns, plan: EntryPlan | None = None) -> None:
         """Add a batch's rows (``plan``: ``entry_plan`` of its names, made once for the batches of several
@@ -486,14 +481,10 @@ class ColumnTimeline(TimelineBuilder):
                 else:
                     mask = row_where == code
                     part = union(starts[mask], ends[mask])
-                key = id(buckets[code])
-                chunks = self.chunks.setdefault(key, [])
-                chunks.append(part)
-                self.sizes[key] = self.sizes.get(key, 0) + len(part[0])
-                if self.sizes[key] >= _FOLD and len(chunks) > 1:
-                    folded = union(np.concatenate([c[0] for c in chunks]), np.concatenate([c[1] for c in chunks]))
-                    self.chunks[key] = [folded]
-                    self.sizes[key] = len(folded[0])
+                unions = buckets[code].columns  # type: ignore[union-attr]  # (code 0, no bucket, is left out)
+                unions.append(part)
+                if len(unions) > 1 and sum(len(u[0]) for u in unions) >= _FOLD:
+                    unions[:] = [union(np.concatenate([u[0] for u in unions]), np.concatenate([u[1] for u in unions]))]
         if special_rows is not None:
             rows = np.nonzero(special_rows)[0]
             sub = ActivityColumns(
@@ -503,12 +494,10 @@ class ColumnTimeline(TimelineBuilder):
             )
             self.add_many(sub.records())
 
-    def _columns(self, bucket: Any) -> tuple[I64, I64]:
-        return bucket_columns(bucket, self.chunks.get(id(bucket), []))
-
     def _coverage(self) -> tuple[str, Covered, Covered, int]:
-        """``TimelineBuilder._coverage`` with numpy unions (the same steps, in the same order)."""
-        return coverage_of(self, self._columns)
+        """``TimelineBuilder._coverage`` with numpy unions (the same steps, in the same order), also
+        when no bucket holds a union yet."""
+        return coverage_of(self, bucket_columns)
 
     def _family_calls(self, rank: int, family: str, items: list[tuple[int, int, str, str, int | None]],
                       work: Covered, first_ns: int) -> tuple[CollectiveCall, ...]:
