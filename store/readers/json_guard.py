@@ -10,7 +10,10 @@ removed (one regular expression), every other byte but brackets deleted (``bytes
 ``{}`` folded into ``[]``; then ``[]`` pairs are removed repeatedly, each pass peeling one level
 (``bytes.replace``). The passes plus the ``[`` left unmatched bound the depth reached; the unmatched
 ``[`` are carried to the next read as levels still open. A string still open at the end of a read is
-carried as just its opening quote (and a pending backslash), so a huge string costs linear time."""
+carried as just its opening quote (and a pending backslash), so a huge string costs linear time.
+
+Also here: ``nesting`` (the depth of a complete text, for the fast readers' slices) and what msgspec's
+error on a slice cut from an array means (``bad_before_cut``, ``closed_inside``), for both fast readers."""
 
 from __future__ import annotations
 
@@ -135,3 +138,25 @@ class DepthGuard:
 
 def guarded(f: IO[bytes], path: Path) -> DepthGuard:
     return DepthGuard(f, path)
+
+
+# --------------------------------------------------------------------------- slices cut from an array
+# The fast readers (kineto_fast, rocprof_json_fast) decode an array a slice at a time: ``[`` + the text
+# up to an item's closing ``}`` + ``]``. What msgspec's error on such a piece says:
+
+_AT_BYTE = re.compile(r"\(byte (\d+)\)")
+_TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
+
+
+def bad_before_cut(error: Exception, piece: bytes) -> bool:
+    """Whether ``error`` lies before ``piece``'s last byte, so the data itself is bad: a wrong cut
+    fails at its end (the bracket added) or leaves a string or an object open ("truncated", no byte)."""
+    at = _AT_BYTE.search(str(error))
+    return at is not None and int(at.group(1)) < len(piece) - 1
+
+
+def closed_inside(error: Exception) -> int | None:
+    """Where the array closed inside the piece (the byte msgspec names, the one after the first
+    trailing one), or None when the error is not about trailing characters."""
+    closed = _TRAILING.search(str(error))
+    return int(closed.group(1)) if closed is not None else None

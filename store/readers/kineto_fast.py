@@ -37,7 +37,7 @@ from typing import IO, Any
 import msgspec
 
 from ..records import Activity, activity_of
-from .json_guard import MAX_JSON_DEPTH, nesting
+from .json_guard import MAX_JSON_DEPTH, bad_before_cut, closed_inside, nesting
 
 #: bytes of events decoded at once (about 7,000 events of a generated trace; one 37 MB trace read
 #: with 8 MB slices took 70 MB more memory, with 2 MB 24 MB more, for the same CPU time)
@@ -124,7 +124,8 @@ _REST_DECODER = msgspec.json.Decoder(_Rest)
 _OBJECT_DECODER = msgspec.json.Decoder(dict[str, Any])
 _START = re.compile(rb'"traceEvents"\s*:\s*\[')
 _NONE3 = (None, None, None)
-_AT_BYTE = re.compile(r"\(byte (\d+)\)")
+#: JSON whitespace, then the comma after an event
+_COMMA = re.compile(rb"[ \t\r\n]*,")
 
 
 def int_or_none(v: Any) -> int | None:
@@ -205,10 +206,9 @@ def _decode_slice(buf: bytes, done: int) -> tuple[list[_Event] | None, int]:
     for _ in range(_TRIES):
         brace = buf.rfind(b"}", 0, end)
         while brace > 0:
-            comma = brace + 1
-            while comma < len(buf) and buf[comma] in b" \t\r\n":
-                comma += 1
-            if comma < len(buf) and buf[comma] == 44:  # ","
+            after = _COMMA.match(buf, brace + 1)  # (a regex: a run of spaces costs C time, not a loop)
+            if after is not None:
+                comma = after.end() - 1
                 break
             brace = buf.rfind(b"}", 0, brace)
         if brace <= 0:
@@ -221,10 +221,7 @@ def _decode_slice(buf: bytes, done: int) -> tuple[list[_Event] | None, int]:
         except RecursionError:
             raise Fallback(done, "nested too deep") from None
         except msgspec.DecodeError as e:
-            # A wrong cut fails at its end: the closing bracket added (byte len - 1), or a string or
-            # an object left open ("truncated"); failing before means the data itself is bad
-            at = _AT_BYTE.search(str(e))
-            if at is not None and int(at.group(1)) < len(piece) - 1:
+            if bad_before_cut(e, piece):
                 raise Fallback(done, f"a slice does not decode ({e})") from None
             end = brace  # not a boundary between events: try an earlier one
             continue
@@ -335,7 +332,6 @@ _GPU_CATS = frozenset(GPU_CATS)
 _EVENTS_OPEN = re.compile(rb"\s*:\s*\[\s*")
 _NEXT_EVENT = re.compile(rb"\}\s*,\s*\{")
 _EVENT_END = re.compile(rb"\}\s*[,\]]")
-_TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
 #: event starts (tail) and cuts (both) tried in a blob before the caller's pattern takes over
 _DEVICE_TRIES = 6
 
@@ -358,14 +354,13 @@ def _whole_events(body: bytes) -> list[_DeviceEvent] | None:
         except (msgspec.ValidationError, RecursionError):
             return None
         except msgspec.DecodeError as e:
-            closed = _TRAILING.search(str(e))  # the events array closed inside the piece: decode that
+            closed = closed_inside(e)  # the events array closed inside the piece: decode that
             if closed is None:
-                at = _AT_BYTE.search(str(e))
-                if at is not None and int(at.group(1)) < len(piece) - 1:
+                if bad_before_cut(e, piece):
                     return None  # bad before the cut (or the blob's start is not an event's)
                 continue  # a cut inside a string or inside an event: try an earlier one
             try:  # (the byte msgspec names is the one after the closing bracket, or the comma after it)
-                return _DEVICE_DECODER.decode(piece[: int(closed.group(1))].rstrip(b" \t\r\n,"))
+                return _DEVICE_DECODER.decode(piece[:closed].rstrip(b" \t\r\n,"))
             except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
                 return None
     return None

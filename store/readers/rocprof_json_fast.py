@@ -36,7 +36,7 @@ from typing import IO, Any
 import msgspec
 
 from ..records import Activity, activity_of
-from .json_guard import MAX_JSON_DEPTH, nesting
+from .json_guard import MAX_JSON_DEPTH, bad_before_cut, closed_inside, nesting
 from .rocprof_json import _AGENT, _META, _STRINGS, _Tables, copy_activity
 
 #: the arrays decoded in slices: records and the two large tables
@@ -53,8 +53,6 @@ MAX_PENDING = 64 << 20
 _TAIL = 64
 #: failed cuts tried before more bytes are read
 _TRIES = 8
-_AT_BYTE = re.compile(r"\(byte (\d+)\)")
-_TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
 #: (JSON's whitespace: four bytes; ``\s`` would also pass \f and \v, which the reference refuses)
 _ITEM_END = re.compile(rb"[ \t\r\n]*([,\]])")
 _SPACE = re.compile(rb"[ \t\r\n]*")
@@ -229,18 +227,14 @@ class Walk:
             except RecursionError:
                 raise Fallback("nested too deep") from None
             except msgspec.DecodeError as e:
-                closed = _TRAILING.search(str(e))
+                closed = closed_inside(e)
                 if closed is not None:  # the array's own bracket closed inside the piece: its end
-                    # (msgspec names the byte after the first trailing one)
-                    piece = bytes(piece[: int(closed.group(1)) - 1].rstrip())
+                    piece = bytes(piece[: closed - 1].rstrip())
                     items = Walk._decode(decoder, piece)
                     brace = start + len(piece) - 3  # (so that the bracket comes next)
+                elif bad_before_cut(e, piece):
+                    raise Fallback(f"a slice does not decode ({e})") from None
                 else:
-                    # a wrong cut fails at its end (the bracket added) or leaves a string or an
-                    # object open ("truncated"); failing before that means the data itself is bad
-                    at = _AT_BYTE.search(str(e))
-                    if at is not None and int(at.group(1)) < len(piece) - 1:
-                        raise Fallback(f"a slice does not decode ({e})") from None
                     continue
             if nesting(piece) - 1 + _ITEM_DEPTH > MAX_JSON_DEPTH:
                 raise Fallback("nested too deep")
