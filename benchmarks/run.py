@@ -391,6 +391,13 @@ def bench_csv_ingest(b: Bench, shape: CsvShape) -> Measured:
     return ing
 
 
+def kineto_input(b: Bench, out: Path, ranks: int, size_mb: float) -> dict[str, Any]:
+    """``generate.generate_kineto`` into ``out`` unless it holds these traces already."""
+    return ensure(out, dict(ranks=ranks, size_mb=size_mb, names=320, gzip=False, seed=generate.SEED,
+                            version=generate.KINETO_VERSION),
+                  lambda: generate.generate_kineto(out, ranks=ranks, size_mb=size_mb), b.log)
+
+
 def bench_kineto(b: Bench, many: bool = False) -> None:
     """2. ``profdb ingest`` of Kineto traces / HTA's TraceAnalysis load of the same traces: a few
     large traces (``kineto``), or, with ``many``, a larger job's many small ones (``kineto-many-files``:
@@ -399,9 +406,7 @@ def bench_kineto(b: Bench, many: bool = False) -> None:
     key = "kineto-many-files" if many else "kineto"
     ranks, size_mb = (s.kineto_many_ranks, s.kineto_many_mb) if many else (s.kineto_ranks, s.kineto_mb)
     kdir = base / key
-    ensure(kdir, dict(ranks=ranks, size_mb=size_mb, names=320, gzip=False, seed=generate.SEED,
-                      version=generate.KINETO_VERSION),
-           lambda: generate.generate_kineto(kdir, ranks=ranks, size_mb=size_mb), log)
+    kineto_input(b, kdir, ranks, size_mb)
     kfiles = sorted(kdir.glob("rank-*.json"))
     warm(kfiles)
     hta_py = a.hta_venv / "bin" / "python"
@@ -691,10 +696,7 @@ def bench_kineto_rss(b: Bench) -> None:
     for times in (1.0, 4.0):
         mb = b.sizes.kineto_one_mb * times
         out = b.base / f"kineto-one-{times:g}x"
-        g = ensure(out, dict(ranks=1, size_mb=mb, names=320, gzip=False, seed=generate.SEED,
-                             version=generate.KINETO_VERSION),
-                   lambda: generate.generate_kineto(out, ranks=1, size_mb=mb), b.log)
-        trace = out / g["files"][0]
+        trace = out / kineto_input(b, out, 1, mb)["files"][0]
         db = b.base / "ingest-kineto-one.db"
         ms = []
         for rep in range(max(1, b.a.repeat)):
@@ -714,7 +716,7 @@ def bench_kineto_rss(b: Bench) -> None:
         growth, "flat (< 1.25)", growth is not None and growth < 1.25,
         f"4x {four.tree_peak_mb:.0f} MB tree ({four.max_rss_mb:.0f} MB max process), {four.wall_s:.1f} s",
         f"1x {one.tree_peak_mb:.0f} MB tree ({one.max_rss_mb:.0f} MB max process), {one.wall_s:.1f} s",
-        f"profdb ingest --db DB {b.base}/kineto-one-4x/rank-0.json"))
+        f"profdb ingest --db DB {trace}  (and the 1x trace beside it)"))
 
 
 def main(argv: list[str] | None = None) -> int:
