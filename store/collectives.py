@@ -36,9 +36,10 @@ import json
 import operator
 import re
 import statistics
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, Union, overload
 
 from .classify import category as _category
 from .intervals import Coverage, union_length
@@ -465,9 +466,8 @@ class Covered(Protocol):
 
 
 class Instance(NamedTuple):
-    """The k-th call of one collective in one group, matched across the ranks that made it. Stored
-    as columns, one entry per participating rank in rank order (a run can have hundreds of thousands
-    of instances and millions of calls: no object per call)."""
+    """The k-th call of one collective in one group, matched across the ranks that made it, one entry
+    per participating rank in rank order: what ``Instances`` gives for one instance."""
 
     group: str
     name: str
@@ -482,11 +482,181 @@ class Instance(NamedTuple):
     bytes: int | None
 
 
+#: an int64 column, or (holding a value past int64) a list
+Ints = Union["array[int]", list[int]]
+
+
+def _ints() -> array[int]:
+    return array("q")
+
+
+def _extend(column: Ints, values: Sequence[int]) -> Ints:
+    """``column`` with ``values`` added: an int64 array while they fit, else (a hostile timestamp) a
+    list from then on; the column to keep using."""
+    if isinstance(column, array):
+        try:
+            column.extend(values if isinstance(values, array) else array("q", values))
+            return column
+        except OverflowError:  # (nothing was added)
+            column = column.tolist()
+    column.extend(values)
+    return column
+
+
+def _append(column: Ints, value: int) -> Ints:
+    """``_extend`` by one value."""
+    if isinstance(column, array):
+        try:
+            column.append(value)
+            return column
+        except OverflowError:
+            column = column.tolist()
+    column.append(value)
+    return column
+
+
+class Instances(Sequence[Instance]):
+    """Matched instances (``Instance``) as columns: a run can have millions of calls, so per call only
+    its start, end, busy_before and window, as int64 (32 bytes a call, not ~200 as tuples of ints);
+    per instance its (group, collective), seq, size and participants, the participant tuples shared
+    (instances usually have one). Instance k's calls are ``bounds[k]:bounds[k + 1]`` of the call
+    columns, in the rank order of ``ranks_of(k)``. Indexing gives an ``Instance``, built on demand.
+    Built once (``add``, ``time_sorted``, ``on_ranks``), then only read."""
+
+    def __init__(self) -> None:
+        #: (group, collective) by number, and per instance its number
+        self.names: list[tuple[str, str]] = []
+        self._name_ids: dict[tuple[str, str], int] = {}
+        self.name: array[int] = _ints()
+        self.seq: array[int] = _ints()
+        #: the distinct participant tuples (global ranks, ascending), and per instance its index
+        self.parts: list[tuple[int, ...]] = []
+        self._part_ids: dict[tuple[int, ...], int] = {}
+        self.who: array[int] = _ints()
+        #: per instance the largest message size, and whether any rank recorded one
+        self.size: array[int] = _ints()
+        self.sized: array[int] = array("b")
+        self.bounds: array[int] = array("q", [0])
+        self.starts: Ints = _ints()
+        self.ends: Ints = _ints()
+        self.busy: Ints = _ints()
+        self.window: Ints = _ints()
+
+    def name_id(self, key: tuple[str, str]) -> int:
+        """The number of (group, collective) ``key`` (added when new)."""
+        n = self._name_ids.get(key)
+        if n is None:
+            n = self._name_ids[key] = len(self.names)
+            self.names.append(key)
+        return n
+
+    def part(self, ranks: tuple[int, ...]) -> int:
+        """The index of participant tuple ``ranks`` (added when new)."""
+        p = self._part_ids.get(ranks)
+        if p is None:
+            p = self._part_ids[ranks] = len(self.parts)
+            self.parts.append(ranks)
+        return p
+
+    def add(self, group: str, name: str, seq: int, ranks: tuple[int, ...], starts: Sequence[int],
+            ends: Sequence[int], busy_before: Sequence[int], window: Sequence[int], size: int | None) -> None:
+        """One instance, its columns in the order of ``ranks``."""
+        self.name.append(self.name_id((group, name)))
+        self.seq.append(seq)
+        self.who.append(self.part(ranks))
+        self.size.append(size or 0)
+        self.sized.append(size is not None)
+        self.bounds.append(self.bounds[-1] + len(ranks))
+        self.starts = _extend(self.starts, starts)
+        self.ends = _extend(self.ends, ends)
+        self.busy = _extend(self.busy, busy_before)
+        self.window = _extend(self.window, window)
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+    @overload
+    def __getitem__(self, k: int) -> Instance: ...
+
+    @overload
+    def __getitem__(self, k: slice) -> list[Instance]: ...
+
+    def __getitem__(self, k: int | slice) -> Instance | list[Instance]:
+        if isinstance(k, slice):
+            return [self[j] for j in range(*k.indices(len(self)))]
+        if not -len(self) <= k < len(self):
+            raise IndexError(k)
+        k %= len(self)
+        a, b = self.bounds[k], self.bounds[k + 1]
+        group, name = self.names[self.name[k]]
+        return Instance(group, name, self.seq[k], self.parts[self.who[k]], tuple(self.starts[a:b]),
+                        tuple(self.ends[a:b]), tuple(self.busy[a:b]), tuple(self.window[a:b]),
+                        self.size[k] if self.sized[k] else None)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Instances) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def ranks_of(self, k: int) -> tuple[int, ...]:
+        return self.parts[self.who[k]]
+
+    def first_starts(self) -> list[int]:
+        """Per instance its earliest call start (on the ranks' own clocks)."""
+        b, s = self.bounds, self.starts
+        return [min(s[b[k]:b[k + 1]]) for k in range(len(self))]
+
+    def time_sorted(self) -> Instances:
+        """These instances in time order: by their first call (on the ranks' own clocks), then group,
+        collective, seq; ``self`` when they are in it already."""
+        first, names, name, seq = self.first_starts(), self.names, self.name, self.seq
+        order = sorted(range(len(self)), key=lambda k: (first[k], names[name[k]], seq[k]))
+        if all(k == j for j, k in enumerate(order)):
+            return self
+        return self._take(order, {})
+
+    def on_ranks(self, known: set[int]) -> tuple[Instances, int]:
+        """These instances with only the calls of ``known`` ranks, and how many were left out for
+        having fewer than two of them; ``(self, 0)`` when nothing is left out."""
+        if all(len(p) >= 2 and known.issuperset(p) for p in self.parts):
+            return self, 0
+        keep = {p: [j for j, r in enumerate(ranks) if r in known] for p, ranks in enumerate(self.parts)}
+        order = [k for k in range(len(self)) if len(keep[self.who[k]]) >= 2]
+        return self._take(order, keep), len(self) - len(order)
+
+    def _take(self, order: Sequence[int], keep: Mapping[int, list[int]]) -> Instances:
+        """Instances ``order`` of these, in that order; of those whose participant tuple has
+        positions in ``keep``, only the calls at those positions."""
+        out = Instances()
+        out.names, out._name_ids = list(self.names), dict(self._name_ids)
+        cols = (self.starts, self.ends, self.busy, self.window)
+        new: list[Ints] = [_ints() for _ in cols]
+        bounds, who, parts = self.bounds, self.who, self.parts
+        for k in order:
+            a, b = bounds[k], bounds[k + 1]
+            p = who[k]
+            positions = keep.get(p)
+            if positions is None or len(positions) == b - a:
+                ranks = parts[p]
+                new = [_extend(c, col[a:b]) for c, col in zip(new, cols)]
+            else:
+                ranks = tuple(parts[p][j] for j in positions)
+                new = [_extend(c, [col[a + j] for j in positions]) for c, col in zip(new, cols)]
+            out.who.append(out.part(ranks))
+            out.bounds.append(out.bounds[-1] + len(ranks))
+        out.starts, out.ends, out.busy, out.window = new
+        out.name = array("q", [self.name[k] for k in order])
+        out.seq = array("q", [self.seq[k] for k in order])
+        out.size = array("q", [self.size[k] for k in order])
+        out.sized = array("b", [self.sized[k] for k in order])
+        return out
+
+
 @dataclass(frozen=True)
 class Matching:
     family: str
     #: in time order (earliest first call first)
-    instances: tuple[Instance, ...]
+    instances: Instances
     #: ranks whose calls were used
     ranks: tuple[int, ...]
     notes: tuple[str, ...] = ()
@@ -556,7 +726,7 @@ def match_instances(timelines: Sequence[RankTimeline], family: str | None = None
     else:
         ranks = tuple(t.rank for t in timelines if t.calls.get(family))
     if not family:
-        return Matching("", (), (), no_family_notes([t.rank for t in timelines],
+        return Matching("", Instances(), (), no_family_notes([t.rank for t in timelines],
                                                     [t.rank for t in timelines if any(t.calls.values())]))
     calls = CallColumns()
     for t in timelines:
@@ -656,14 +826,14 @@ def match_calls(calls: CallColumns, family: str, rank_ids: Mapping[int, int], ra
     """The instances of ``family``'s calls: the calls with one (group, collective, seq) on two ranks
     or more, each instance's columns in global-rank order. ``rank_ids``: ``calls.rank`` -> global
     rank (calls of other ranks are left out); ``ranks``: the run's ranks with a timeline, ``used``:
-    those with calls of ``family`` (for the notes). Sorts and splits the columns in numpy, then
-    builds one Instance per instance from Python lists (no object per call)."""
+    those with calls of ``family`` (for the notes). Sorts and splits the columns in numpy, into
+    ``Instances``' columns (no object per call)."""
     import numpy as np
 
     cols = calls.columns()
     names = {i: k for k, i in calls.keys.items() if k[0] == family}
     if not names:
-        return Matching(family, (), tuple(used), tuple(matching_notes(family, ranks, used, {})))
+        return Matching(family, Instances(), tuple(used), tuple(matching_notes(family, ranks, used, {})))
     key, seq, rank, start, end, busy, window, size, sized = cols
     ids = np.array(sorted(rank_ids), dtype=np.int64)
     mine = np.isin(key, list(names)) & np.isin(rank, ids)
@@ -684,27 +854,39 @@ def match_calls(calls: CallColumns, family: str, rank_ids: Mapping[int, int], ra
     firsts = np.concatenate([[0], cut]).astype(np.int64)
     lasts = np.concatenate([cut, [n]]).astype(np.int64)
     many = lasts - firsts >= 2
+    found = Instances()
+    if not many.any():
+        return Matching(family, found, tuple(used), tuple(notes))
+    # the calls of the instances (a (group, collective, seq) made on two ranks or more), in order
+    in_one = np.repeat(many, lasts - firsts)
+    picked = order[in_one]
     firsts, lasts = firsts[many], lasts[many]
-    if not len(firsts):
-        return Matching(family, (), tuple(used), tuple(notes))
     big = np.where(sized[order], size[order], np.iinfo(np.int64).min)
     largest = np.maximum.reduceat(big, firsts)
     any_size = np.logical_or.reduceat(sized[order], firsts)
-    g, s, r0, st, en, bb, wi = (c.tolist() for c in (key[firsts], seq[firsts], glob, start[order], end[order],
-                                                      busy[order], window[order]))
-    sizes = [int(x) if y else None for x, y in zip(largest.tolist(), any_size.tolist())]
-    found = [
-        Instance(*names[k][1:], q, tuple(r0[a:b]), tuple(st[a:b]), tuple(en[a:b]), tuple(bb[a:b]), tuple(wi[a:b]),
-                 z)
-        for k, q, a, b, z in zip(g, s, firsts.tolist(), lasts.tolist(), sizes)
-    ]
-    found.sort(key=time_order)
-    return Matching(family, tuple(found), tuple(used), tuple(notes))
-
-
-def time_order(i: Instance) -> tuple[int, str, str, int]:
-    """Instances in time order: by their first call (on the ranks' own clocks), then group, name, seq."""
-    return (min(i.starts), i.group, i.name, i.seq)
+    counts_of = (lasts - firsts).tolist()
+    found.bounds = array("q", np.concatenate([[0], np.cumsum(lasts - firsts)]).astype(np.int64).tobytes())
+    found.starts, found.ends, found.busy, found.window = (
+        array("q", c[picked].astype(np.int64).tobytes()) for c in (start, end, busy, window))
+    # participant tuples: one per distinct run of global ranks (looked up by its bytes)
+    raw = glob[in_one].astype(np.int64).tobytes()
+    by_bytes: dict[bytes, int] = {}
+    who = []
+    at = 0
+    for c in counts_of:
+        piece = raw[at : at + 8 * c]
+        p = by_bytes.get(piece)
+        if p is None:
+            p = by_bytes[piece] = found.part(tuple(array("q", piece)))
+        who.append(p)
+        at += 8 * c
+    found.who = array("q", who)
+    name_ids = {k: found.name_id(names[k][1:]) for k in np.unique(key[firsts]).tolist()}
+    found.name = array("q", [name_ids[k] for k in key[firsts].tolist()])
+    found.seq = array("q", seq[firsts].astype(np.int64).tobytes())
+    found.size = array("q", np.where(any_size, largest, 0).astype(np.int64).tobytes())
+    found.sized = array("b", any_size.astype(np.int8).tobytes())
+    return Matching(family, found.time_sorted(), tuple(used), tuple(notes))
 
 
 def _ranges(ranks: Sequence[int]) -> str:
@@ -742,7 +924,7 @@ BLOCKING_TOLERANCE_NS = 100_000
 CLOCK_SAMPLES = 4000
 
 
-def estimate_offsets(instances: Sequence[Instance], hosts: Mapping[int, str]) -> Clocks:
+def estimate_offsets(instances: Instances, hosts: Mapping[int, str]) -> Clocks:
     """One clock offset per host, from the instants at which collectives complete.
 
     Each instance in which host h and an already-aligned host take part gives one estimate:
@@ -753,10 +935,12 @@ def estimate_offsets(instances: Sequence[Instance], hosts: Mapping[int, str]) ->
     rejected; the error bound is the largest remaining deviation. Hosts are aligned outward from the
     host of the lowest rank, so hosts that share no collective with it can go through another host.
     Runs with more than CLOCK_SAMPLES instances use that many, evenly spread."""
+    picks: Sequence[int] = range(len(instances))
     if len(instances) > CLOCK_SAMPLES:
         step = len(instances) / CLOCK_SAMPLES
-        instances = [instances[int(i * step)] for i in range(CLOCK_SAMPLES)]
-    all_hosts = sorted({hosts[r] for ranks in {i.ranks for i in instances} for r in ranks if r in hosts})
+        picks = [int(i * step) for i in range(CLOCK_SAMPLES)]
+    parts, who, bounds, ends_col = instances.parts, instances.who, instances.bounds, instances.ends
+    all_hosts = sorted({hosts[r] for p in {who[k] for k in picks} for r in parts[p] if r in hosts})
     ranked = sorted(hosts.items())
     if not ranked:
         return Clocks("", {}, ("no rank identities: clocks not aligned",))
@@ -767,18 +951,20 @@ def estimate_offsets(instances: Sequence[Instance], hosts: Mapping[int, str]) ->
         return Clocks(reference, known, ())
     ends: list[dict[str, int]] = []  # per instance: host -> median end, for hosts whose ranks left together
     # (each distinct set of participants is split by host once; its hosts' ends are then picked in C)
-    layouts: dict[tuple[int, ...], list[tuple[str, Callable[[Sequence[int]], Sequence[int]]]]] = {}
-    for inst in instances:
-        layout = layouts.get(inst.ranks)
+    layouts: dict[int, list[tuple[str, Callable[[Sequence[int]], Sequence[int]]]]] = {}
+    for k in picks:
+        p = who[k]
+        layout = layouts.get(p)
         if layout is None:
             where: dict[str, list[int]] = {}
-            for j, r in enumerate(inst.ranks):
+            for j, r in enumerate(parts[p]):
                 if r in hosts:
                     where.setdefault(hosts[r], []).append(j)
-            layout = layouts[inst.ranks] = [(h, _picker(js)) for h, js in where.items()]
+            layout = layouts[p] = [(h, _picker(js)) for h, js in where.items()]
+        mine = ends_col[bounds[k] : bounds[k + 1]]
         row = {}
         for h, pick in layout:
-            v = sorted(pick(inst.ends))
+            v = sorted(pick(mine))
             if v[-1] - v[0] <= BLOCKING_TOLERANCE_NS:
                 row[h] = int(_sorted_median(v))
         if len(row) >= 2:
@@ -874,8 +1060,8 @@ TIE_NS = 1_000
 
 
 class InstanceResult(NamedTuple):
-    """One matched instance on the common clock (a NamedTuple, for the same reason as Instance):
-    its participants as columns, in rank order (``arrivals``: in arrival order)."""
+    """One matched instance on the common clock, what ``InstanceResults`` gives for one: its
+    participants as columns, in rank order (``arrivals``: in arrival order)."""
 
     group: str
     name: str
@@ -912,6 +1098,83 @@ class InstanceResult(NamedTuple):
     def waits(self) -> dict[int, int]:
         """rank -> time it waited for the latest arrival."""
         return {r: self.latest_ns - t for r, t in zip(self.ranks, self.times)}
+
+
+class InstanceResults(Sequence[InstanceResult]):
+    """The matched instances on the common clock (``InstanceResult``), as columns beside the
+    ``Instances`` they come from (only the ranks on a known clock): per call its arrival (``times``,
+    the instances' own starts when every host has offset 0), per instance its skew, last rank (-1 on
+    a tie), the ranks tied for last, the total wait and the latest arrival. Indexing gives an
+    ``InstanceResult``, built on demand; the methods below answer the verdict's questions without
+    building one per instance."""
+
+    def __init__(self, instances: Instances | None = None, times: Ints | None = None) -> None:
+        self.instances = instances if instances is not None else Instances()
+        self.times: Ints = times if times is not None else self.instances.starts
+        self.skew: Ints = _ints()
+        self.last: array[int] = _ints()
+        self.tied: list[tuple[int, ...]] = []
+        self.wait: Ints = _ints()
+        self.latest: Ints = _ints()
+
+    def __len__(self) -> int:
+        return len(self.last)
+
+    @overload
+    def __getitem__(self, k: int) -> InstanceResult: ...
+
+    @overload
+    def __getitem__(self, k: slice) -> list[InstanceResult]: ...
+
+    def __getitem__(self, k: int | slice) -> InstanceResult | list[InstanceResult]:
+        if isinstance(k, slice):
+            return [self[j] for j in range(*k.indices(len(self)))]
+        i = self.instances[k]  # (its own bounds check)
+        k %= len(self)
+        a, b = self.instances.bounds[k], self.instances.bounds[k + 1]
+        last = self.last[k]
+        return InstanceResult(i.group, i.name, i.seq, i.ranks, tuple(self.times[a:b]), self.skew[k],
+                              None if last < 0 else last, self.tied[k], i.bytes, self.wait[k], i.busy_before,
+                              i.window, self.latest[k])
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, InstanceResults) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def ties(self) -> int:
+        """How many instances ended in a tie (no last rank)."""
+        return self.last.count(-1)
+
+    def first_ns(self) -> int:
+        """The earliest arrival of all (common clock); the instances must not be empty."""
+        return int(min(map(operator.sub, self.latest, self.skew)))
+
+    def latest_ns(self) -> int:
+        """The latest arrival of all (common clock); the instances must not be empty."""
+        return max(self.latest)
+
+    def ranks(self) -> tuple[int, ...]:
+        """Every rank that took part in an instance, ascending."""
+        inst = self.instances
+        return tuple(sorted(set().union(*(inst.parts[p] for p in set(inst.who)))))
+
+    def sizes_with_last(self) -> list[int]:
+        """Per instance with a last rank, its number of participants."""
+        parts, who = self.instances.parts, self.instances.who
+        return [len(parts[who[k]]) for k, last in enumerate(self.last) if last >= 0]
+
+    def of_rank(self, rank: int) -> Iterator[tuple[int, Sequence[int], Sequence[int], Sequence[int]]]:
+        """Per instance ``rank`` took part in, in order: its position among the participants, and the
+        participants' arrivals, busy_before and window (slices of the columns)."""
+        inst = self.instances
+        where = {p: ranks.index(rank) for p, ranks in enumerate(inst.parts) if rank in ranks}
+        bounds, times, busy, window = inst.bounds, self.times, inst.busy, inst.window
+        for k, p in enumerate(inst.who):
+            j = where.get(p)
+            if j is not None:
+                a, b = bounds[k], bounds[k + 1]
+                yield j, times[a:b], busy[a:b], window[a:b]
 
 
 @dataclass(frozen=True)
@@ -963,7 +1226,7 @@ class Analysis:
     """Everything the collective timeline says about a run."""
 
     family: str
-    instances: tuple[InstanceResult, ...]
+    instances: InstanceResults
     ranks: Mapping[int, RankResult]
     steps: tuple[StepResult, ...]
     clocks: Clocks
@@ -978,16 +1241,6 @@ class Analysis:
     @property
     def has_timeline(self) -> bool:
         return bool(self.instances)
-
-    @functools.cached_property
-    def windows(self) -> Mapping[int, Mapping[int, tuple[int, int]]]:
-        """Per rank per instance it took part in (index into ``instances``): (busy_before_ns,
-        window_ns). Built on first use (the verdict reads the instances' columns directly)."""
-        out: dict[int, dict[int, tuple[int, int]]] = {}
-        for idx, i in enumerate(self.instances):
-            for r, b, w in zip(i.ranks, i.busy_before, i.window):
-                out.setdefault(r, {})[idx] = (b, w)
-        return out
 
 
 def analyze(
@@ -1011,13 +1264,11 @@ def analyze_matched(
     if clocks is None:
         clocks = estimate_offsets(matching.instances, hosts)
     notes = list(matching.notes) + list(clocks.notes)
-    results: list[InstanceResult] = []
     caused = {t.rank: 0 for t in timelines}
     suffered = {t.rank: 0 for t in timelines}
     last = {t.rank: 0 for t in timelines}
     tied = {t.rank: 0 for t in timelines}
     seen = {t.rank: 0 for t in timelines}
-    dropped = 0
     # per rank on a known clock: its host's offset and error
     shift: dict[int, int] = {}
     error: dict[int, int] = {}
@@ -1026,31 +1277,29 @@ def analyze_matched(
         if off is not None:
             shift[t.rank] = off.offset_ns
             error[t.rank] = off.error_ns
-    known = set(shift)
+    # ranks on a host whose clock is unknown are left out, and instances left with fewer than two ranks
+    insts, dropped = matching.instances.on_ranks(set(shift))
     same_clock = not any(shift.values())
     several = len(clocks.offsets) > 1
     spreads: list[int] = []  # per instance: latest end - earliest end on the common clock
     durations: list[int] = []  # per instance: its longest participant's call
-    # per distinct participant tuple (instances usually share one): all on a known clock?, their offsets
-    # and the largest clock error among them
-    per_ranks: dict[tuple[int, ...], tuple[bool, tuple[int, ...], int]] = {}
+    # per participant tuple: their offsets, the largest clock error among them, and the tie threshold
+    per_part = []
+    for rk in insts.parts:
+        err = max(error[r] for r in rk)
+        per_part.append((tuple(shift[r] for r in rk), TIE_NS if not several or 2 * err < TIE_NS else 2 * err))
     # per participant tuple: instances, the sum of their latest arrivals, each participant's sum of arrivals
-    sums: dict[tuple[int, ...], tuple[int, int, list[int]]] = {}
-    for inst in matching.instances:
-        rk, starts, ends, busy, window = inst.ranks, inst.starts, inst.ends, inst.busy_before, inst.window
-        how = per_ranks.get(rk)
-        if how is None:
-            how = per_ranks[rk] = (known.issuperset(rk), tuple(shift.get(r, 0) for r in rk),
-                                   max((error.get(r, 0) for r in rk), default=0))
-        all_known, offsets, err = how
-        if not all_known:  # ranks on a host whose clock is unknown are left out
-            keep = [j for j, r in enumerate(rk) if r in known]
-            rk, starts, ends, busy, window, offsets = (tuple(col[j] for j in keep)
-                                                       for col in (rk, starts, ends, busy, window, offsets))
-            err = max((error[r] for r in rk), default=0)
-        if len(rk) < 2:
-            dropped += 1
-            continue
+    sums: dict[int, tuple[int, int, list[int]]] = {}
+    results = InstanceResults(insts, None if same_clock else _ints())
+    times, skews, lasts, ties, waits, latests = (results.times, results.skew, results.last, results.tied,
+                                                 results.wait, results.latest)
+    bounds, starts_col, ends_col, parts = insts.bounds, insts.starts, insts.ends, insts.parts
+    no_tie: tuple[int, ...] = ()
+    for k, p in enumerate(insts.who):
+        rk = parts[p]
+        a, b = bounds[k], bounds[k + 1]
+        starts, ends = starts_col[a:b], ends_col[a:b]
+        offsets, tie_ns = per_part[p]
         durations.append(max(map(operator.sub, ends, starts)))
         if same_clock:
             arrive: Sequence[int] = starts
@@ -1058,33 +1307,36 @@ def analyze_matched(
         else:
             arrive = tuple(map(operator.sub, starts, offsets))
             leave = tuple(map(operator.sub, ends, offsets))
+            times = _extend(times, arrive)
         spreads.append(max(leave) - min(leave))
         order = sorted(arrive)
         latest = order[-1]
-        tie_ns = TIE_NS if not several or 2 * err < TIE_NS else 2 * err
         if latest - order[-2] > tie_ns:
-            last_rank: int | None = rk[arrive.index(latest)]
-            tops: tuple[int, ...] = ()
+            last_rank = rk[arrive.index(latest)]
+            tops = no_tie
         else:
-            last_rank = None
-            tops = tuple(sorted(r for r, a in zip(rk, arrive) if latest - a <= tie_ns))
-        total = sum(arrive)
-        total_wait = latest * len(arrive) - total
-        results.append(InstanceResult(inst.group, inst.name, inst.seq, rk, tuple(arrive), latest - order[0], last_rank,
-                                      tops, inst.bytes, total_wait, busy, window, latest))
+            last_rank = -1
+            tops = tuple(sorted(r for r, at in zip(rk, arrive) if latest - at <= tie_ns))
+        total_wait = latest * len(arrive) - sum(arrive)
+        skews = _append(skews, latest - order[0])
+        lasts.append(last_rank)
+        ties.append(tops)
+        waits = _append(waits, total_wait)
+        latests = _append(latests, latest)
         # wait suffered, summed per participant tuple: sum of latest arrivals minus the rank's own arrivals
-        acc = sums.get(rk)
-        sums[rk] = (1, latest, list(arrive)) if acc is None else (
+        acc = sums.get(p)
+        sums[p] = (1, latest, list(arrive)) if acc is None else (
             acc[0] + 1, acc[1] + latest, list(map(operator.add, acc[2], arrive)))
-        if last_rank is not None:
+        if last_rank >= 0:
             last[last_rank] += 1
             caused[last_rank] += total_wait
         else:
             for r in tops:
                 tied[r] += 1
-    for rk, (count, latest_sum, arrived) in sums.items():
-        for r, a in zip(rk, arrived):
-            suffered[r] += latest_sum - a
+    results.times, results.skew, results.wait, results.latest = times, skews, waits, latests
+    for p, (count, latest_sum, arrived) in sums.items():
+        for r, at in zip(parts[p], arrived):
+            suffered[r] += latest_sum - at
             seen[r] += count
     if dropped:
         notes.append(f"{dropped} instance(s) had fewer than two ranks on a known clock and were left out")
@@ -1105,10 +1357,10 @@ def analyze_matched(
                  f"{fmt_ns(duration)}, so arrival order and waits are not evidence of a straggler")
         notes.append(apart)
     steps = _steps(timelines, results, hosts, clocks)
-    return Analysis(matching.family, tuple(results), ranks_out, steps, clocks, tuple(notes), spread, duration, apart)
+    return Analysis(matching.family, results, ranks_out, steps, clocks, tuple(notes), spread, duration, apart)
 
 
-def _steps(timelines: Sequence[RankTimeline], results: Sequence[InstanceResult], hosts: Mapping[int, str],
+def _steps(timelines: Sequence[RankTimeline], results: InstanceResults, hosts: Mapping[int, str],
            clocks: Clocks) -> tuple[StepResult, ...]:
     """Per ProfilerStep#N present on at least two ranks: who the others waited on, and, for
     contrast, whose step was longest; per rank its figures in that step."""
@@ -1140,16 +1392,19 @@ def _steps(timelines: Sequence[RankTimeline], results: Sequence[InstanceResult],
     last: dict[tuple[int, int], int] = {}
     caused: dict[tuple[int, int], int] = {}
     suffered: dict[tuple[int, int], int] = {}
-    for res in results:
-        latest = res.latest_ns
-        for r, a in zip(res.ranks, res.times):
-            n = step_of(r, a)
+    inst = results.instances
+    bounds, parts, times = inst.bounds, inst.parts, results.times
+    for k, p in enumerate(inst.who):
+        a = bounds[k]
+        latest, last_rank = results.latest[k], results.last[k]
+        for r, at in zip(parts[p], times[a : bounds[k + 1]]):
+            n = step_of(r, at)
             if n is None:
                 continue
-            suffered[(n, r)] = suffered.get((n, r), 0) + latest - a
-            if r == res.last_rank:
+            suffered[(n, r)] = suffered.get((n, r), 0) + latest - at
+            if r == last_rank:
                 last[(n, r)] = last.get((n, r), 0) + 1
-                caused[(n, r)] = caused.get((n, r), 0) + res.wait_total_ns
+                caused[(n, r)] = caused.get((n, r), 0) + results.wait[k]
     out = []
     for n, per_rank in sorted(by_step.items()):
         if len(per_rank) < 2:

@@ -7,6 +7,7 @@ README ("Metrics")."""
 
 from __future__ import annotations
 
+import operator
 from dataclasses import replace
 from typing import Any
 
@@ -96,12 +97,15 @@ def collectives(db: Db, run: str | RunScope | None = None, top: int = 20) -> Res
     rv = _verdict(db, scope, a)
     notes = list(rv.findings.notes) + window_notes(rv.findings, scope)
     by_rank = {r.global_rank: r for r in scope.ranks}
-    t0 = min((i.first_ns for i in a.instances), default=0)
-    ordered = sorted(a.instances, key=lambda i: (-i.skew_ns, i.first_ns))
+    res = a.instances
+    firsts = list(map(operator.sub, res.latest, res.skew))
+    t0 = min(firsts, default=0)
+    # sorted by their columns: only the instances shown are built
+    order = sorted(range(len(res)), key=lambda k: (-res.skew[k], firsts[k]))
     if top > 0:
-        ordered = ordered[:top]
+        order = order[:top]
     rows: list[tuple[Any, ...]] = []
-    for i in ordered:
+    for i in map(res.__getitem__, order):
         last = by_rank.get(i.last_rank) if i.last_rank is not None else None
         rows.append((
             i.name, i.group, i.seq, len(i.ranks), i.first_ns - t0, i.skew_ns,

@@ -154,7 +154,7 @@ def match_stored(conn: Connection, run_id: int, rank_ids: Mapping[int, int], fam
     order = "ORDER BY run_id, family, collective, group_name, seq"  # the index's order: no sort
     # per (group, collective): how many instances each participant tuple made (instances usually share one)
     made: dict[tuple[str, str], dict[tuple[int, ...], int]] = {}
-    found: list[collectives.Instance] = []
+    found = collectives.Instances()
     rids_before: tuple[int, ...] = ()
     rk: tuple[int, ...] = ()
     in_order: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None = None
@@ -196,7 +196,7 @@ def match_stored(conn: Connection, run_id: int, rank_ids: Mapping[int, int], fam
                 size = None
             else:
                 size = max(b for b in nbytes if b is not None)
-            found.append(collectives.Instance(group, name, seq, rk, starts, ends, busy, window, size))
+            found.add(group, name, seq, rk, starts, ends, busy, window, size)
         if next(rows, None) is not None:
             raise QueryError("the collective calls of this run changed while they were read (an ingest into "
                              "it?): ask again when it is done")
@@ -207,8 +207,7 @@ def match_stored(conn: Connection, run_id: int, rank_ids: Mapping[int, int], fam
             for r in participants:
                 c[r] += times
     notes = collectives.matching_notes(family, ranks, used, counts)
-    found.sort(key=collectives.time_order)
-    return collectives.Matching(family, tuple(found), tuple(used), tuple(notes))
+    return collectives.Matching(family, found.time_sorted(), tuple(used), tuple(notes))
 
 
 def load_timelines(conn: Connection, rank_ids: Mapping[int, int], with_calls: bool = True) -> dict[int, RankTimeline]:
@@ -370,7 +369,7 @@ def analyze_run(conn: Connection, scope: RunScope, fresh_clocks: bool = False,
     stored = load_timelines(conn, rank_ids, with_calls=False)
     timelines = [stored[r.id] for r in scope.ranks if r.id in stored]
     if not timelines:
-        return Analysis("", (), {}, (), collectives.Clocks("", {}), (
+        return Analysis("", collectives.InstanceResults(), {}, (), collectives.Clocks("", {}), (
             "no collective timeline stored for this run (its profiles have no timed activity, or were ingested "
             "before this profdb version: re-ingest them)",))
     having = calls_by_family(conn, scope.id, rank_ids)
@@ -385,7 +384,8 @@ def analyze_run(conn: Connection, scope: RunScope, fresh_clocks: bool = False,
     elif family:
         matching = match_stored(conn, scope.id, rank_ids, family, all_ranks, used)
     else:
-        matching = collectives.Matching("", (), (), collectives.no_family_notes(all_ranks, with_calls))
+        matching = collectives.Matching("", collectives.Instances(), (),
+                                        collectives.no_family_notes(all_ranks, with_calls))
     ids = identities(scope)
     clocks = None if fresh_clocks else stored_clocks(conn, scope, {ids[t.rank].host for t in timelines})
     a = collectives.analyze_matched(timelines, matching, ids, clocks)

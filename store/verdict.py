@@ -126,16 +126,14 @@ def rank_view(analysis: Analysis, rank: int) -> list[Seen]:
     """``rank`` in each instance it took part in, in instance order (the ``view`` argument of the
     functions below: ``decide`` computes it once for its candidate)."""
     out = []
-    for i in analysis.instances:
-        if rank in i.ranks:
-            p = i.ranks.index(rank)
-            arrived = sorted(i.times)
-            mine = i.times[p]
-            # without one arrival equal to the rank's (which one does not change the median)
-            idle = sorted(map(operator.sub, i.window, i.busy_before))
-            out.append(Seen(i.busy_before[p], _others_median(i.busy_before, p), mine,
-                            _sorted_median_without(arrived, bisect.bisect_left(arrived, mine)), i.window[p],
-                            _sorted_median_without(idle, bisect.bisect_left(idle, i.window[p] - i.busy_before[p]))))
+    for p, times, busy, window in analysis.instances.of_rank(rank):
+        arrived = sorted(times)
+        mine = times[p]
+        # without one arrival equal to the rank's (which one does not change the median)
+        idle = sorted(map(operator.sub, window, busy))
+        out.append(Seen(busy[p], _others_median(busy, p), mine,
+                        _sorted_median_without(arrived, bisect.bisect_left(arrived, mine)), window[p],
+                        _sorted_median_without(idle, bisect.bisect_left(idle, window[p] - busy[p]))))
     return out
 
 
@@ -224,7 +222,7 @@ def decide(analysis: Analysis, identities: Mapping[int, RankIdentity]) -> Verdic
     """The verdict from the collective timeline (module doc). ``analysis`` must have instances;
     use ``decide_from_totals`` otherwise."""
     ranks = analysis.ranks
-    n = sum(1 for i in analysis.instances if i.last_rank is not None)
+    n = len(analysis.instances) - analysis.instances.ties()
     total_wait = sum(r.wait_caused_ns for r in ranks.values())
     ident = identities.get
     if n == 0 or total_wait == 0:
@@ -233,7 +231,7 @@ def decide(analysis: Analysis, identities: Mapping[int, RankIdentity]) -> Verdic
                        f"{len(analysis.instances)} ended in a tie)", "timeline", instances=len(analysis.instances))
     order = sorted(ranks.values(), key=lambda r: (-r.wait_caused_ns, r.rank))
     c = order[0]
-    probs = [1 / len(i.ranks) for i in analysis.instances if i.last_rank is not None]
+    probs = [1 / n for n in analysis.instances.sizes_with_last()]
     p = min(1.0, p_at_least(c.last, probs) * len(ranks))
     wait_share = c.wait_caused_ns / total_wait
     others_time = sum(r.span_ns for r in ranks.values() if r.rank != c.rank)
@@ -391,10 +389,9 @@ def findings_of(analysis: Analysis, identities: Mapping[int, RankIdentity]) -> F
     insts = analysis.instances
     window = None
     if insts:
-        window = Window(min(i.first_ns for i in insts), max(i.latest_ns for i in insts),
-                        tuple(sorted(set().union(*(i.ranks for i in insts)))))
+        window = Window(insts.first_ns(), insts.latest_ns(), insts.ranks())
     decided = decide(analysis, identities) if insts and analysis.apart is None else None
-    return Findings(analysis.family, len(insts), sum(1 for i in insts if i.last_rank is None), window,
+    return Findings(analysis.family, len(insts), insts.ties(), window,
                     analysis.clocks, analysis.ranks, analysis.steps, analysis.notes, analysis.end_spread_ns,
                     analysis.duration_ns, analysis.apart, decided)
 
