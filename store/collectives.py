@@ -39,7 +39,7 @@ import statistics
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol, Union, overload
+from typing import Any, NamedTuple, Protocol, TypeVar, Union, overload
 
 from .classify import category as _category
 from .intervals import Coverage, union_length
@@ -482,6 +482,7 @@ class Instance(NamedTuple):
     bytes: int | None
 
 
+T = TypeVar("T")
 #: an int64 column, or (holding a value past int64) a list
 Ints = Union["array[int]", list[int]]
 
@@ -515,7 +516,33 @@ def _append(column: Ints, value: int) -> Ints:
     return column
 
 
-class Instances(Sequence[Instance]):
+class _Built(Sequence[T]):
+    """A sequence of items built on demand (``_at``) from columns: indexing, slicing (a list), and
+    equality item by item."""
+
+    def _at(self, k: int) -> T:
+        raise NotImplementedError
+
+    @overload
+    def __getitem__(self, k: int) -> T: ...
+
+    @overload
+    def __getitem__(self, k: slice) -> list[T]: ...
+
+    def __getitem__(self, k: int | slice) -> T | list[T]:
+        if isinstance(k, slice):
+            return [self._at(j) for j in range(*k.indices(len(self)))]
+        if not -len(self) <= k < len(self):
+            raise IndexError(k)
+        return self._at(k % len(self))
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class Instances(_Built[Instance]):
     """Matched instances (``Instance``) as columns: a run can have millions of calls, so per call only
     its start, end, busy_before and window, as int64 (32 bytes a call, not ~200 as tuples of ints);
     per instance its (group, collective), seq, size and participants, the participant tuples shared
@@ -575,28 +602,12 @@ class Instances(Sequence[Instance]):
     def __len__(self) -> int:
         return len(self.seq)
 
-    @overload
-    def __getitem__(self, k: int) -> Instance: ...
-
-    @overload
-    def __getitem__(self, k: slice) -> list[Instance]: ...
-
-    def __getitem__(self, k: int | slice) -> Instance | list[Instance]:
-        if isinstance(k, slice):
-            return [self[j] for j in range(*k.indices(len(self)))]
-        if not -len(self) <= k < len(self):
-            raise IndexError(k)
-        k %= len(self)
+    def _at(self, k: int) -> Instance:
         a, b = self.bounds[k], self.bounds[k + 1]
         group, name = self.names[self.name[k]]
         return Instance(group, name, self.seq[k], self.parts[self.who[k]], tuple(self.starts[a:b]),
                         tuple(self.ends[a:b]), tuple(self.busy[a:b]), tuple(self.window[a:b]),
                         self.size[k] if self.sized[k] else None)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Instances) and list(self) == list(other)
-
-    __hash__ = None  # type: ignore[assignment]
 
     def ranks_of(self, k: int) -> tuple[int, ...]:
         return self.parts[self.who[k]]
@@ -1100,7 +1111,7 @@ class InstanceResult(NamedTuple):
         return {r: self.latest_ns - t for r, t in zip(self.ranks, self.times)}
 
 
-class InstanceResults(Sequence[InstanceResult]):
+class InstanceResults(_Built[InstanceResult]):
     """The matched instances on the common clock (``InstanceResult``), as columns beside the
     ``Instances`` they come from (only the ranks on a known clock): per call its arrival (``times``,
     the instances' own starts when every host has offset 0), per instance its skew, last rank (-1 on
@@ -1120,27 +1131,13 @@ class InstanceResults(Sequence[InstanceResult]):
     def __len__(self) -> int:
         return len(self.last)
 
-    @overload
-    def __getitem__(self, k: int) -> InstanceResult: ...
-
-    @overload
-    def __getitem__(self, k: slice) -> list[InstanceResult]: ...
-
-    def __getitem__(self, k: int | slice) -> InstanceResult | list[InstanceResult]:
-        if isinstance(k, slice):
-            return [self[j] for j in range(*k.indices(len(self)))]
-        i = self.instances[k]  # (its own bounds check)
-        k %= len(self)
+    def _at(self, k: int) -> InstanceResult:
+        i = self.instances[k]
         a, b = self.instances.bounds[k], self.instances.bounds[k + 1]
         last = self.last[k]
         return InstanceResult(i.group, i.name, i.seq, i.ranks, tuple(self.times[a:b]), self.skew[k],
                               None if last < 0 else last, self.tied[k], i.bytes, self.wait[k], i.busy_before,
                               i.window, self.latest[k])
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, InstanceResults) and list(self) == list(other)
-
-    __hash__ = None  # type: ignore[assignment]
 
     def ties(self) -> int:
         """How many instances ended in a tie (no last rank)."""
