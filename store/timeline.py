@@ -437,15 +437,37 @@ def store_analysis(conn: Connection, run: str, kept: collectives.CallColumns | N
     a = analyze_run(conn, scope, fresh_clocks=True, kept=kept)
     rows = [dict(run_id=run_id, hostname=o.host[:255], offset_ns=o.offset_ns, error_ns=o.error_ns, samples=o.samples)
             for o in a.clocks.offsets.values()]
+    clamped = fit_bigint(rows)
     if rows and a.instances:
         conn.execute(insert(HostClock), rows)
-    save_findings(conn, scope, verdict.findings_of(a, identities(scope)))
+    save_findings(conn, scope, verdict.findings_of(a, identities(scope)), clamped)
     return scope
 
 
-def save_findings(conn: Connection, scope: RunScope, f: verdict.Findings) -> None:
+#: said in the kept analysis's notes when ``fit_bigint`` changed a figure
+CLAMPED_NOTE = ("some of this analysis's figures are beyond what a 64-bit integer holds (292 years: the ranks' "
+                "clocks are not comparable); the store keeps the largest one instead")
+
+
+def fit_bigint(rows: Sequence[dict[str, Any]]) -> bool:
+    """Clamps, in place, the integers of ``rows`` outside BIGINT's range to its nearest end, and says
+    whether there were any. Files' timestamps are checked to fit in 64 bits, but figures derived from
+    several ranks need not: a difference of two ranks' times (an arrival minus a clock offset, a wait)
+    on clocks hundreds of years apart (a trace with no time base beside one with), or a sum of them."""
+    clamped = False
+    for row in rows:
+        for key, value in row.items():
+            if type(value) is int and not validate.INT64_MIN <= value <= validate.INT64_MAX:
+                row[key] = validate.INT64_MAX if value > 0 else validate.INT64_MIN
+                clamped = True
+    return clamped
+
+
+def save_findings(conn: Connection, scope: RunScope, f: verdict.Findings, clamped: bool = False) -> None:
     """Replace the run's ``run_analysis`` row (and its rank and step rows) with ``f``, under the
-    fingerprint of the run as ``scope`` and the store hold it now."""
+    fingerprint of the run as ``scope`` and the store hold it now. Figures past BIGINT's range are
+    kept as its nearest end (``fit_bigint``), and the notes say so (also when ``clamped``: the
+    caller's rows were)."""
     # the rank and step rows would go with it (ON DELETE CASCADE), but SQLite's keys are off in a bulk load
     for model in (RunAnalysisRow, RankAnalysisRow, StepAnalysisRow):
         conn.execute(delete(model).where(model.run_id == scope.id))
@@ -454,7 +476,7 @@ def save_findings(conn: Connection, scope: RunScope, f: verdict.Findings) -> Non
     clocks = {"reference": f.clocks.reference,
               "offsets": [[o.host, o.offset_ns, o.error_ns, o.samples] for o in f.clocks.offsets.values()],
               "notes": list(f.clocks.notes)}
-    conn.execute(insert(RunAnalysisRow).values(
+    run_row = dict(
         run_id=scope.id, fingerprint=fingerprint(conn, scope), computed_at=runs.now(), family=f.family,
         instances=f.instances, tied_instances=f.tied, window_first_ns=w.first_ns if w else None,
         window_last_ns=w.last_ns if w else None, window_ranks_json=json.dumps(list(w.ranks)) if w else None,
@@ -463,8 +485,8 @@ def save_findings(conn: Connection, scope: RunScope, f: verdict.Findings) -> Non
         verdict_last=d.last if d else None, verdict_instances=d.instances if d else None,
         p_value=d.p_value if d else None, wait_share=d.wait_share if d else None,
         time_share=d.time_share if d else None, work_ratio=d.work_ratio if d else None,
-        lateness=d.lateness if d else None, clocks_json=json.dumps(clocks), notes_json=json.dumps(list(f.notes)),
-    ))
+        lateness=d.lateness if d else None, clocks_json=json.dumps(clocks),
+    )
     ids = {r.global_rank: r.id for r in scope.ranks}
     rank_rows = [dict(rank_id=ids[g], run_id=scope.id, clock_offset_ns=f.clocks.offset(x.host),
                       **{c: getattr(x, "last" if c == "entered_last" else c) for c in RANK_FIGURES})
@@ -473,6 +495,9 @@ def save_findings(conn: Connection, scope: RunScope, f: verdict.Findings) -> Non
                       wait_caused_ns=x.wait_caused_ns, wait_suffered_ns=x.wait_suffered_ns, busy_ns=x.busy_ns,
                       idle_ns=x.idle_ns, exposed_comm_ns=x.exposed_comm_ns)
                  for s in f.steps for g, x in s.ranks.items()]
+    clamped = fit_bigint([run_row, *rank_rows, *step_rows]) or clamped
+    run_row["notes_json"] = json.dumps([*f.notes, CLAMPED_NOTE] if clamped else list(f.notes))
+    conn.execute(insert(RunAnalysisRow).values(**run_row))
     if rank_rows:
         conn.execute(insert(RankAnalysisRow), rank_rows)
     if step_rows:
