@@ -222,6 +222,7 @@ def _load(
                     if err is e:
                         raise
                     raise err from e
+                _fits(inp, parsed)
                 writer.merge(rank_id, source_id, parsed)
                 merged(rank_id)
                 file_done(inp, source_id, parsed.counts)
@@ -237,6 +238,12 @@ def _load(
         report.ranks, report.world_size = runs.ranks_of(conn, run_id)
         report.missing_ranks = missing_ranks([r[0] for r in report.ranks], report.world_size)
         report.ended_badly = [f"rank {r.global_rank} {r.end()}" for r in scope.ended_abnormally()]
+
+
+def _fits(inp: InputFile, parsed: ingest_workers.Parsed) -> None:
+    """The file's timeline, as a worker made it, fits the store (``validate.spanned``)."""
+    if parsed.timeline is not None:
+        validate.spanned(inp.path, parsed.timeline.first_ns, parsed.timeline.last_ns)
 
 
 @contextmanager
@@ -395,6 +402,7 @@ def _parse_in_workers(
     def merge_ready(index: int, parsed: ingest_workers.Parsed) -> None:
         for i, p in order.done(index, parsed):
             rank_id = sources[i][1]
+            _fits(sources[i][0], p)
             writer.merge(rank_id, sources[i][2], p)
             counts[i] = p.counts
             merged(rank_id)

@@ -104,6 +104,15 @@ def summed(path: Path, total_ns: int) -> None:
         raise _bad(path, f"its durations add up to {total_ns} ns, past what 64 bits hold")
 
 
+def spanned(path: Path, first_ns: int, last_ns: int) -> None:
+    """The time a file's activity spans (its first start to its last end) fits in 64 bits: what the
+    store keeps of its timeline is shorter (a collective call's window, busy and communication time),
+    so it fits too. Each time does (``activities``), but not always their difference."""
+    if last_ns - first_ns > INT64_MAX:
+        raise _bad(path, f"its activity spans {last_ns - first_ns} ns (from {first_ns} to {last_ns} ns), past "
+                   "what 64 bits hold (292 years)")
+
+
 class PastInt64(InputError):
     """A figure of one rank, added up over its files, past what 64 bits hold: each file's own totals
     are checked (``summed``), their sum where a rank's files meet (``bulk.Writer.merge``, the summary's

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from conftest import Invoke, file_bytes, sql
 from profdb.store import validate
+from profdb.store.ingest_workers import ENV_WORKERS
 
 KINETO = Path(__file__).parent / "data" / "kineto" / "torchrun4_cpu" / "rank0_iter5_7.json.gz"
 CSV = Path(__file__).parent / "data" / "rocprofv3_csv" / "rocm-systems_2025-08" / "kernel_trace.csv"
@@ -293,6 +294,26 @@ def test_csv_cut_inside_its_last_field(tmp_path: Path, db_path: Path, run_cli: I
     raw = (ROCM25 / "memory_copy_trace.csv").read_bytes().rstrip(b"\n")
     f = _rank_file(tmp_path, "memory_copy_trace.csv", raw[:-10])
     _fails(run_cli, db_path, seeded, "--run", "x", f, match=f"{f}: memcpy 'MEMORY_COPY_DEVICE_TO_HOST'")
+
+
+def test_a_trace_whose_activity_spans_past_64_bits(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real trace without its time base, its first all-reduce moved to -9.2e18 ns and the other two
+    to +9.2e18: each time fits in 64 bits, but the window before the second call (from the end of the
+    first) does not, and storing it was a traceback; refused, naming the file, in workers and without."""
+
+    def edit(t: dict[str, Any]) -> None:
+        t["baseTimeNanoseconds"] = 0
+        calls = [e for e in t["traceEvents"] if e.get("ph") == "X" and e.get("name") == "gloo:all_reduce"]
+        assert len(calls) == 3
+        for e, ts in zip(calls, (-9.2e15, 9.2e15, 9.2e15 + 100)):
+            e["ts"] = ts
+
+    f = kineto(tmp_path, edit)
+    for workers in ("1", "0"):
+        monkeypatch.setenv(ENV_WORKERS, workers)
+        _fails(run_cli, db_path, seeded, "--run", "x", f, match=f"{f}: its activity spans 18400000000")
+    _fails(run_cli, db_path, seeded, "--run", "x", f, match="past what 64 bits hold (292 years)")
 
 
 @pytest.mark.parametrize("name", ["kernel_trace.csv", "hip_runtime_trace.csv"])
