@@ -425,7 +425,8 @@ def test_kineto_durations_that_add_up_past_64_bits(
 
 
 @pytest.mark.parametrize("cell", ["inf", "-nan", "12x", "1e999"])
-@pytest.mark.parametrize("name, column", [("kernel_trace.csv", "Start_Timestamp"), ("memory_copy_trace.csv", "Stream_Id")])
+@pytest.mark.parametrize("name, column", [("kernel_trace.csv", "Start_Timestamp"), ("memory_copy_trace.csv", "Stream_Id"),
+                                          ("memory_copy_trace.csv", "Start_Timestamp")])
 def test_csv_number_cell_that_is_no_integer(
     tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes, cell: str, name: str, column: str
 ) -> None:
@@ -442,6 +443,20 @@ def test_csv_number_cell_that_is_no_integer(
     f = _rank_file(tmp_path, name, ("\n".join(lines) + "\n").encode())
     err = _fails(run_cli, db_path, seeded, "--run", "x", f, match=f"'{cell}' is not an integer")
     assert f"{f}: line 4: " in err
+
+
+@pytest.mark.parametrize("name", ["kernel_trace.csv", "memory_copy_trace.csv"])
+def test_a_huge_cell_is_quoted_cut(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes, name: str) -> None:
+    """A 70,000-character timestamp cell: the message quotes its start and says how long it is (the
+    row path quoted it whole, in Python's own words: "invalid literal for int() with base 10")."""
+    lines = (ROCM25 / name).read_text().splitlines()
+    header = next(csv.reader([lines[0]]))
+    row = next(csv.reader([lines[3]]))
+    row[header.index("Start_Timestamp")] = "a" * 70_000
+    lines[3] = ",".join(f'"{v}"' if "," in v else v for v in row)
+    f = _rank_file(tmp_path, name, ("\n".join(lines) + "\n").encode())
+    err = _fails(run_cli, db_path, seeded, "--run", "x", f, match=f"{f}: line 4: ")
+    assert "(70,000 characters) is not an integer" in err and len(err) < 1_000, err[:2_000]
 
 
 def test_csv_cut_inside_its_header(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:

@@ -209,7 +209,21 @@ def _int(value: str) -> int | None:
     try:
         return int(float(value))
     except (ValueError, OverflowError):
-        raise ValueError(f"{value!r} is not an integer") from None
+        raise ValueError(f"{_quoted(value)} is not an integer") from None
+
+
+def _whole(value: str) -> int:
+    """A cell that must be an integer (a timestamp); a ValueError quoting it otherwise."""
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{_quoted(value)} is not an integer") from None
+
+
+def _quoted(value: str, most: int = 40) -> str:
+    """A cell as an error message shows it: quoted, cut after ``most`` characters (a damaged file's
+    cell can be megabytes long)."""
+    return repr(value) if len(value) <= most else f"{value[:most]!r}... ({len(value):,} characters)"
 
 
 def _rows(path: Path) -> Iterator[tuple[int, list[str], dict[str, int]]]:
@@ -335,8 +349,8 @@ def _counters(path: Path) -> Iterator[Record]:
 def _copies(path: Path) -> Iterator[Record]:
     for lineno, row, ix in _rows(path):
         try:
-            start = int(row[ix["Start_Timestamp"]])
-            end = int(row[ix["End_Timestamp"]])
+            start = _whole(row[ix["Start_Timestamp"]])
+            end = _whole(row[ix["End_Timestamp"]])
             src = _agent(row[ix["Source_Agent_Id"]]) if "Source_Agent_Id" in ix else None
             dst = _agent(row[ix["Destination_Agent_Id"]]) if "Destination_Agent_Id" in ix else None
             yield Activity(
@@ -357,8 +371,8 @@ def _copies(path: Path) -> Iterator[Record]:
 def _apis(path: Path) -> Iterator[Record]:
     for lineno, row, ix in _rows(path):
         try:
-            start = int(row[ix["Start_Timestamp"]])
-            end = int(row[ix["End_Timestamp"]])
+            start = _whole(row[ix["Start_Timestamp"]])
+            end = _whole(row[ix["End_Timestamp"]])
             domain = row[ix["Domain"]]
             kind = "annotation" if domain.startswith("MARKER") else "api"
             yield Activity(
@@ -383,8 +397,8 @@ def _allocations(path: Path) -> Iterator[Record]:
     _FREE, _VMEM_ALLOCATE...); the agent is set for allocations only, as rocprofv3 writes it."""
     for lineno, row, ix in _rows(path):
         try:
-            start = int(row[ix["Start_Timestamp"]])
-            end = int(row[ix["End_Timestamp"]])
+            start = _whole(row[ix["Start_Timestamp"]])
+            end = _whole(row[ix["End_Timestamp"]])
             size = _int(row[ix["Allocation_Size"]]) if "Allocation_Size" in ix else None
             args: dict[str, Any] = {"bytes": size}
             if "Address" in ix:
@@ -409,8 +423,8 @@ def _scratch(path: Path) -> Iterator[Record]:
     (SCRATCH_MEMORY_ALLOC, _FREE, _ASYNC_RECLAIM)."""
     for lineno, row, ix in _rows(path):
         try:
-            start = int(row[ix["Start_Timestamp"]])
-            end = int(row[ix["End_Timestamp"]])
+            start = _whole(row[ix["Start_Timestamp"]])
+            end = _whole(row[ix["End_Timestamp"]])
             flags = next((row[ix[c]] for c in ("Alloc_Flags", "Alloc_flags") if c in ix), None)
             args: dict[str, Any] = {"flags": flags}
             if "Allocation_Size" in ix:
