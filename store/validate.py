@@ -47,13 +47,20 @@ def _bad(path: Path, what: str) -> InputError:
     return InputError(f"{path}: {what}; {_FIX}")
 
 
+def shown(value: object, most: int = 60) -> str:
+    """A value as an error message quotes it: its repr, cut after ``most`` characters (a damaged
+    file's cell can be megabytes long)."""
+    text = repr(value)
+    return text if len(text) <= most else f"{text[:most]}... ({len(text):,} characters)"
+
+
 def _ints(path: Path, field: str, column: Sequence[Any], optional: bool) -> None:
     """Every value of ``column`` is an int (never a bool, a float or a str) inside int64."""
     types = set(map(type, column))
     allowed = {int, type(None)} if optional else {int}
     if not types <= allowed:
         bad = next(v for v in column if type(v) not in allowed)
-        raise _bad(path, f"{field} is {bad!r} ({type(bad).__name__}), not an integer")
+        raise _bad(path, f"{field} is {shown(bad)} ({type(bad).__name__}), not an integer")
     values = list(filter(_not_none, column)) if type(None) in types else column
     if values:
         low, high = min(values), max(values)

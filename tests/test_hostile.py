@@ -456,7 +456,7 @@ def test_a_huge_cell_is_quoted_cut(tmp_path: Path, db_path: Path, run_cli: Invok
     lines[3] = ",".join(f'"{v}"' if "," in v else v for v in row)
     f = _rank_file(tmp_path, name, ("\n".join(lines) + "\n").encode())
     err = _fails(run_cli, db_path, seeded, "--run", "x", f, match=f"{f}: line 4: ")
-    assert "(70,000 characters) is not an integer" in err and len(err) < 1_000, err[:2_000]
+    assert "'aaaa" in err and "(70,002 characters) is not an integer" in err and len(err) < 1_000, err[:2_000]
 
 
 def test_csv_cut_inside_its_header(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
@@ -471,6 +471,37 @@ def test_csv_invalid_utf8_in_first_row(tmp_path: Path, db_path: Path, run_cli: I
     f = _rank_file(tmp_path, "hip_trace.csv", raw[:first + 1] + b"\xff\xfe" + raw[first + 1:])
     run_cli("ingest", "--db", db_path, "--run", "x", f)  # undecodable bytes become U+FFFD, as in every row
     assert sql(db_path, "select count(*) from source_file where path = ?", str(f)) == [(1,)]
+
+
+_NSYS, _RPD = "nsys_sqlite/saxpy-mpi-cuda_nsys_perlmutter0.sqlite", "legacy_rpd/matmul_result.rpd"
+_NO_TIME = "start or end time is empty or not a number"
+
+
+@pytest.mark.parametrize("source, table, column, value, says", [
+    (_NSYS, "CUPTI_ACTIVITY_KIND_KERNEL", "start", "x", _NO_TIME),
+    (_NSYS, "CUPTI_ACTIVITY_KIND_KERNEL", "end", "a" * 5_000, _NO_TIME),
+    (_RPD, "rocpd_op", "end", "x", _NO_TIME),
+    (_NSYS, "CUPTI_ACTIVITY_KIND_KERNEL", "streamId", "a" * 5_000, "stream is 'aaaa"),
+    (_RPD, "rocpd_op", "queueId", "a" * 5_000, "stream is 'aaaa"),
+])
+def test_a_cell_of_a_sqlite_profile_that_is_no_number(
+    tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes, data: Path, source: str, table: str, column: str,
+    value: str, says: str,
+) -> None:
+    """A time or a stream stored as text in a real Nsight Systems export or RPD trace. A time is named as
+    such (it was "a row has an empty timestamp (unsupported operand type(s) for -: 'str' and 'int')");
+    a 5,000-character text is quoted cut, not whole."""
+    import sqlite3
+
+    f = tmp_path / "rank0" / Path(source).name
+    f.parent.mkdir()
+    shutil.copy(data / source, f)
+    with sqlite3.connect(f) as c:
+        c.execute(f"UPDATE {table} SET \"{column}\" = ? WHERE rowid = (SELECT MIN(rowid) FROM {table})", (value,))
+    c.close()
+    err = _fails(run_cli, db_path, seeded, "--run", "x", "--rank", "0", f, match=f"{f}: ")
+    assert says in err and len(err) < 1_000 and "operand" not in err, err[:2_000]
+    assert says == _NO_TIME or "... (5,002 characters) (str), not an integer" in err, err
 
 
 def test_recursive_view_in_an_rpd_input_is_stopped(

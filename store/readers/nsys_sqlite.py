@@ -151,7 +151,8 @@ def read(path: Path, info: SourceInfo) -> Iterator[Record]:
         except sqlite3.Error as e:
             raise db_error(path, e) from e
         except TypeError as e:
-            raise InputError(f"{path}: a row has an empty timestamp ({e}); the export is damaged: re-export it") from e
+            raise InputError(f"{path}: a row's start or end time is empty or not a number; the export is damaged: "
+                             "re-export it") from e
 
 
 def _devices(conn: sqlite3.Connection, names: dict[str, str]) -> dict[int, int]:

@@ -250,5 +250,6 @@ def _read(path: Path, pids: list[int] | None) -> Iterator[Record]:
             raise db_error(path, e) from e
         except TypeError as e:
             raise InputError(
-                f"{path}: a rocpd row has an empty start/end time ({e}); the database is damaged: re-run rocprofv3"
+                f"{path}: a rocpd row's start or end time is empty or not a number; the database is damaged: "
+                "re-run rocprofv3"
             ) from e

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
 from ..records import Activity, RankHint, Record, SourceInfo
+from ..validate import shown
 from .base import display_name, head, open_binary
 
 # pyarrow's allocator (mimalloc), as this wheel loads it, held the CSV reader's freed block buffers instead of
@@ -209,7 +210,7 @@ def _int(value: str) -> int | None:
     try:
         return int(float(value))
     except (ValueError, OverflowError):
-        raise ValueError(f"{_quoted(value)} is not an integer") from None
+        raise ValueError(f"{shown(value)} is not an integer") from None
 
 
 def _whole(value: str) -> int:
@@ -217,13 +218,8 @@ def _whole(value: str) -> int:
     try:
         return int(value)
     except ValueError:
-        raise ValueError(f"{_quoted(value)} is not an integer") from None
+        raise ValueError(f"{shown(value)} is not an integer") from None
 
-
-def _quoted(value: str, most: int = 40) -> str:
-    """A cell as an error message shows it: quoted, cut after ``most`` characters (a damaged file's
-    cell can be megabytes long)."""
-    return repr(value) if len(value) <= most else f"{value[:most]!r}... ({len(value):,} characters)"
 
 
 def _rows(path: Path) -> Iterator[tuple[int, list[str], dict[str, int]]]:

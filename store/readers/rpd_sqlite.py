@@ -170,7 +170,7 @@ def _stream(path: Path, gpu: int | None, apis: bool) -> Iterator[Record]:
             raise db_error(path, e) from e
         except TypeError as e:
             raise InputError(
-                f"{path}: an RPD row has an empty start/end time ({e}); the trace is damaged: re-record it"
+                f"{path}: an RPD row's start or end time is empty or not a number; the trace is damaged: re-record it"
             ) from e
 
 
