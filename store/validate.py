@@ -47,9 +47,9 @@ def _bad(path: Path, what: str) -> InputError:
     return InputError(f"{path}: {what}; {_FIX}")
 
 
-def shown(value: object, most: int = 60) -> str:
+def shown(value: object, most: int = 80) -> str:
     """A value as an error message quotes it: its repr, cut after ``most`` characters (a damaged
-    file's cell can be megabytes long)."""
+    file's cell can be megabytes long; a name up to MAX_NAME_CHARS)."""
     text = repr(value)
     return text if len(text) <= most else f"{text[:most]}... ({len(text):,} characters)"
 
@@ -86,16 +86,17 @@ def activities(batch: Sequence[Activity], path: Path, time_base_ns: int = 0) -> 
         a = next(a for a in batch if a.duration_ns < 0)
         raise _bad(
             path,
-            f"{a.kind} {a.name!r} at {a.start_ns} ns ends {-a.duration_ns} ns before it starts (negative duration)",
+            f"{a.kind} {shown(a.name)} at {a.start_ns} ns ends {-a.duration_ns} ns before it starts "
+            "(negative duration)",
         )
     if time_base_ns + max(map(add, starts, durations)) > INT64_MAX or time_base_ns + min(starts) < INT64_MIN:
         a = next(a for a in batch if not INT64_MIN <= time_base_ns + a.start_ns <= time_base_ns + a.start_ns
                  + a.duration_ns <= INT64_MAX)
-        raise _bad(path, f"{a.kind} {a.name!r} at {a.start_ns} ns, {a.duration_ns} ns long, ends past what 64 bits "
-                   f"hold on the file's clock (time base {time_base_ns} ns)")
+        raise _bad(path, f"{a.kind} {shown(a.name)} at {a.start_ns} ns, {a.duration_ns} ns long, ends past what "
+                   f"64 bits hold on the file's clock (time base {time_base_ns} ns)")
     names = list(map(_NAME, batch))
     if set(map(type, names)) != {str}:
-        raise _bad(path, f"an activity name is {next(n for n in names if type(n) is not str)!r}, not a string")
+        raise _bad(path, f"an activity name is {shown(next(n for n in names if type(n) is not str))}, not a string")
     _names(path, names)
     optional = list(filter(_not_none, chain.from_iterable(map(_OPTIONAL_INTS, batch))))
     if not set(map(type, optional)) <= {int} or (optional and (min(optional) < INT64_MIN or max(optional) > INT64_MAX)):
@@ -161,10 +162,11 @@ def counters(batch: Sequence[Counter], path: Path) -> None:
         if set(map(type, cols[i])) != {type(None)}:
             bad = [v for v in cols[i] if v is not None and not _finite(v)]
             if bad:
-                raise _bad(path, f"counter {Counter._fields[i]} {bad[0]!r} is not a finite number")
+                raise _bad(path, f"counter {Counter._fields[i]} {shown(bad[0])} is not a finite number")
     if not set(map(type, cols[2])) <= {float, int} or not all(map(math.isfinite, cols[2])):
         c = next(c for c in batch if not _finite(c.value))
-        raise _bad(path, f"counter {c.name!r} of {c.kernel!r} has the value {c.value!r}, not a finite number")
+        raise _bad(path, f"counter {shown(c.name)} of {shown(c.kernel)} has the value {shown(c.value)}, not a finite "
+                   "number")
     _ints(path, "dispatch id", cols[3], optional=True)
     _ints(path, "counter samples", cols[4], optional=False)
     if min(cols[4]) < 1:
@@ -194,13 +196,13 @@ def aggregate(g: Aggregate, path: Path) -> None:
     if min(g.calls, g.total_ns, g.min_ns, g.max_ns) < 0 or g.min_ns > g.max_ns:
         raise _bad(
             path,
-            f"the statistics of {g.name!r} are impossible (calls {g.calls}, total {g.total_ns} ns, "
+            f"the statistics of {shown(g.name)} are impossible (calls {g.calls}, total {g.total_ns} ns, "
             f"min {g.min_ns} ns, max {g.max_ns} ns)",
         )
     if g.sum_sq_ns is not None and not _finite(g.sum_sq_ns):
-        raise _bad(path, f"the sum of squares of {g.name!r} is {g.sum_sq_ns!r}, not a finite number")
+        raise _bad(path, f"the sum of squares of {shown(g.name)} is {shown(g.sum_sq_ns)}, not a finite number")
     if type(g.name) is not str:
-        raise _bad(path, f"an aggregate name is {g.name!r}, not a string")
+        raise _bad(path, f"an aggregate name is {shown(g.name)}, not a string")
     _names(path, [g.name])
 
 
@@ -214,7 +216,7 @@ def rank_hint(hint: RankHint, path: Path, origin: str, skip: set[str] | frozense
             continue
         if type(v) is not int:
             raise RankIdentityError(
-                f"{path}: {origin} gives {f} = {v!r} ({type(v).__name__}), not an integer; "
+                f"{path}: {origin} gives {f} = {shown(v)} ({type(v).__name__}), not an integer; "
                 "fix that source, or override it with --rank / --rank-from-path"
             )
         low, high = (1, MAX_WORLD_SIZE) if f == "world_size" else (0, INT64_MAX if f == "pid" else MAX_RANK)
@@ -227,7 +229,8 @@ def rank_hint(hint: RankHint, path: Path, origin: str, skip: set[str] | frozense
             )
     if hint.hostname is not None and "hostname" not in skip and type(hint.hostname) is not str:
         raise RankIdentityError(
-            f"{path}: {origin} gives hostname = {hint.hostname!r}, not a string; fix that source or pass --hostname"
+            f"{path}: {origin} gives hostname = {shown(hint.hostname)}, not a string; fix that source or pass "
+            "--hostname"
         )
 
 
@@ -277,5 +280,6 @@ def inspect_file(reader: Any, path: Path) -> SourceInfo:
         ) from e
     base = info.time_base_ns
     if type(base) is not int or not INT64_MIN <= base <= INT64_MAX:
-        raise _bad(path, f"its time base (the clock its times count from) is {base!r}, not a time in ns inside 64 bits")
+        raise _bad(path, f"its time base (the clock its times count from) is {shown(base)}, not a time in ns "
+                   "inside 64 bits")
     return info

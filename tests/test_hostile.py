@@ -61,6 +61,14 @@ def test_negative_duration(tmp_path: Path, db_path: Path, run_cli: Invoke, seede
     _fails(run_cli, db_path, seeded, f, match="(negative duration)")
 
 
+def test_a_long_name_is_quoted_cut(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
+    """A 60,000-character annotation name (under profdb's limit) with a negative duration: the message
+    quotes its start and gives its length, not 60 kB."""
+    f = kineto(tmp_path, lambda t: first_x(t).update(name="k" * 60_000, dur=-5.0))
+    err = _fails(run_cli, db_path, seeded, f, match=f"{f}: annotation 'kkkk")
+    assert "... (60,002 characters) at " in err and "(negative duration)" in err and len(err) < 1_000, err[:2_000]
+
+
 @pytest.mark.parametrize(
     "value, match",
     [(1e16, "does not fit in 64 bits"), (1e400, "numeric (floating point) overflow"),
