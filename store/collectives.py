@@ -876,11 +876,11 @@ def match_calls(calls: CallColumns, family: str, rank_ids: Mapping[int, int], ra
     largest = np.maximum.reduceat(big, firsts)
     any_size = np.logical_or.reduceat(sized[order], firsts)
     counts_of = (lasts - firsts).tolist()
-    found.bounds = array("q", np.concatenate([[0], np.cumsum(lasts - firsts)]).astype(np.int64).tobytes())
+    found.bounds = _column(np.concatenate([[0], np.cumsum(lasts - firsts)]))
     found.starts, found.ends, found.busy, found.window = (
-        array("q", c[picked].astype(np.int64).tobytes()) for c in (start, end, busy, window))
+        _column(c[picked]) for c in (start, end, busy, window))
     # participant tuples: one per distinct run of global ranks (looked up by its bytes)
-    raw = glob[in_one].astype(np.int64).tobytes()
+    raw = glob[in_one].tobytes()
     by_bytes: dict[bytes, int] = {}
     who = []
     at = 0
@@ -894,10 +894,19 @@ def match_calls(calls: CallColumns, family: str, rank_ids: Mapping[int, int], ra
     found.who = array("q", who)
     name_ids = {k: found.name_id(names[k][1:]) for k in np.unique(key[firsts]).tolist()}
     found.name = array("q", [name_ids[k] for k in key[firsts].tolist()])
-    found.seq = array("q", seq[firsts].astype(np.int64).tobytes())
-    found.size = array("q", np.where(any_size, largest, 0).astype(np.int64).tobytes())
+    found.seq = _column(seq[firsts])
+    found.size = _column(np.where(any_size, largest, 0))
     found.sized = array("b", any_size.astype(np.int8).tobytes())
     return Matching(family, found.time_sorted(), tuple(used), tuple(notes))
+
+
+def _column(values: Any) -> array[int]:
+    """A numpy integer array as an int64 ``array.array``, copied once (from its buffer)."""
+    import numpy as np
+
+    out = array("q")
+    out.frombytes(np.ascontiguousarray(values, dtype=np.int64).view(np.uint8).data)
+    return out
 
 
 def _ranges(ranks: Sequence[int]) -> str:
