@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import Invoke, sql
+from pg_fixtures import query_url
 from gen_collective_run import generate
 from test_collectives import _raw, _raw_calls, _raw_lasts
 
@@ -167,7 +168,8 @@ def test_bad_input_is_a_note_never_a_traceback(tmp_path: Path, run_cli: Invoke) 
     assert r.stderr.startswith("likely straggler: rank 1 "), r.stderr
 
 
-def test_ranks_on_clocks_centuries_apart_still_ingest_and_name_no_rank(tmp_path: Path, run_cli: Invoke) -> None:
+def test_ranks_on_clocks_centuries_apart_still_ingest_and_name_no_rank(tmp_path: Path, run_cli: Invoke,
+                                                                         store_url: str) -> None:
     """The real torchrun job with two ranks' traces stripped of their time base (times since the
     profiler's start, as a trace written without one gives) beside two that keep it: each file's times
     fit in 64 bits, but the ranks' waits on each other (~57 years each, on one host's clock) summed
@@ -186,13 +188,12 @@ def test_ranks_on_clocks_centuries_apart_still_ingest_and_name_no_rank(tmp_path:
             assert '"baseTimeNanoseconds": 1790857026000000000' in text
             text = text.replace('"baseTimeNanoseconds": 1790857026000000000', '"baseTimeNanoseconds": 0')
         (folder / path.name).write_bytes(gzip.compress(text.encode()))
-    db = tmp_path / "s.db"
-    run_cli("ingest", "--db", db, folder)
-    ((caused, notes),) = sql(db, "select max(wait_caused_ns), notes_json from rank_analysis join run_analysis using "
-                                 "(run_id)")
+    run_cli("ingest", "--db", store_url, folder)
+    ((caused, notes),) = query_url(store_url, "select max(wait_caused_ns), max(notes_json) from rank_analysis "
+                                              "join run_analysis using (run_id)")
     assert caused == 2**63 - 1 and CLAMPED_NOTE in json.loads(notes)
     for q in ("--stragglers", "--collectives", "--steps", "--imbalance"):
-        r = run_cli("query", q, "--db", db)
+        r = run_cli("query", q, "--db", store_url)
         assert r.stderr.startswith("no clear straggler: collective ends do not line up"), (q, r.stderr)
         assert q == "--imbalance" or CLAMPED_NOTE in r.stderr, (q, r.stderr)
 
