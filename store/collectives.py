@@ -639,27 +639,20 @@ class Instances(_Built[Instance]):
         """Instances ``order`` of these, in that order; of those whose participant tuple has
         positions in ``keep``, only the calls at those positions."""
         out = Instances()
-        out.names, out._name_ids = list(self.names), dict(self._name_ids)
-        cols = (self.starts, self.ends, self.busy, self.window)
-        new: list[Ints] = [_ints() for _ in cols]
         bounds, who, parts = self.bounds, self.who, self.parts
         for k in order:
             a, b = bounds[k], bounds[k + 1]
-            p = who[k]
-            positions = keep.get(p)
+            positions = keep.get(who[k])
             if positions is None or len(positions) == b - a:
-                ranks = parts[p]
-                new = [_extend(c, col[a:b]) for c, col in zip(new, cols)]
+                ranks, pick = parts[who[k]], slice(a, b)
+                starts, ends, busy, window = self.starts[pick], self.ends[pick], self.busy[pick], self.window[pick]
             else:
-                ranks = tuple(parts[p][j] for j in positions)
-                new = [_extend(c, [col[a + j] for j in positions]) for c, col in zip(new, cols)]
-            out.who.append(out.part(ranks))
-            out.bounds.append(out.bounds[-1] + len(ranks))
-        out.starts, out.ends, out.busy, out.window = new
-        out.name = array("q", [self.name[k] for k in order])
-        out.seq = array("q", [self.seq[k] for k in order])
-        out.size = array("q", [self.size[k] for k in order])
-        out.sized = array("b", [self.sized[k] for k in order])
+                ranks = tuple(parts[who[k]][j] for j in positions)
+                starts, ends, busy, window = ([col[a + j] for j in positions]
+                                              for col in (self.starts, self.ends, self.busy, self.window))
+            group, name = self.names[self.name[k]]
+            out.add(group, name, self.seq[k], ranks, starts, ends, busy, window,
+                    self.size[k] if self.sized[k] else None)
         return out
 
 

@@ -221,7 +221,6 @@ def _whole(value: str) -> int:
         raise ValueError(f"{shown(value)} is not an integer") from None
 
 
-
 def _rows(path: Path) -> Iterator[tuple[int, list[str], dict[str, int]]]:
     with open_binary(path) as f:
         text = io.TextIOWrapper(f, encoding="utf-8", errors="replace", newline="")
