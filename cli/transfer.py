@@ -44,6 +44,9 @@ def _summary(reports: list[transfer.TransferReport], dest: str) -> None:
     skipped = sum(r.skipped_files for r in runs)
     note(f"{dest}: {copied} files copied in {sum(1 for r in runs if r.files)} runs"
          + (f", {skipped} already there (skipped)" if skipped else ""))
+    for r in runs:
+        if r.note:
+            note(r.note)
 
 
 @click.command("export")

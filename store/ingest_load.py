@@ -23,6 +23,7 @@ from .ingest import FileResult, IngestReport, Progress, task_of
 from .inputs import ALGORITHM, ALGORITHMS, InputFile, algorithm_of, digest_of
 from .manifest import RankEnd, rank_end, real_path
 from .models import SourceFile
+from .scope import resolve_run
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -234,10 +235,17 @@ def _load(
             bulk.check_summed(conn, set(rank_ids.values()) - set(fresh))  # (stored rows added to in SQL)
         assert not writer.timelines  # (each rank's were stored as its last file was merged: merged())
         bulk.rebuild_indexes(conn, recreate)  # (temporary storage is in files meanwhile: bulk.load_transaction)
-        scope = timeline.store_analysis(conn, run_name, kept)  # (may read ix_collective_call_match: after recreate)
+        if timeline.analysed_after_commit(conn):
+            scope = resolve_run(conn, run_name)
+        else:
+            scope = timeline.store_analysis(conn, run_name, kept)  # (may read ix_collective_call_match: after recreate)
         report.ranks, report.world_size = runs.ranks_of(conn, run_id)
         report.missing_ranks = missing_ranks([r[0] for r in report.ranks], report.world_size)
         report.ended_badly = [f"rank {r.global_rank} {r.end()}" for r in scope.ended_abnormally()]
+    if timeline.analysed_after_commit(engine):  # (committed: now the run's analysis, taking no turns)
+        note = timeline.keep_analysis(engine, run_name, kept)
+        if note:
+            report.notes.append(note)
 
 
 def _fits(inp: InputFile, parsed: ingest_workers.Parsed) -> None:

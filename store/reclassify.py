@@ -149,8 +149,17 @@ def reclassify(conn: Connection, scope: RunScope, rules: classify.Rules) -> Recl
     conn.execute(update(SourceFile).where(SourceFile.run_id == scope.id).values(rules_id=rules_id(conn, rules)))
     out.share_after = _comm_share(conn, rank_ids, out.share_kind)
     out.moved.sort(key=lambda m: (-m.total_ns, m.kind, m.name))
-    timeline.store_analysis(conn, scope.name)  # its files' rules changed: the run's analysis is kept again
+    if not timeline.analysed_after_commit(conn):  # (PostgreSQL: after the caller's commit, ``after_commit``)
+        timeline.store_analysis(conn, scope.name)  # its files' rules changed: the run's analysis is kept again
     return out
+
+
+def after_commit(conn: Connection, done: Reclassified) -> str | None:
+    """Once the caller committed ``reclassify``'s transaction: on PostgreSQL, keep the run's analysis
+    (``timeline.keep_analysis``; its note, if it was not kept). Elsewhere reclassify kept it in the transaction."""
+    if not timeline.analysed_after_commit(conn):
+        return None
+    return timeline.keep_analysis(conn.engine, done.run)
 
 
 #: (kind, name_id) pairs set per statement: bound parameters stay far below every driver's limit

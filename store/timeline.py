@@ -21,12 +21,13 @@ from itertools import islice
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select
+from sqlalchemy import Connection, Engine, delete, insert, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from . import collectives, runs, validate, verdict
 from .bulk import insert_rows
 from .collectives import Analysis, ClockOffset, Clocks, CollectiveCall, RankTimeline, Step
-from .errors import QueryError
+from .errors import ProfdbError, QueryError
 from .findings import RANK_FIGURES, fingerprint, identities
 from .models import CollectiveCall as CallRow
 from .models import HostClock, Rank, SourceFile
@@ -427,12 +428,19 @@ def store_analysis(conn: Connection, run: str, kept: collectives.CallColumns | N
     primary key. A transaction advisory lock per run (one bigint key: a lock space apart from the
     (run, rank) pairs of bulk.hold_run, and taken after them, so never a deadlock) makes them take turns.
     The run is resolved after the lock is held, so the later one's statements see the earlier one's
-    committed ranks, files and timelines, and its rows cover both. ``kept``: the calls this
-    transaction stored (``analyze_run``)."""
+    committed ranks, files and timelines, and its rows cover both. (Ingest, transfer and reclassify keep
+    the analysis after their commit there instead, ``keep_analysis``: under this lock, nodes committed
+    one after another.) ``kept``: the calls this transaction stored (``analyze_run``)."""
     run_id = runs.run_id(conn, run)
     if conn.dialect.name == "postgresql":
         conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%s::int8)", (CLOCK_LOCK_SPACE | run_id,))
+    return _analyse_and_keep(conn, run, kept)
+
+
+def _analyse_and_keep(conn: Connection, run: str, kept: collectives.CallColumns | None) -> RunScope:
+    """``store_analysis``' work, under the run's lock (which the caller holds)."""
     scope = resolve_run(conn, run)
+    run_id = scope.id
     conn.execute(delete(HostClock).where(HostClock.run_id == run_id))
     a = analyze_run(conn, scope, fresh_clocks=True, kept=kept)
     rows = [dict(run_id=run_id, hostname=o.host[:255], offset_ns=o.offset_ns, error_ns=o.error_ns, samples=o.samples)
@@ -442,6 +450,78 @@ def store_analysis(conn: Connection, run: str, kept: collectives.CallColumns | N
         conn.execute(insert(HostClock), rows)
     save_findings(conn, scope, verdict.findings_of(a, identities(scope)), clamped)
     return scope
+
+
+def analysed_after_commit(conn: Connection | Engine) -> bool:
+    """Whether a write into a run (ingest, transfer, reclassify) keeps the run's analysis after its commit
+    (``keep_analysis``) instead of in its own transaction (``store_analysis``): on PostgreSQL, where nodes
+    write ranks of one run at once."""
+    return conn.dialect.name == "postgresql"
+
+
+#: analyses one ``keep_analysis`` makes at most (each one of every write committed before it began); past
+#: them, writes that never stop committing are left to the next writer's
+KEEP_PASSES = 8
+
+
+def keep_analysis(engine: Engine, run: str, kept: collectives.CallColumns | None = None) -> str | None:
+    """PostgreSQL, after a write into run ``run`` committed: keep its analysis current (``store_analysis``'s
+    rows) without making the nodes that write one run at once take turns.
+
+    Why: in the write's own transaction, the analysis of the whole run ran under the run's lock, so nodes
+    committed one after another, each analysing every rank committed before it. The analysis grows with the
+    run (~3 us a collective call: 1,024 ranks of 10,000 calls ~30 s), so the last of 128 nodes waited for
+    ~128 of them. Here the write is committed first, and one analysis of every committed write is enough.
+
+    How (the run's session advisory lock, the key ``store_analysis`` takes; each check and analysis in a
+    REPEATABLE READ transaction, so its rows and the fingerprint it keeps are of one snapshot):
+    1. if the kept analysis has the run's current fingerprint (``findings.fingerprint``), return;
+    2. try the lock; if another writer holds it, return: that writer checks again after it lets go (3),
+       which is after this write's commit (it committed before its try failed), so the analysis covers it;
+    3. holding it, analyse and keep until the kept analysis is current; let go; then 1 again.
+    So after every commit some analysis begins after it, and a burst of nodes' commits costs about two
+    analyses, not one per node. Meanwhile, and if this fails, the questions see a fingerprint that is not
+    current and compute the analysis themselves (``findings.stored_findings``): slower, never wrong.
+
+    Returns None, or a note saying the analysis was not kept and why (the write stays committed)."""
+    passes = 0
+    try:
+        with engine.connect() as conn:
+            conn.execution_options(isolation_level="REPEATABLE READ")
+            while True:
+                with conn.begin():
+                    if _is_current(conn, run):
+                        return None
+                    key = CLOCK_LOCK_SPACE | runs.run_id(conn, run)
+                with conn.begin():
+                    if not conn.exec_driver_sql("SELECT pg_try_advisory_lock(%s::int8)", (key,)).scalar():
+                        return None
+                try:
+                    while passes < KEEP_PASSES:
+                        with conn.begin():
+                            if _is_current(conn, run):
+                                break
+                            _analyse_and_keep(conn, run, kept)
+                        passes += 1
+                        kept = None  # (of this write only: the run may hold others' calls now)
+                    with conn.begin():
+                        conn.exec_driver_sql("SELECT pg_advisory_unlock(%s::int8)", (key,))
+                except BaseException:
+                    conn.invalidate()  # (closing the session lets go of its lock, whatever state it is in)
+                    raise
+                if passes == KEEP_PASSES:
+                    return (f"run {run!r}: its analysis was not kept (the run changed during each of {KEEP_PASSES} "
+                            "analyses); its questions compute it until the next write into it keeps it")
+    except (ProfdbError, SQLAlchemyError) as e:
+        return (f"run {run!r}: its analysis was not kept ({' '.join(str(e).split())[:300]}); its questions "
+                "compute it until the next ingest, transfer or reclassify into it keeps it")
+
+
+def _is_current(conn: Connection, run: str) -> bool:
+    """Whether the run's kept analysis is of the run as the store holds it now (its fingerprint)."""
+    scope = resolve_run(conn, run)
+    got = conn.execute(select(RunAnalysisRow.fingerprint).where(RunAnalysisRow.run_id == scope.id)).first()
+    return got is not None and got[0] == fingerprint(conn, scope)
 
 
 #: said in the kept analysis's notes when ``fit_bigint`` changed a figure

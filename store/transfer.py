@@ -50,6 +50,8 @@ class RunTransfer:
     skipped_files: int = 0
     ranks: list[int] = field(default_factory=list)
     rows: dict[str, int] = field(default_factory=dict)
+    #: why the run's analysis was not kept, if it was not (``timeline.keep_analysis``)
+    note: str | None = None
 
 
 @dataclass
@@ -271,7 +273,9 @@ def _copy_run(src: Engine, dst: Engine, name: str, allow_dupes: bool, progress: 
                 names.close()
             result.files = len(todo)
             result.ranks = sorted({ranks[f.rank_id].global_rank for f in todo})
-            return result
+        if timeline.analysed_after_commit(dst):
+            result.note = timeline.keep_analysis(dst, name)
+        return result
 
 
 def _check_duplicates(
@@ -397,7 +401,8 @@ def _copy_files(
     rows["step"] = len(steps)
     rows["summary"] = _copy_summaries(s, d, run, files, todo, ranks, rank_map, names)
     rows["collective_call"] = _copy_timelines(s, d, run_id, files, todo, ranks, rank_map)
-    timeline.store_analysis(d, run.name)
+    if not timeline.analysed_after_commit(d):  # (PostgreSQL: after the commit, _copy_run)
+        timeline.store_analysis(d, run.name)
 
 
 def _copy_timelines(

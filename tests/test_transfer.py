@@ -202,6 +202,12 @@ def test_nodes_export_into_the_team_store_at_once(pg_url: str, tmp_path: Path) -
     assert got == {(g, n): (e["calls"][n], e["total_ns"][n]) for g, e in expected.items() for n in e["calls"]}  # type: ignore[index]
     assert q(pg_url, "select count(*) from activity") == [(4 * 1500,)]
     assert q(pg_url, "select count(*) from run") == [(1,)]
+    # each export keeps the run's analysis after its commit (timeline.keep_analysis): the one kept is of them all
+    from test_run_analysis_cache import both_ways
+
+    kept, computed = both_ways(pg_url, "job")
+    assert kept is not None and kept == computed
+    assert q(pg_url, "select count(*) from rank_analysis") == [(4,)]
 
 
 def test_run_tags_travel_and_merge(store_url: str, tmp_path: Path, job: Path) -> None:

@@ -1,0 +1,167 @@
+"""PostgreSQL: a write into a run (ingest, transfer, reclassify) keeps the run's analysis after its commit
+(``timeline.keep_analysis``), so nodes writing one run at once no longer take turns analysing the whole
+run. A writer that finds another one analysing does not wait for it: that one analyses again once it lets
+go of the run's lock, and its analysis then covers the writer's commit. Checked on the real 4-rank
+torchrun job (tests/data/kineto/torchrun4_cpu), against the same job ingested at once into SQLite."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from test_run_analysis_cache import both_ways
+
+from profdb.store import timeline
+from profdb.store.db import make_engine, resolve_url
+from profdb.store.ingest import ingest_paths
+
+DATA = Path(__file__).parent / "data"
+TRACES = sorted((DATA / "kineto/torchrun4_cpu").glob("*.json.gz"))
+
+
+def _key(url: str, run: str) -> int:
+    engine = make_engine(resolve_url(url))
+    try:
+        with engine.connect() as conn:
+            rid = conn.exec_driver_sql("SELECT id FROM run WHERE name = %s", (run,)).scalar_one()
+    finally:
+        engine.dispose()
+    return timeline.CLOCK_LOCK_SPACE | int(rid)
+
+
+def _lock_is_free(url: str, key: int) -> bool:
+    engine = make_engine(resolve_url(url))
+    try:
+        with engine.connect() as conn:
+            free = bool(conn.exec_driver_sql("SELECT pg_try_advisory_lock(%s::int8)", (key,)).scalar())
+            if free:
+                conn.exec_driver_sql("SELECT pg_advisory_unlock(%s::int8)", (key,))
+    finally:
+        engine.dispose()
+    return free
+
+
+@pytest.fixture(scope="module")
+def whole_job(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The job's findings with its four ranks ingested at once into SQLite."""
+    db = tmp_path_factory.mktemp("whole") / "s.db"
+    ingest_paths(TRACES, str(db), run="job")
+    kept, computed = both_ways(f"sqlite:///{db}", "job")
+    assert kept == computed
+    return kept
+
+
+@pytest.mark.parametrize("held_at", ["analysing", "letting_go"])
+def test_a_writer_does_not_wait_for_another_ones_analysis_which_then_covers_it(
+    pg_url: str, whole_job: Any, monkeypatch: Any, held_at: str
+) -> None:
+    """Node A analyses the run; node B's ranks are committed while A holds the run's lock, either during
+    A's analysis (A's snapshot is older than B's commit) or after A's last check found its analysis
+    current, before A let go. B returns at once; A analyses again, and the kept analysis is of all ranks."""
+    ingest_paths(TRACES[:2], pg_url, run="job")
+    first, _ = both_ways(pg_url, "job")
+    assert first is not None and sorted(first.ranks) == [0, 1]
+
+    inside, go_on = threading.Event(), threading.Event()
+    passes: list[str] = []
+    checks: list[bool] = []
+    analyse, is_current = timeline._analyse_and_keep, timeline._is_current
+
+    def hold() -> None:
+        inside.set()
+        assert go_on.wait(120)
+
+    def analysing(conn: Any, run: str, kept: Any) -> Any:
+        passes.append(threading.current_thread().name)
+        if threading.current_thread().name == "A" and held_at == "analysing" and len(passes) == 1:
+            hold()
+        return analyse(conn, run, kept)
+
+    def checking(conn: Any, run: str) -> bool:
+        current = is_current(conn, run)
+        if threading.current_thread().name == "A":
+            checks.append(current)
+            if held_at == "letting_go" and checks == [False, False, True]:  # (outer, inner, inner after its pass)
+                hold()
+        return current
+
+    monkeypatch.setattr(timeline, "_analyse_and_keep", analysing)
+    monkeypatch.setattr(timeline, "_is_current", checking)
+    # (A's own write, as the kept analysis sees it: not current)
+    engine = make_engine(resolve_url(pg_url))
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql("UPDATE run_analysis SET fingerprint = 'stale'")
+    finally:
+        engine.dispose()
+    notes: dict[str, str | None] = {}
+    a = threading.Thread(name="A", target=lambda: notes.update(A=timeline.keep_analysis(
+        make_engine(resolve_url(pg_url)), "job")))
+    a.start()
+    assert inside.wait(120)
+
+    # node B: its ranks committed while A holds the lock; B returns without analysing or waiting
+    b = threading.Thread(name="B", target=lambda: notes.update(B=str(ingest_paths(TRACES[2:], pg_url, run="job").notes)))
+    b.start()
+    b.join(120)
+    assert not b.is_alive(), "B waited for A's analysis"
+    assert passes == ["A"] and notes["B"] == "[]"
+    assert both_ways(pg_url, "job")[0] is None  # (nothing current kept: a question computes it meanwhile)
+
+    go_on.set()
+    a.join(120)
+    assert not a.is_alive() and notes["A"] is None
+    assert passes == ["A", "A"]  # A's first analysis did not see B's commit: A analysed again
+    kept, computed = both_ways(pg_url, "job")
+    assert kept is not None and kept == computed == whole_job
+    assert sorted(kept.ranks) == [0, 1, 2, 3]
+    assert _lock_is_free(pg_url, _key(pg_url, "job"))
+
+
+def test_an_analysis_that_fails_after_the_commit_is_a_note_and_lets_go_of_the_lock(
+    pg_url: str, whole_job: Any, monkeypatch: Any
+) -> None:
+    def broken(conn: Any, run: str, kept: Any) -> Any:
+        conn.exec_driver_sql("SELECT 1/0")  # (a database error inside the analysis' transaction)
+
+    monkeypatch.setattr(timeline, "_analyse_and_keep", broken)
+    report = ingest_paths(TRACES, pg_url, run="job")
+    assert len(report.files) == 4  # committed
+    assert len(report.notes) == 1 and report.notes[0].startswith("run 'job': its analysis was not kept (")
+    assert "division by zero" in report.notes[0]
+    assert both_ways(pg_url, "job")[0] is None
+    assert _lock_is_free(pg_url, _key(pg_url, "job"))
+    engine = make_engine(resolve_url(pg_url))  # (an engine that lives on, as in a long Python session)
+    note = timeline.keep_analysis(engine, "job")
+    assert note is not None and "division by zero" in note
+    assert _lock_is_free(pg_url, _key(pg_url, "job"))
+    engine.dispose()
+    monkeypatch.undo()
+    assert timeline.keep_analysis(make_engine(resolve_url(pg_url)), "job") is None  # (the next write's)
+    kept, computed = both_ways(pg_url, "job")
+    assert kept == computed == whole_job
+
+
+def test_nodes_that_keep_writing_leave_a_note_after_a_bounded_number_of_analyses(
+    pg_url: str, monkeypatch: Any
+) -> None:
+    ingest_paths(TRACES, pg_url, run="job")
+    real = timeline._analyse_and_keep
+
+    def overtaken(conn: Any, run: str, kept: Any) -> Any:
+        got = real(conn, run, kept)
+        conn.exec_driver_sql("UPDATE run_analysis SET fingerprint = 'overtaken'")  # (as if a write came in)
+        return got
+
+    monkeypatch.setattr(timeline, "_analyse_and_keep", overtaken)
+    monkeypatch.setattr(timeline, "KEEP_PASSES", 3)
+    engine = make_engine(resolve_url(pg_url))
+    with engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE run_analysis SET fingerprint = 'stale'")
+    note = timeline.keep_analysis(engine, "job")
+    assert note is not None and "changed during each of 3 analyses" in note
+    assert _lock_is_free(pg_url, _key(pg_url, "job"))
+    engine.dispose()
