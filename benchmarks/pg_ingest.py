@@ -3,6 +3,7 @@ what it replaced, one node and four at once, whole `profdb ingest` runs, and a 1
 
     python benchmarks/pg_ingest.py [--ranks 4] [--dispatches 100000] [--pg-url URL] [--only CASE]... [--json]
     python benchmarks/pg_ingest.py --only scale [--scale-ranks 64] [--scale-dispatches 20000]
+    python benchmarks/pg_ingest.py --only analysis_nodes [--analysis-nodes 16] [--analysis-ranks 64]
 
 Rows are activity + counter rows (one counter row per ten kernel dispatches, as rocprofv3's
 counter_collection with one counter), every count checked against what was generated.
@@ -26,7 +27,10 @@ and one `profdb ingest` process per rank at once.
 own ranks; ``--scale-ranks`` ranks (default 64 = 8 nodes' worth) of ``--scale-dispatches`` are loaded by
 four concurrent nodes, then per-node time, whole-job time at the measured aggregate rate, and store bytes
 per row (tables + indexes) are extrapolated. ``scale_sqlite``: one node of that job ingesting its 8
-ranks (whole ingest, parsing included) into an SQLite file of its own. The PostgreSQL server is ``--pg-url`` /
+ranks (whole ingest, parsing included) into an SQLite file of its own. ``analysis_nodes``: 16 nodes ingest
+their share of a 64-rank run rich in collectives at once (whole ingests), the run's analysis kept after their
+commits (``timeline.keep_analysis``) against inside them under the run's lock (before), and the 1,024-rank
+estimate of each. The PostgreSQL server is ``--pg-url`` /
 $PROFDB_TEST_PG_URL (a role that may CREATE DATABASE), or one started for the run (tests/pg_fixtures.py)."""
 
 from __future__ import annotations
@@ -273,6 +277,9 @@ def main() -> None:
     ap.add_argument("--dispatches", type=int, default=100_000, help="kernel dispatches per rank")
     ap.add_argument("--scale-ranks", type=int, default=64, help="ranks generated for the scale row")
     ap.add_argument("--scale-dispatches", type=int, default=20_000, help="dispatches per rank for the scale row")
+    ap.add_argument("--analysis-ranks", type=int, default=64, help="ranks of the analysis_nodes case's run")
+    ap.add_argument("--analysis-nodes", type=int, default=16, help="nodes ingesting them at once (analysis_nodes)")
+    ap.add_argument("--analysis-steps", type=int, default=4000, help="steps (one all-reduce each) per rank")
     ap.add_argument("--pg-url", default=None, help="server to use (default: $PROFDB_TEST_PG_URL or one started here)")
     ap.add_argument("--json", action="store_true", help="print the results as one JSON object")
     ap.add_argument("--only", action="append", help="only these cases (repeatable), e.g. load_binary")
@@ -366,6 +373,8 @@ def main() -> None:
                 scale(args, pg, work, results, show)
             if want("scale_sqlite"):
                 scale_sqlite(args, work, results, show)
+            if want("analysis_nodes"):
+                analysis_nodes(args, pg, work, results)
         finally:
             for name in made:
                 server.drop_database(name)
@@ -410,6 +419,94 @@ def scale(args: argparse.Namespace, pg: Callable[[], str], work: Path, results: 
             print(f"  server CPU for the whole job: {est['job_server_cpu_minutes']} core-minutes "
                   f"({r['server_cpu_us_per_row']} us per row)")
         print(f"  store: {est['store_bytes_per_row']} bytes per row (tables + indexes) -> {est['job_store_gb']} GB")
+
+
+# --------------------------------------------------------------------------- the run's analysis, nodes at once
+
+
+def _analysis_node(args: tuple[str, list[str], bool, str]) -> float:
+    """One node's whole ``ingest_paths`` of its rank folders, started with the others (the file ``go``);
+    ``in_transaction``: the run's analysis kept inside the ingest's transaction under the run's lock, as
+    every ingest did before ``timeline.keep_analysis`` (the ingest's own code path, chosen by
+    ``timeline.analysed_after_commit``). Returns when it ended, on the wall clock."""
+    url, folders, in_transaction, go = args
+    from profdb.store import timeline
+
+    if in_transaction:
+        timeline.analysed_after_commit = lambda conn: False  # type: ignore[assignment]
+    Path(f"{go}.ready.{os.getpid()}").touch()
+    while not os.path.exists(go):
+        time.sleep(0.002)
+    ingest_paths([Path(f) for f in folders], url, run="job")
+    return time.time()
+
+
+def analysis_nodes(args: argparse.Namespace, pg: Callable[[], str], work: Path, results: dict[str, Any]) -> None:
+    """``--analysis-nodes`` nodes ingest their share of a run rich in collectives (tests/gen_collective_run: one
+    all-reduce per step and rank) at the same moment, each a whole ingest, the run's analysis kept after the
+    commits (today) and inside them (before); then one analysis of the whole run, and the 1,024-rank
+    estimate. Each way, the kept analysis is checked to be current and of every rank."""
+    from gen_collective_run import generate
+
+    from profdb.store import findings, timeline
+    from profdb.store.scope import resolve_run
+
+    ranks, nodes = args.analysis_ranks, args.analysis_nodes
+    gen = generate(work / "collectives", nodes=max(1, ranks // 8), gpus_per_node=min(8, ranks), steps=args.analysis_steps,
+                   late_rank=ranks // 2 + 1)
+    folders = [str(p) for p in sorted(gen.root.glob("rank*"))]
+    shares = [folders[i::nodes] for i in range(nodes)]
+    out: dict[str, Any] = {"ranks": len(folders), "nodes": nodes, "steps": args.analysis_steps}
+    for label, in_transaction in (("after_commit", False), ("in_transaction", True)):
+        url = pg()
+        go = work / f"go-{time.monotonic_ns()}"
+        ctx = mp.get_context("spawn")
+        with ctx.Pool(nodes) as pool:
+            pending = pool.map_async(_analysis_node, [(url, share, in_transaction, str(go)) for share in shares])
+            while len(list(work.glob(f"{go.name}.ready.*"))) < nodes:
+                if pending.ready():
+                    pending.get()
+                time.sleep(0.01)
+            t0 = time.time()
+            go.touch()
+            ends = sorted(e - t0 for e in pending.get())
+        engine = open_db(url)
+        try:
+            with engine.connect() as conn:
+                scope = resolve_run(conn, "job")
+                kept = findings.stored_findings(conn, scope)
+                calls = int(conn.execute(text("select count(*) from collective_call")).scalar_one())
+            assert kept is not None and len(kept.ranks) == len(folders), (label, kept)
+            if label == "after_commit":
+                with engine.begin() as conn:
+                    t = time.perf_counter()
+                    timeline.store_analysis(conn, "job")
+                    out["one_analysis_s"] = round(time.perf_counter() - t, 2)
+                out["calls"] = calls
+        finally:
+            engine.dispose()
+        out[label] = {"last_node_s": round(ends[-1], 2), "first_node_s": round(ends[0], 2)}
+        if not args.json:
+            print(f"analysis, {nodes} nodes at once, kept {label.replace('_', ' ')}: nodes ended "
+                  f"{ends[0]:.1f}-{ends[-1]:.1f} s after the start; kept analysis current, {len(folders)} ranks",
+                  flush=True)
+    t1024 = out["one_analysis_s"] * 1024 / len(folders)
+    out["estimate_1024_ranks_128_nodes"] = {
+        "one_analysis_s": round(t1024, 1),
+        # before: each node analysed the ranks committed before it, in turn (sum over k of k/128 of the run)
+        "in_transaction_turns_s": round(t1024 * sum(k / 128 for k in range(1, 129)), 1),
+        # today: the node holding the lock analyses once more for the commits its first pass missed
+        "after_commit_s": round(2 * t1024, 1),
+    }
+    out["ratio_after_commit_in_transaction"] = round(out["after_commit"]["last_node_s"] /
+                                                     out["in_transaction"]["last_node_s"], 3)
+    results["analysis_nodes"] = out
+    if not args.json:
+        e = out["estimate_1024_ranks_128_nodes"]
+        print(f"  one analysis of the run: {out['one_analysis_s']} s ({out['calls']:,} collective calls); last node "
+              f"after commit / in transaction: {out['ratio_after_commit_in_transaction']}")
+        print(f"  1,024 ranks of as many calls each, 128 nodes at once: one analysis ~{e['one_analysis_s']} s; the "
+              f"job's analyses ~{e['after_commit_s']} s after commit, ~{e['in_transaction_turns_s']} s in turns (before)")
 
 
 def scale_sqlite(args: argparse.Namespace, work: Path, results: dict[str, Any],
