@@ -483,6 +483,9 @@ def keep_analysis(engine: Engine, run: str, kept: collectives.CallColumns | None
     analyses, not one per node. Meanwhile, and if this fails, the questions see a fingerprint that is not
     current and compute the analysis themselves (``findings.stored_findings``): slower, never wrong.
 
+    The lock is a session's: behind a pooler that moves transactions between server sessions the unlock
+    finds nothing to let go of, and the note says so.
+
     Returns None, or a note saying the analysis was not kept and why (the write stays committed)."""
     passes = 0
     try:
@@ -505,7 +508,12 @@ def keep_analysis(engine: Engine, run: str, kept: collectives.CallColumns | None
                         passes += 1
                         kept = None  # (of this write only: the run may hold others' calls now)
                     with conn.begin():
-                        conn.exec_driver_sql("SELECT pg_advisory_unlock(%s::int8)", (key,))
+                        let_go = conn.exec_driver_sql("SELECT pg_advisory_unlock(%s::int8)", (key,)).scalar()
+                    if not let_go:  # (not this session's: a pooler that moves transactions between sessions)
+                        conn.invalidate()
+                        return (f"run {run!r}: the run's lock was not this connection's to let go of (a connection "
+                                "pooler in transaction mode between profdb and PostgreSQL?); connect profdb "
+                                "directly or in session mode")
                 except BaseException:
                     conn.invalidate()  # (closing the session lets go of its lock, whatever state it is in)
                     raise

@@ -165,3 +165,25 @@ def test_nodes_that_keep_writing_leave_a_note_after_a_bounded_number_of_analyses
     assert note is not None and "changed during each of 3 analyses" in note
     assert _lock_is_free(pg_url, _key(pg_url, "job"))
     engine.dispose()
+
+
+def test_a_lock_that_is_not_this_sessions_at_the_end_is_a_note(pg_url: str, monkeypatch: Any) -> None:
+    """Through a pooler that moves transactions between server sessions, the unlock would run in another
+    session than the lock: it lets go of nothing, and says so (here the lock is let go of early instead)."""
+    ingest_paths(TRACES, pg_url, run="job")
+    key = _key(pg_url, "job")
+    real = timeline._analyse_and_keep
+
+    def early(conn: Any, run: str, kept: Any) -> Any:
+        got = real(conn, run, kept)
+        conn.exec_driver_sql("SELECT pg_advisory_unlock(%s::int8)", (key,))
+        return got
+
+    monkeypatch.setattr(timeline, "_analyse_and_keep", early)
+    engine = make_engine(resolve_url(pg_url))
+    with engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE run_analysis SET fingerprint = 'stale'")
+    note = timeline.keep_analysis(engine, "job")
+    assert note is not None and "was not this connection's to let go of" in note
+    assert _lock_is_free(pg_url, key)
+    engine.dispose()
