@@ -30,6 +30,11 @@ class _Bar:
             self.bar.__enter__()
             return
         if self.bar is not None:
+            # (the run's analysis after the last file: seconds on a large run, not a hang)
+            if event == "analysis":
+                self.bar.label = f"analysing run {path}"[:40]
+                self.bar.render_progress()  # (update() draws only when the position moves)
+                return
             self.bar.label = click.format_filename(path, shorten=True)[:40]
             self.bar.update(done - self.done)
             self.done = done

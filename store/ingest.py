@@ -22,7 +22,8 @@ from . import ingest_workers
 from .identity import IdentityFlags
 from .inputs import InputFile, Scan, derive_run_name, prepare
 
-#: progress(event, path, done_bytes, total_bytes): "start" once with total, "file" after each file
+#: progress(event, path, done_bytes, total_bytes): "start" once with total, "file" after each file, "analysis"
+#: (path: the run's name) as the run's collectives are analysed, after the last file
 Progress = Callable[[str, str, int, int], None]
 
 

@@ -235,6 +235,8 @@ def _load(
             bulk.check_summed(conn, set(rank_ids.values()) - set(fresh))  # (stored rows added to in SQL)
         assert not writer.timelines  # (each rank's were stored as its last file was merged: merged())
         bulk.rebuild_indexes(conn, recreate)  # (temporary storage is in files meanwhile: bulk.load_transaction)
+        if progress:
+            progress("analysis", run_name, done, total)
         if timeline.analysed_after_commit(conn):
             scope = resolve_run(conn, run_name)
         else:

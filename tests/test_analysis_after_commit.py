@@ -187,3 +187,13 @@ def test_a_lock_that_is_not_this_sessions_at_the_end_is_a_note(pg_url: str, monk
     assert note is not None and "was not this connection's to let go of" in note
     assert _lock_is_free(pg_url, key)
     engine.dispose()
+
+
+def test_progress_says_when_the_run_is_analysed(store_url: str) -> None:
+    """After the last file the ingest analyses the run (seconds on a large one): the progress callback is
+    told, so the bar on a terminal says so instead of sitting at its end (both engines)."""
+    events: list[tuple[str, str, int, int]] = []
+    ingest_paths(TRACES, store_url, run="job", progress=lambda *e: events.append(e))
+    total = events[0][3]
+    assert [e[0] for e in events] == ["start", "file", "file", "file", "file", "analysis"]
+    assert events[-1] == ("analysis", "job", total, total)
