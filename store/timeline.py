@@ -459,11 +459,6 @@ def analysed_after_commit(conn: Connection | Engine) -> bool:
     return conn.dialect.name == "postgresql"
 
 
-#: analyses one ``keep_analysis`` makes at most (each one of every write committed before it began); past
-#: them, writes that never stop committing are left to the next writer's
-KEEP_PASSES = 8
-
-
 def keep_analysis(engine: Engine, run: str, kept: collectives.CallColumns | None = None) -> str | None:
     """PostgreSQL, after a write into run ``run`` committed: keep its analysis current (``store_analysis``'s
     rows) without making the nodes that write one run at once take turns.
@@ -480,14 +475,17 @@ def keep_analysis(engine: Engine, run: str, kept: collectives.CallColumns | None
        which is after this write's commit (it committed before its try failed), so the analysis covers it;
     3. holding it, analyse and keep until the kept analysis is current; let go; then 1 again.
     So after every commit some analysis begins after it, and a burst of nodes' commits costs about two
-    analyses, not one per node. Meanwhile, and if this fails, the questions see a fingerprint that is not
-    current and compute the analysis themselves (``findings.stored_findings``): slower, never wrong.
+    analyses, not one per node. A holder analyses once per change of the run (the writes committed during
+    its analyses: finite for a job's nodes), and stops if what it kept is not current although the run did
+    not change (another process replaced it: no loop).
+    Meanwhile, and if this fails, the questions see a fingerprint that is not current and compute the
+    analysis themselves (``findings.stored_findings``): slower, never wrong.
 
     The lock is a session's: behind a pooler that moves transactions between server sessions the unlock
     finds nothing to let go of, and the note says so.
 
     Returns None, or a note saying the analysis was not kept and why (the write stays committed)."""
-    passes = 0
+    analysed: str | None = None  # the run's fingerprint as this call last analysed it
     try:
         with engine.connect() as conn:
             conn.execution_options(isolation_level="REPEATABLE READ")
@@ -499,13 +497,18 @@ def keep_analysis(engine: Engine, run: str, kept: collectives.CallColumns | None
                 with conn.begin():
                     if not conn.exec_driver_sql("SELECT pg_try_advisory_lock(%s::int8)", (key,)).scalar():
                         return None
+                stuck = False
                 try:
-                    while passes < KEEP_PASSES:
+                    while True:  # (one analysis per change of the run: as many as writes commit meanwhile)
                         with conn.begin():
-                            if _is_current(conn, run):
+                            now, kept_fp = _fingerprints(conn, run)
+                            if now == kept_fp:
+                                break
+                            if now == analysed:  # not current, though the run is as this call analysed it
+                                stuck = True
                                 break
                             _analyse_and_keep(conn, run, kept)
-                        passes += 1
+                            analysed = now
                         kept = None  # (of this write only: the run may hold others' calls now)
                     with conn.begin():
                         let_go = conn.exec_driver_sql("SELECT pg_advisory_unlock(%s::int8)", (key,)).scalar()
@@ -517,9 +520,10 @@ def keep_analysis(engine: Engine, run: str, kept: collectives.CallColumns | None
                 except BaseException:
                     conn.invalidate()  # (closing the session lets go of its lock, whatever state it is in)
                     raise
-                if passes == KEEP_PASSES:
-                    return (f"run {run!r}: its analysis was not kept (the run changed during each of {KEEP_PASSES} "
-                            "analyses); its questions compute it until the next write into it keeps it")
+                if stuck:
+                    return (f"run {run!r}: its analysis was not kept (another process replaced or removed it "
+                            "while the run stayed the same); its questions compute it until the next write into "
+                            "it keeps it")
     except (ProfdbError, SQLAlchemyError) as e:
         return (f"run {run!r}: its analysis was not kept ({' '.join(str(e).split())[:300]}); its questions "
                 "compute it until the next ingest, transfer or reclassify into it keeps it")
@@ -527,9 +531,15 @@ def keep_analysis(engine: Engine, run: str, kept: collectives.CallColumns | None
 
 def _is_current(conn: Connection, run: str) -> bool:
     """Whether the run's kept analysis is of the run as the store holds it now (its fingerprint)."""
+    now, kept = _fingerprints(conn, run)
+    return now == kept
+
+
+def _fingerprints(conn: Connection, run: str) -> tuple[str, str | None]:
+    """The run's fingerprint now, and that of its kept analysis (None: none kept)."""
     scope = resolve_run(conn, run)
     got = conn.execute(select(RunAnalysisRow.fingerprint).where(RunAnalysisRow.run_id == scope.id)).first()
-    return got is not None and got[0] == fingerprint(conn, scope)
+    return fingerprint(conn, scope), None if got is None else str(got[0])
 
 
 #: said in the kept analysis's notes when ``fit_bigint`` changed a figure
