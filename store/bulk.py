@@ -30,7 +30,7 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, NoResultFound
 
 from .batches import LAUNCHES_KEPT, ORIGIN_COLS, SHAPE_TABLES, Coded, Interned, cores
 from .errors import ProfdbError, StoreError
@@ -618,6 +618,10 @@ def remove_abandoned_runs(conn: Connection) -> int:
     ).rowcount
 
 
+#: times ``hold_run`` looks for its run again when other nodes' loads remove it before it is held
+HOLD_TRIES = 100
+
+
 def hold_run(
     conn: Connection, run_id: int | None, ranks: Iterable[int], find_or_create: Callable[[Connection], tuple[int, bool]]
 ) -> int:
@@ -629,10 +633,19 @@ def hold_run(
     SQLite (``run_id`` None, from ``run_scope``): find or create the run here."""
     if run_id is None:
         return find_or_create(conn)[0]
-    held = conn.exec_driver_sql("SELECT id FROM run WHERE id = %s FOR KEY SHARE", (run_id,)).first()
-    if held is None:  # removed by another node's failed load just now: create it in this transaction
-        run_id = find_or_create(conn)[0]
-        conn.exec_driver_sql("SELECT id FROM run WHERE id = %s FOR KEY SHARE", (run_id,)).one()
+    for _ in range(HOLD_TRIES):
+        if conn.exec_driver_sql("SELECT id FROM run WHERE id = %s FOR KEY SHARE", (run_id,)).first() is not None:
+            break
+        # removed just now, before this load held it: by another node's failed load, or as abandoned (a run
+        # with no rank, ``remove_abandoned_runs``) by a node starting its load. Found again (another node's
+        # row, committed: it may be removed again before it is held, hence the loop) or created in this
+        # transaction (then no other can see it, let alone remove it).
+        try:
+            run_id = find_or_create(conn)[0]
+        except NoResultFound:  # (its row was removed between the statements that found it)
+            continue
+    else:
+        raise StoreError(f"the run was removed by other loads {HOLD_TRIES} times while this one began: ingest again")
     for g in sorted(set(ranks)):
         conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%s::int4, %s::int4)", (run_id, g))
     return run_id

@@ -279,3 +279,46 @@ def test_four_nodes_while_another_run_is_deleted_leave_no_orphan(store_url: str,
     assert all(rc == 0 for rc, _ in results), results
     _check_store(store_url, expected)
     assert _orphans(store_url) == 0
+
+
+def test_pg_a_run_removed_again_and_again_before_a_load_holds_it_is_made_again(
+    pg_url: str, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Many nodes starting at once: a node's run row, committed early (bulk.run_scope), is removed as
+    abandoned (no rank yet) by another node starting its load; the node then finds the row a third node
+    made, which is removed too before it is held. The load makes the run again in its own transaction
+    (bulk.hold_run); it failed with NoResultFound before (found with 16 nodes of benchmarks/pg_ingest.py)."""
+    from sqlalchemy import create_engine
+
+    from profdb.store import bulk
+    from profdb.store.ingest import ingest_paths
+
+    expected = write_rocprof_run(tmp_path / "job", ranks=1, dispatches=300)
+    other = create_engine(pg_url)
+    real = bulk.hold_run
+    found: list[int] = []
+
+    def racing(conn: Any, run_id: int | None, ranks: Any, find_or_create: Any) -> int:
+        with other.begin() as o:  # (another node's remove_abandoned_runs)
+            o.exec_driver_sql("DELETE FROM run WHERE id = %s", (run_id,))
+
+        def lost_again(c: Any) -> tuple[int, bool]:
+            if not found:
+                with other.begin() as o:  # a third node makes the run, and it is removed once found
+                    o.exec_driver_sql("INSERT INTO run (name, created_at) VALUES ('job', now())")
+            got = find_or_create(c)
+            if not found:
+                with other.begin() as o:
+                    o.exec_driver_sql("DELETE FROM run WHERE id = %s", (got[0],))
+            found.append(got[0])
+            return got  # type: ignore[no-any-return]
+
+        return real(conn, run_id, ranks, lost_again)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(bulk, "hold_run", racing)
+    try:
+        ingest_paths([tmp_path / "job"], pg_url, run="job")
+    finally:
+        other.dispose()
+    assert len(found) == 2 and found[0] != found[1]  # (the other node's row, then this load's own)
+    _check_store(pg_url, expected)
