@@ -173,7 +173,14 @@ def _transfer(plan: Plan, dst_url: str, allow_dupes: bool, progress: Progress | 
 
     with load_target(dst_url, keep_on_error=lambda: bool(committed())) as target:
         dst = target.engine
-        _preflight(dst, plan, allow_dupes)
+        try:
+            _preflight(dst, plan, allow_dupes)
+        except DBAPIError as e:  # (a concurrent writer, a lost server...: nothing was written yet)
+            what = [f"the runs of {display_url(u)}" for u, _, _ in plan]
+            explained = bulk.explain_db_error(e, display_url(dst_url), what)
+            if explained is None:
+                raise
+            raise explained from e
         for report, (src_url, src, names) in zip(reports, plan):
             for name in names:
                 try:
@@ -215,6 +222,10 @@ def _preflight(dst: Engine, plan: Plan, allow_dupes: bool) -> None:
                         run, ranks, files = _run_rows(s, name)
                         runs.run_metadata(run.metadata_json, run.name)
                         run_id = _find_or_create_run(run)(d)[0]
+                        if d.dialect.name == "postgresql":  # (the ranks' locks a load takes: a node loading one
+                            # of them meanwhile commits first, else its rank row and this one's collide)
+                            run_id = bulk.hold_run(d, run_id, [r.global_rank for r in ranks.values()],
+                                                   _find_or_create_run(run))
                         present = runs.stored_files(d, run_id)
                         todo = [f for f in files if (ranks[f.rank_id].global_rank, f.content_hash) not in present]
                         if not todo:
