@@ -44,6 +44,20 @@ def _lock_is_free(url: str, key: int) -> bool:
     return free
 
 
+def _kept_after_a_write(url: str) -> str | None:
+    """``keep_analysis`` of run 'job' as after a write (its kept analysis made stale), on an engine that lives
+    on, as in a long Python session; the run's lock must be free after it, whatever it returns."""
+    engine = make_engine(resolve_url(url))
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql("UPDATE run_analysis SET fingerprint = 'stale'")
+        note = timeline.keep_analysis(engine, "job")
+        assert _lock_is_free(url, _key(url, "job"))
+        return note
+    finally:
+        engine.dispose()
+
+
 @pytest.fixture(scope="module")
 def whole_job(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The job's findings with its four ranks ingested at once into SQLite."""
@@ -134,11 +148,8 @@ def test_an_analysis_that_fails_after_the_commit_is_a_note_and_lets_go_of_the_lo
     assert "division by zero" in report.notes[0]
     assert both_ways(pg_url, "job")[0] is None
     assert _lock_is_free(pg_url, _key(pg_url, "job"))
-    engine = make_engine(resolve_url(pg_url))  # (an engine that lives on, as in a long Python session)
-    note = timeline.keep_analysis(engine, "job")
+    note = _kept_after_a_write(pg_url)
     assert note is not None and "division by zero" in note
-    assert _lock_is_free(pg_url, _key(pg_url, "job"))
-    engine.dispose()
     monkeypatch.undo()
     assert timeline.keep_analysis(make_engine(resolve_url(pg_url)), "job") is None  # (the next write's)
     kept, computed = both_ways(pg_url, "job")
@@ -162,14 +173,9 @@ def test_an_analysis_replaced_while_the_run_stays_the_same_is_a_note_not_a_loop(
         return got
 
     monkeypatch.setattr(timeline, "_analyse_and_keep", overtaken)
-    engine = make_engine(resolve_url(pg_url))
-    with engine.begin() as conn:
-        conn.exec_driver_sql("UPDATE run_analysis SET fingerprint = 'stale'")
-    note = timeline.keep_analysis(engine, "job")
+    note = _kept_after_a_write(pg_url)
     assert note is not None and "another process replaced or removed it while the run stayed the same" in note
     assert len(passes) == 1
-    assert _lock_is_free(pg_url, _key(pg_url, "job"))
-    engine.dispose()
 
 
 def test_a_lock_that_is_not_this_sessions_at_the_end_is_a_note(pg_url: str, monkeypatch: Any) -> None:
@@ -185,13 +191,8 @@ def test_a_lock_that_is_not_this_sessions_at_the_end_is_a_note(pg_url: str, monk
         return got
 
     monkeypatch.setattr(timeline, "_analyse_and_keep", early)
-    engine = make_engine(resolve_url(pg_url))
-    with engine.begin() as conn:
-        conn.exec_driver_sql("UPDATE run_analysis SET fingerprint = 'stale'")
-    note = timeline.keep_analysis(engine, "job")
+    note = _kept_after_a_write(pg_url)
     assert note is not None and "was not this connection's to let go of" in note
-    assert _lock_is_free(pg_url, key)
-    engine.dispose()
 
 
 def test_progress_says_when_the_run_is_analysed(store_url: str) -> None:

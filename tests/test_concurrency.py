@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +85,39 @@ def test_nodes_given_the_same_ranks_take_turns_without_duplicates(store_url: str
     _check_store(store_url, expected)
 
 
+@contextmanager
+def paused_load(paths: list[Path], url: str, run: str = "job") -> Iterator[list[BaseException]]:
+    """An ingest of ``paths`` in a thread, stopped after its first file (its run, rank and name rows made,
+    its transaction open) until the block ends, then let go and joined; yields the list of what it raised."""
+    import threading
+
+    from profdb.store.ingest import ingest_paths
+
+    paused, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def slow(event: str, path: str, done: int, total: int) -> None:
+        if event == "file":
+            paused.set()
+            release.wait(60)
+
+    def load() -> None:
+        try:
+            ingest_paths(paths, url, run=run, progress=slow)
+        except BaseException as e:  # pragma: no cover - reported by the caller
+            errors.append(e)
+
+    a = threading.Thread(target=load)
+    a.start()
+    try:
+        assert paused.wait(60), "the paused load never reached its first file"
+        yield errors
+    finally:
+        release.set()
+        a.join(60)
+    assert not a.is_alive()
+
+
 def test_pg_a_slow_node_does_not_hold_up_the_others(pg_url: str, tmp_path: Path) -> None:
     """Node A stops in the middle of its transaction (after its first file, holding its run, rank
     and name rows); node B, loading another rank of the same run with the same kernel names, must
@@ -92,24 +127,7 @@ def test_pg_a_slow_node_does_not_hold_up_the_others(pg_url: str, tmp_path: Path)
     from profdb.store.ingest import ingest_paths
 
     expected = write_rocprof_run(tmp_path / "job", ranks=2, dispatches=500)
-    paused, release = threading.Event(), threading.Event()
-    errors: list[BaseException] = []
-
-    def slow(event: str, path: str, done: int, total: int) -> None:
-        if event == "file":
-            paused.set()
-            release.wait(60)
-
-    def node_a() -> None:
-        try:
-            ingest_paths([tmp_path / "job" / "rank0000"], pg_url, run="job", progress=slow)
-        except BaseException as e:  # pragma: no cover - reported below
-            errors.append(e)
-
-    a = threading.Thread(target=node_a)
-    a.start()
-    try:
-        assert paused.wait(60), "node A never reached its first file"
+    with paused_load([tmp_path / "job" / "rank0000"], pg_url) as errors:
         done = threading.Event()
 
         def node_b() -> None:
@@ -122,9 +140,6 @@ def test_pg_a_slow_node_does_not_hold_up_the_others(pg_url: str, tmp_path: Path)
         b = threading.Thread(target=node_b, daemon=True)
         b.start()
         finished_while_a_waits = done.wait(30)
-    finally:
-        release.set()
-        a.join(60)
     b.join(60)
     assert not errors, errors
     assert finished_while_a_waits, "node B waited for node A's transaction"

@@ -258,35 +258,19 @@ def test_an_export_while_a_node_loads_the_same_rank_waits_for_it(pg_url: str, tm
     UniqueViolation traceback (found with 6 nodes and one export at once)."""
     import threading
 
+    from test_concurrency import paused_load
+
     write_rocprof_run(tmp_path / "job", ranks=1, dispatches=300)
     node = sqlite(tmp_path, "node.db")
     ingest_paths([tmp_path / "job"], node, run="job")
-    paused, release = threading.Event(), threading.Event()
-    errors: list[BaseException] = []
-
-    def slow(event: str, path: str, done: int, total: int) -> None:
-        if event == "file":
-            paused.set()
-            release.wait(60)
-
-    def loading() -> None:
-        try:
-            ingest_paths([tmp_path / "job"], pg_url, run="job", progress=slow)
-        except BaseException as e:  # pragma: no cover - reported below
-            errors.append(e)
-
-    a = threading.Thread(target=loading)
-    a.start()
-    assert paused.wait(60)
     exported: list[Any] = []
-    b = threading.Thread(target=lambda: exported.append(transfer_runs(node, pg_url)))
-    b.start()
-    b.join(2)
-    assert b.is_alive()  # (waiting for the rank the load holds)
-    release.set()
-    a.join(60)
+    with paused_load([tmp_path / "job"], pg_url) as errors:
+        b = threading.Thread(target=lambda: exported.append(transfer_runs(node, pg_url)))
+        b.start()
+        b.join(2)
+        assert b.is_alive()  # (waiting for the rank the load holds)
     b.join(60)
-    assert not errors and not a.is_alive() and not b.is_alive()
+    assert not errors and not b.is_alive()
     assert len(exported) == 1 and [(r.run, r.status, r.files) for r in exported[0].runs] == [("job", "present", 0)]
     assert q(pg_url, "select count(*) from rank") == [(1,)]
     assert q(pg_url, "select count(*) from source_file") == [(2,)]
