@@ -198,9 +198,9 @@ def reclassify_command(
         conn.rollback()
     else:
         conn.commit()
-        kept = reclassify.after_commit(conn, done)
-        if kept:
-            note(kept)
+        not_kept = reclassify.after_commit(conn, done)
+        if not_kept:
+            note(not_kept)
     before = ", ".join(f"{d or 'not recorded'} ({n} files)" for d, n in done.digests_before.items()) or "none"
     note(f"run {done.run!r}: rules {before} -> {rules.summary()}")
     share = " -> ".join("n/a" if v is None else f"{v * 100:.1f}%" for v in (done.share_before, done.share_after))

@@ -212,28 +212,29 @@ def _run_rows(s: Connection, name: str) -> tuple[Any, dict[int, Any], list[Any]]
 def _preflight(dst: Engine, plan: Plan, allow_dupes: bool) -> None:
     """The checks of every run's copy, all runs of all sources in one destination transaction that
     is rolled back: runs and ranks are made and the file rows written (so a run coming from two
-    sources is checked against itself too), no activity is copied."""
+    sources is checked against itself too), no activity is copied. On PostgreSQL each run's ranks are
+    held as a load holds them (``bulk.hold_run``), so that a node loading one of them meanwhile commits
+    first (else its rank row and this one's collide); runs are taken in name order, so two copies of
+    several runs at once hold them in the same order (never a deadlock)."""
+    ordered = sorted(((name, i) for i, (_, _, names) in enumerate(plan) for name in names))
     with dst.connect() as d:
         trans = d.begin()
         try:
-            for _, src, names in plan:
-                with src.connect() as s:
-                    for name in names:
-                        run, ranks, files = _run_rows(s, name)
-                        runs.run_metadata(run.metadata_json, run.name)
-                        run_id = _find_or_create_run(run)(d)[0]
-                        if d.dialect.name == "postgresql":  # (the ranks' locks a load takes: a node loading one
-                            # of them meanwhile commits first, else its rank row and this one's collide)
-                            run_id = bulk.hold_run(d, run_id, [r.global_rank for r in ranks.values()],
-                                                   _find_or_create_run(run))
-                        present = runs.stored_files(d, run_id)
-                        todo = [f for f in files if (ranks[f.rank_id].global_rank, f.content_hash) not in present]
-                        if not todo:
-                            continue
-                        _check_duplicates(d, run_id, name, todo, ranks, allow_dupes)
-                        rank_map = _map_ranks(d, run_id, name, {f.rank_id: ranks[f.rank_id] for f in todo})
-                        for f in todo:
-                            d.execute(insert(SourceFile).values(**_file_values(f, run_id, rank_map[f.rank_id])))
+            for name, i in ordered:
+                with plan[i][1].connect() as s:
+                    run, ranks, files = _run_rows(s, name)
+                runs.run_metadata(run.metadata_json, run.name)
+                run_id = _find_or_create_run(run)(d)[0]
+                if d.dialect.name == "postgresql":
+                    run_id = bulk.hold_run(d, run_id, [r.global_rank for r in ranks.values()], _find_or_create_run(run))
+                present = runs.stored_files(d, run_id)
+                todo = [f for f in files if (ranks[f.rank_id].global_rank, f.content_hash) not in present]
+                if not todo:
+                    continue
+                _check_duplicates(d, run_id, name, todo, ranks, allow_dupes)
+                rank_map = _map_ranks(d, run_id, name, {f.rank_id: ranks[f.rank_id] for f in todo})
+                for f in todo:
+                    d.execute(insert(SourceFile).values(**_file_values(f, run_id, rank_map[f.rank_id])))
         finally:
             trans.rollback()
 
