@@ -70,10 +70,12 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     raise Interrupted(signum)
 
 
-def _interrupted(ctx: click.Context, signum: int) -> click.exceptions.Exit:
+def _interrupted(ctx: click.Context, signum: int, committed: str | None = None) -> click.exceptions.Exit:
     sub = ctx.invoked_subcommand or ""
     what = WRITERS.get(sub)
     done = f"{what} was rolled back: nothing was written to the store" if what else "nothing was written"
+    if committed:  # (after a commit: e.g. on PostgreSQL, while the run's analysis is kept)
+        done = committed
     click.echo(f"profdb {sub}: interrupted by {signal.Signals(signum).name}; {done}".replace("  ", " "), err=True)
     return click.exceptions.Exit(128 + signum)
 
@@ -97,9 +99,9 @@ class ProfdbGroup(click.Group):
         except errors.ProfdbError as e:
             raise click.ClickException(visible(str(e))) from e
         except Interrupted as e:
-            raise _interrupted(ctx, e.signum) from None
-        except KeyboardInterrupt:  # SIGINT outside main() (profdb.cli.main:cli called directly)
-            raise _interrupted(ctx, signal.SIGINT) from None
+            raise _interrupted(ctx, e.signum, errors.committed(e)) from None
+        except KeyboardInterrupt as e:  # SIGINT outside main() (profdb.cli.main:cli called directly)
+            raise _interrupted(ctx, signal.SIGINT, errors.committed(e)) from None
 
 
 @click.group(cls=ProfdbGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Engine, bindparam, insert, select, update
 
 from . import bulk, classify, collectives, ingest_workers, reclassify, runs, timeline, validate
 from .db import display_url, load_target, resolve_url
-from .errors import InputError, ProfdbError
+from .errors import InputError, ProfdbError, mark_committed
 from .identity import Identity, IdentityFlags, RankPlan, missing_ranks
 from .ingest import FileResult, IngestReport, Progress, task_of
 from .inputs import ALGORITHM, ALGORITHMS, InputFile, algorithm_of, digest_of
@@ -245,7 +245,12 @@ def _load(
         report.missing_ranks = missing_ranks([r[0] for r in report.ranks], report.world_size)
         report.ended_badly = [f"rank {r.global_rank} {r.end()}" for r in scope.ended_abnormally()]
     if timeline.analysed_after_commit(engine):  # (committed: now the run's analysis, taking no turns)
-        note = timeline.keep_analysis(engine, run_name, kept)
+        try:
+            note = timeline.keep_analysis(engine, run_name, kept)
+        except BaseException as e:  # (an interrupt, while the run is analysed: its rows are in)
+            mark_committed(e, f"its files were committed to run {run_name!r}; the run's analysis was not kept (the "
+                              "questions compute it until the next write into the run keeps it)")
+            raise
         if note:
             report.notes.append(note)
 

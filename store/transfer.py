@@ -20,11 +20,11 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Float, cast, func, insert, select
 from sqlalchemy.exc import DBAPIError
 
-from . import bulk, fact_spans, reclassify, runs, timeline
+from . import bulk, errors, fact_spans, reclassify, runs, timeline
 from .batches import SHAPE_TABLES
 from .collectives import RankTimeline, TimelineBuilder
 from .db import display_url, load_target, open_db, resolve_url, sqlite_path
-from .errors import ProfdbError, QueryError, StoreError
+from .errors import ProfdbError, QueryError, StoreError, mark_committed
 from .fact_spans import Spans
 from .ingest_workers import NESTED_KINDS
 from .intervals import SelfTotals
@@ -198,6 +198,12 @@ def _transfer(plan: Plan, dst_url: str, allow_dupes: bool, progress: Progress | 
                     if done:
                         raise type(err)(f"{err} (run {name!r} not copied; already committed: {', '.join(done)})") from e
                     raise err from e
+                except BaseException as e:  # (an interrupt: what earlier runs committed stays)
+                    done = committed()
+                    if done:
+                        said = errors.committed(e)
+                        mark_committed(e, f"runs already committed: {', '.join(done)}" + (f"; {said}" if said else ""))
+                    raise
     return reports
 
 
@@ -286,7 +292,12 @@ def _copy_run(src: Engine, dst: Engine, name: str, allow_dupes: bool, progress: 
             result.files = len(todo)
             result.ranks = sorted({ranks[f.rank_id].global_rank for f in todo})
         if timeline.analysed_after_commit(dst):
-            result.note = timeline.keep_analysis(dst, name)
+            try:
+                result.note = timeline.keep_analysis(dst, name)
+            except BaseException as e:  # (an interrupt, while the run is analysed: its rows are in)
+                mark_committed(e, f"run {name!r} was copied; its analysis was not kept (the questions compute it "
+                                  "until the next write into the run keeps it)")
+                raise
         return result
 
 

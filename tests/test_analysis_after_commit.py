@@ -203,3 +203,33 @@ def test_progress_says_when_the_run_is_analysed(store_url: str) -> None:
     total = events[0][3]
     assert [e[0] for e in events] == ["start", "file", "file", "file", "file", "analysis"]
     assert events[-1] == ("analysis", "job", total, total)
+
+
+@pytest.mark.parametrize("command", ["ingest", "export"])
+def test_an_interrupt_while_the_run_is_analysed_says_the_rows_are_in(
+    pg_url: str, tmp_path: Path, run_cli: Any, monkeypatch: Any, command: str
+) -> None:
+    """Ctrl-C after the commit, while the run's analysis is kept (PostgreSQL): exit 130, and the message
+    says the files were committed, not that the command was rolled back and wrote nothing."""
+    import signal
+
+    from profdb.cli.main import Interrupted
+
+    def interrupted(*a: Any, **k: Any) -> Any:
+        raise Interrupted(signal.SIGINT)
+
+    args: list[Any] = ["ingest", "--db", pg_url, "--run", "job", *TRACES]
+    if command == "export":
+        node = tmp_path / "node.db"
+        ingest_paths(TRACES, str(node), run="job")
+        args = ["export", "--db", node, "--to", pg_url]
+    monkeypatch.setattr(timeline, "keep_analysis", interrupted)
+    r = run_cli(*args, ok=False)
+    assert r.exit_code == 130
+    said = r.stderr.strip().splitlines()[-1]
+    assert said.startswith(f"profdb {command}: interrupted by SIGINT; ") and "rolled back" not in said
+    assert ("its files were committed to run 'job'" if command == "ingest" else "run 'job' was copied") in said
+    assert "the run's analysis was not kept" in said or "its analysis was not kept" in said
+    monkeypatch.undo()
+    kept, computed = both_ways(pg_url, "job")
+    assert kept is None and len(computed.ranks) == 4  # (the rows are in; the questions compute the analysis)

@@ -274,3 +274,31 @@ def test_an_export_while_a_node_loads_the_same_rank_waits_for_it(pg_url: str, tm
     assert len(exported) == 1 and [(r.run, r.status, r.files) for r in exported[0].runs] == [("job", "present", 0)]
     assert q(pg_url, "select count(*) from rank") == [(1,)]
     assert q(pg_url, "select count(*) from source_file") == [(2,)]
+
+
+def test_an_interrupt_between_runs_says_which_runs_are_in(
+    store_url: str, tmp_path: Path, run_cli: Any, monkeypatch: Any
+) -> None:
+    """Each run is copied in its own transaction: Ctrl-C while the second is copied rolls that one back,
+    and the message names the run already committed instead of saying nothing was written."""
+    import signal
+
+    from profdb.cli.main import Interrupted
+    from profdb.store import transfer
+
+    src = sqlite(tmp_path, "src.db")
+    ingest_paths([TORCHRUN4], src, run="a-first")
+    ingest_paths([TORCHRUN4], src, run="b-second")
+    real = transfer._copy_run
+
+    def second_interrupted(*a: Any, **k: Any) -> Any:
+        if a[2] == "b-second":
+            raise Interrupted(signal.SIGINT)
+        return real(*a, **k)
+
+    monkeypatch.setattr(transfer, "_copy_run", second_interrupted)
+    r = run_cli("merge", src, "--db", store_url, ok=False)
+    assert r.exit_code == 130
+    said = r.stderr.strip().splitlines()[-1]
+    assert said.startswith("profdb merge: interrupted by SIGINT; runs already committed: 'a-first' from "), said
+    assert q(store_url, "select name from run") == [("a-first",)]
