@@ -7,6 +7,7 @@ torchrun job (tests/data/kineto/torchrun4_cpu), against the same job ingested at
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -233,3 +234,45 @@ def test_an_interrupt_while_the_run_is_analysed_says_the_rows_are_in(
     monkeypatch.undo()
     kept, computed = both_ways(pg_url, "job")
     assert kept is None and len(computed.ranks) == 4  # (the rows are in; the questions compute the analysis)
+
+
+def test_a_node_killed_while_it_analyses_leaves_its_rows_and_no_lock(pg_url: str, whole_job: Any) -> None:
+    """SIGKILL of a node while it holds the run's lock and analyses (after its commit): its rows are in, the
+    server lets go of the lock with the session, the questions compute the analysis meanwhile, and running
+    the ingest again (every file present) keeps it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    ingest_paths(TRACES[:2], pg_url, run="job")
+    node = f"""
+import sys, time
+from profdb.store import timeline
+real = timeline._analyse_and_keep
+def held(*a, **k):
+    print("holding", flush=True)
+    time.sleep(120)
+    return real(*a, **k)
+timeline._analyse_and_keep = held
+from profdb.store.ingest import ingest_paths
+ingest_paths({[str(t) for t in TRACES[2:]]!r}, {pg_url!r}, run="job")
+"""
+    p = subprocess.Popen([sys.executable, "-c", node], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "holding"
+        assert not _lock_is_free(pg_url, _key(pg_url, "job"))
+    finally:
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(30)
+    for _ in range(100):  # (the server ends the session once it sees the connection closed)
+        if _lock_is_free(pg_url, _key(pg_url, "job")):
+            break
+        time.sleep(0.05)
+    assert _lock_is_free(pg_url, _key(pg_url, "job"))
+    kept, computed = both_ways(pg_url, "job")
+    assert kept is None and computed == whole_job  # (all four ranks' rows are in; a question computes)
+    report = ingest_paths(TRACES, pg_url, run="job")
+    assert [f.skipped for f in report.files] == [True] * 4 and not report.notes
+    kept, computed = both_ways(pg_url, "job")
+    assert kept == computed == whole_job
