@@ -51,6 +51,7 @@ WRITERS = {
     "export": "the export",
     "tag": "the tag",
     "sql": "the statement",
+    "reclassify": "the reclassification",
 }
 
 

@@ -16,6 +16,7 @@ from datetime import datetime
 from sqlalchemy import Connection, case, func, select, tuple_, update
 
 from . import bulk, classify, fact_spans, timeline
+from .errors import mark_committed
 from .models import Activity, ClassificationRules, Name, SourceFile, Summary
 from .runs import now
 from .scope import RunScope
@@ -159,7 +160,12 @@ def after_commit(conn: Connection, done: Reclassified) -> str | None:
     (``timeline.keep_analysis``; its note, if it was not kept). Elsewhere reclassify kept it in the transaction."""
     if not timeline.analysed_after_commit(conn):
         return None
-    return timeline.keep_analysis(conn.engine, done.run)
+    try:
+        return timeline.keep_analysis(conn.engine, done.run)
+    except BaseException as e:  # (an interrupt, while the run is analysed: the new classes are in)
+        mark_committed(e, f"run {done.run!r} was reclassified; its analysis was not kept (the questions compute it "
+                          "until the next write into the run keeps it)")
+        raise
 
 
 #: (kind, name_id) pairs set per statement: bound parameters stay far below every driver's limit

@@ -206,7 +206,7 @@ def test_progress_says_when_the_run_is_analysed(store_url: str) -> None:
     assert events[-1] == ("analysis", "job", total, total)
 
 
-@pytest.mark.parametrize("command", ["ingest", "export"])
+@pytest.mark.parametrize("command", ["ingest", "export", "reclassify"])
 def test_an_interrupt_while_the_run_is_analysed_says_the_rows_are_in(
     pg_url: str, tmp_path: Path, run_cli: Any, monkeypatch: Any, command: str
 ) -> None:
@@ -224,12 +224,16 @@ def test_an_interrupt_while_the_run_is_analysed_says_the_rows_are_in(
         node = tmp_path / "node.db"
         ingest_paths(TRACES, str(node), run="job")
         args = ["export", "--db", node, "--to", pg_url]
+    elif command == "reclassify":
+        ingest_paths(TRACES, pg_url, run="job")
+        args = ["reclassify", "--db", pg_url, "--run", "job", "--comm-pattern", "^aten::mm$"]
     monkeypatch.setattr(timeline, "keep_analysis", interrupted)
     r = run_cli(*args, ok=False)
     assert r.exit_code == 130
     said = r.stderr.strip().splitlines()[-1]
     assert said.startswith(f"profdb {command}: interrupted by SIGINT; ") and "rolled back" not in said
-    assert ("its files were committed to run 'job'" if command == "ingest" else "run 'job' was copied") in said
+    assert {"ingest": "its files were committed to run 'job'", "export": "run 'job' was copied",
+            "reclassify": "run 'job' was reclassified"}[command] in said
     assert "the run's analysis was not kept" in said or "its analysis was not kept" in said
     monkeypatch.undo()
     kept, computed = both_ways(pg_url, "job")
