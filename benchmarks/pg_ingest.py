@@ -208,6 +208,12 @@ def _node_proc(args: tuple[str, str, list[int], int, str, str]) -> tuple[float, 
     return load_node(*args)
 
 
+def node_rate(rows: int, seconds: float) -> float:
+    """A node's rows per second from ``load_nodes``' figures, whose seconds are rounded to 0.01 (a tiny load
+    can take "0.0 s")."""
+    return rows / max(seconds, 0.005)
+
+
 def load_nodes(url: str, nodes: list[list[int]], dispatches: int, fmt: str, tmp: Path) -> dict[str, Any]:
     """``nodes`` (each a list of global ranks) loading one run at once, in processes released together
     once all are ready. Returns the wall time from the release to the last commit, per-node times, rows."""
@@ -302,7 +308,7 @@ def main() -> None:
         if not args.json:
             extra = ""
             if "node_seconds" in r:
-                per = [n / s for n, s in zip(r["node_rows"], r["node_seconds"])]
+                per = [node_rate(n, s) for n, s in zip(r["node_rows"], r["node_seconds"])]
                 if len(per) > 1:
                     extra = f"  per node {min(per):,.0f}-{max(per):,.0f} rows/s"
                 extra += f"  CPU us/row: client {r['client_cpu_us_per_row']}, server {r.get('server_cpu_us_per_row')}"
@@ -331,14 +337,14 @@ def main() -> None:
                     url = pg(fks)
                     r = load_nodes(url, [rank_list], args.dispatches, fmt, work)
                     assert r["rows"] == stored_rows(url) == expected, (r, expected)
-                    r["rows_per_s"] = round(r["rows"] / r["seconds"])
+                    r["rows_per_s"] = round(node_rate(r["rows"], r["seconds"]))
                     show(label, r)
             for label, fmt, fks in (("load_binary_4nodes", "binary", False), ("load_text_fks_4nodes", "text", True)):
                 if want(label):
                     url = pg(fks)
                     r = load_nodes(url, quarters, args.dispatches, fmt, work)
                     assert r["rows"] == stored_rows(url) == expected, (r, expected)  # no row lost
-                    r["rows_per_s"] = round(r["rows"] / r["seconds"])
+                    r["rows_per_s"] = round(node_rate(r["rows"], r["seconds"]))
                     show(label, r)
             if any(want(c) for c in ("ingest_sqlite", "ingest_pg", "ingest_pg_text", "ingest_pg_fks",
                                      "ingest_pg_processes")):
@@ -391,16 +397,16 @@ def scale(args: argparse.Namespace, pg: Callable[[], str], work: Path, results: 
     r = load_nodes(url, [ranks[i::4] for i in range(4)], args.scale_dispatches, "binary", work)
     expected = len(ranks) * (args.scale_dispatches + args.scale_dispatches // COUNTER_EVERY)
     assert r["rows"] == stored_rows(url) == expected, (r, expected)
-    r["rows_per_s"] = round(r["rows"] / r["seconds"])
+    r["rows_per_s"] = round(node_rate(r["rows"], r["seconds"]))
     show("scale_load_4nodes", r)
     per_row = store_bytes(url) / r["rows"]
-    node_rate = sum(n / s for n, s in zip(r["node_rows"], r["node_seconds"])) / len(r["node_rows"])
+    rate = sum(node_rate(n, s) for n, s in zip(r["node_rows"], r["node_seconds"])) / len(r["node_rows"])
     job_rows = 1024 * (200_000 + 200_000 // COUNTER_EVERY)
     node_rows = 8 * (200_000 + 200_000 // COUNTER_EVERY)
     est = {
         "job_rows": job_rows,
         "rows_per_node_8_ranks": node_rows,
-        "node_seconds_at_measured_node_rate": round(node_rows / node_rate, 1),
+        "node_seconds_at_measured_node_rate": round(node_rows / rate, 1),
         "job_minutes_at_measured_aggregate_rate": round(job_rows / r["rows_per_s"] / 60, 1),
         "store_bytes_per_row": round(per_row, 1),
         "job_store_gb": round(job_rows * per_row / 1e9, 1),
@@ -412,7 +418,7 @@ def scale(args: argparse.Namespace, pg: Callable[[], str], work: Path, results: 
         print("scale, 1,024 ranks x 200,000 dispatches (+10% counter rows) = "
               f"{job_rows:,} rows; one node (8 ranks) = {node_rows:,} rows")
         print(f"  per node: {est['node_seconds_at_measured_node_rate']} s at the measured per-node rate "
-              f"({node_rate:,.0f} rows/s, four nodes sharing this server)")
+              f"({rate:,.0f} rows/s, four nodes sharing this server)")
         print(f"  whole job through this one server: {est['job_minutes_at_measured_aggregate_rate']} min at "
               f"{r['rows_per_s']:,} rows/s aggregate")
         if "job_server_cpu_minutes" in est:

@@ -593,8 +593,8 @@ def test_pg_ingest_benchmark_runs_at_tiny_size(pg_server: PgServer) -> None:
     cases = ("load_binary", "load_text_fks", "load_binary_4nodes", "ingest_pg", "ingest_pg_fks", "scale")
     r = subprocess.run(
         [sys.executable, str(bench), "--ranks", "2", "--dispatches", "300", "--scale-ranks", "4",
-         "--scale-dispatches", "200", "--pg-url", pg_server.admin_url, "--json",
-         *[a for c in cases for a in ("--only", c)]],
+         "--scale-dispatches", "200", "--analysis-ranks", "4", "--analysis-nodes", "2", "--analysis-steps", "20",
+         "--pg-url", pg_server.admin_url, "--json", *[a for c in (*cases, "analysis_nodes") for a in ("--only", c)]],
         capture_output=True, text=True, timeout=600,
     )
     assert r.returncode == 0, r.stderr[-3000:]
@@ -603,3 +603,5 @@ def test_pg_ingest_benchmark_runs_at_tiny_size(pg_server: PgServer) -> None:
         assert out[case]["rows"] == (4 * 220 if case.startswith("scale") else 2 * 330), case
     assert len(out["load_binary_4nodes"]["node_rows"]) == 2  # two ranks: two nodes of one rank each
     assert out["scale_1024x200k"]["job_rows"] == 1024 * 220_000
+    # (each way, the benchmark checked the kept analysis is current and of every rank)
+    assert out["analysis_nodes"]["calls"] == 4 * 20 and out["analysis_nodes"]["ranks"] == 4
