@@ -17,13 +17,12 @@ from sqlalchemy import Connection, Engine, bindparam, insert, select, update
 
 from . import bulk, classify, collectives, ingest_workers, reclassify, runs, timeline, validate
 from .db import display_url, load_target, resolve_url
-from .errors import InputError, ProfdbError, mark_committed
+from .errors import InputError, ProfdbError
 from .identity import Identity, IdentityFlags, RankPlan, missing_ranks
 from .ingest import FileResult, IngestReport, Progress, task_of
 from .inputs import ALGORITHM, ALGORITHMS, InputFile, algorithm_of, digest_of
 from .manifest import RankEnd, rank_end, real_path
 from .models import SourceFile
-from .scope import resolve_run
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -237,22 +236,13 @@ def _load(
         bulk.rebuild_indexes(conn, recreate)  # (temporary storage is in files meanwhile: bulk.load_transaction)
         if progress:
             progress("analysis", run_name, done, total)
-        if timeline.analysed_after_commit(conn):
-            scope = resolve_run(conn, run_name)
-        else:
-            scope = timeline.store_analysis(conn, run_name, kept)  # (may read ix_collective_call_match: after recreate)
+        scope = timeline.analyse_in_write(conn, run_name, kept)  # (may read ix_collective_call_match: after recreate)
         report.ranks, report.world_size = runs.ranks_of(conn, run_id)
         report.missing_ranks = missing_ranks([r[0] for r in report.ranks], report.world_size)
         report.ended_badly = [f"rank {r.global_rank} {r.end()}" for r in scope.ended_abnormally()]
-    if timeline.analysed_after_commit(engine):  # (committed: now the run's analysis, taking no turns)
-        try:
-            note = timeline.keep_analysis(engine, run_name, kept)
-        except BaseException as e:  # (an interrupt, while the run is analysed: its rows are in)
-            mark_committed(e, f"its files were committed to run {run_name!r}; the run's analysis was not kept (the "
-                              "questions compute it until the next write into the run keeps it)")
-            raise
-        if note:
-            report.notes.append(note)
+    note = timeline.analyse_after_write(engine, run_name, f"its files were committed to run {run_name!r}", kept)
+    if note:
+        report.notes.append(note)
 
 
 def _fits(inp: InputFile, parsed: ingest_workers.Parsed) -> None:

@@ -16,7 +16,6 @@ from datetime import datetime
 from sqlalchemy import Connection, case, func, select, tuple_, update
 
 from . import bulk, classify, fact_spans, timeline
-from .errors import mark_committed
 from .models import Activity, ClassificationRules, Name, SourceFile, Summary
 from .runs import now
 from .scope import RunScope
@@ -150,22 +149,15 @@ def reclassify(conn: Connection, scope: RunScope, rules: classify.Rules) -> Recl
     conn.execute(update(SourceFile).where(SourceFile.run_id == scope.id).values(rules_id=rules_id(conn, rules)))
     out.share_after = _comm_share(conn, rank_ids, out.share_kind)
     out.moved.sort(key=lambda m: (-m.total_ns, m.kind, m.name))
-    if not timeline.analysed_after_commit(conn):  # (PostgreSQL: after the caller's commit, ``after_commit``)
-        timeline.store_analysis(conn, scope.name)  # its files' rules changed: the run's analysis is kept again
+    timeline.analyse_in_write(conn, scope.name)  # its files' rules changed: the run's analysis is kept again
     return out
 
 
 def after_commit(conn: Connection, done: Reclassified) -> str | None:
     """Once the caller committed ``reclassify``'s transaction: on PostgreSQL, keep the run's analysis
-    (``timeline.keep_analysis``; its note, if it was not kept). Elsewhere reclassify kept it in the transaction."""
-    if not timeline.analysed_after_commit(conn):
-        return None
-    try:
-        return timeline.keep_analysis(conn.engine, done.run)
-    except BaseException as e:  # (an interrupt, while the run is analysed: the new classes are in)
-        mark_committed(e, f"run {done.run!r} was reclassified; its analysis was not kept (the questions compute it "
-                          "until the next write into the run keeps it)")
-        raise
+    (``timeline.analyse_after_write``; its note, if it was not kept). Elsewhere reclassify kept it in the
+    transaction."""
+    return timeline.analyse_after_write(conn.engine, done.run, f"run {done.run!r} was reclassified")
 
 
 #: (kind, name_id) pairs set per statement: bound parameters stay far below every driver's limit

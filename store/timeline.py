@@ -27,7 +27,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from . import collectives, runs, validate, verdict
 from .bulk import insert_rows
 from .collectives import Analysis, ClockOffset, Clocks, CollectiveCall, RankTimeline, Step
-from .errors import ProfdbError, QueryError
+from .errors import ProfdbError, QueryError, mark_committed
 from .findings import RANK_FIGURES, fingerprint, identities
 from .models import CollectiveCall as CallRow
 from .models import HostClock, Rank, SourceFile
@@ -457,6 +457,30 @@ def analysed_after_commit(conn: Connection | Engine) -> bool:
     (``keep_analysis``) instead of in its own transaction (``store_analysis``): on PostgreSQL, where nodes
     write ranks of one run at once."""
     return conn.dialect.name == "postgresql"
+
+
+def analyse_in_write(conn: Connection, run: str, kept: collectives.CallColumns | None = None) -> RunScope:
+    """The end of a write into run ``run`` (ingest, transfer, reclassify), in its transaction: the run's
+    analysis kept (``store_analysis``), or on PostgreSQL only the run as it stands (its analysis comes after
+    the commit: ``analyse_after_write``). Returns the run."""
+    if analysed_after_commit(conn):
+        return resolve_run(conn, run)
+    return store_analysis(conn, run, kept)
+
+
+def analyse_after_write(engine: Engine, run: str, done: str, kept: collectives.CallColumns | None = None) -> str | None:
+    """After a write into run ``run`` committed ``done`` (what it wrote, as a sentence): on PostgreSQL, the
+    run's analysis kept (``keep_analysis``; its note, if it was not kept); elsewhere nothing (it was kept in
+    the write's transaction, ``analyse_in_write``). An exception meanwhile (an interrupt) is marked with
+    ``done`` (``errors.mark_committed``): the rows are in, whatever it stops."""
+    if not analysed_after_commit(engine):
+        return None
+    try:
+        return keep_analysis(engine, run, kept)
+    except BaseException as e:
+        mark_committed(e, f"{done}; the run's analysis was not kept (the questions compute it until the next write "
+                          "into the run keeps it)")
+        raise
 
 
 def keep_analysis(engine: Engine, run: str, kept: collectives.CallColumns | None = None) -> str | None:

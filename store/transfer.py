@@ -291,13 +291,7 @@ def _copy_run(src: Engine, dst: Engine, name: str, allow_dupes: bool, progress: 
                 names.close()
             result.files = len(todo)
             result.ranks = sorted({ranks[f.rank_id].global_rank for f in todo})
-        if timeline.analysed_after_commit(dst):
-            try:
-                result.note = timeline.keep_analysis(dst, name)
-            except BaseException as e:  # (an interrupt, while the run is analysed: its rows are in)
-                mark_committed(e, f"run {name!r} was copied; its analysis was not kept (the questions compute it "
-                                  "until the next write into the run keeps it)")
-                raise
+        result.note = timeline.analyse_after_write(dst, name, f"run {name!r} was copied")
         return result
 
 
@@ -424,8 +418,7 @@ def _copy_files(
     rows["step"] = len(steps)
     rows["summary"] = _copy_summaries(s, d, run, files, todo, ranks, rank_map, names)
     rows["collective_call"] = _copy_timelines(s, d, run_id, files, todo, ranks, rank_map)
-    if not timeline.analysed_after_commit(d):  # (PostgreSQL: after the commit, _copy_run)
-        timeline.store_analysis(d, run.name)
+    timeline.analyse_in_write(d, run.name)  # (PostgreSQL: after the commit, _copy_run)
 
 
 def _copy_timelines(
