@@ -430,21 +430,25 @@ def scale(args: argparse.Namespace, pg: Callable[[], str], work: Path, results: 
 # --------------------------------------------------------------------------- the run's analysis, nodes at once
 
 
-def _analysis_node(args: tuple[str, list[str], bool, str]) -> float:
-    """One node's whole ``ingest_paths`` of its rank folders, started with the others (the file ``go``);
-    ``in_transaction``: the run's analysis kept inside the ingest's transaction under the run's lock, as
-    every ingest did before ``timeline.keep_analysis`` (the ingest's own code path, chosen by
-    ``timeline.analysed_after_commit``). Returns when it ended, on the wall clock."""
-    url, folders, in_transaction, go = args
-    from profdb.store import timeline
-
-    if in_transaction:
-        timeline.analysed_after_commit = lambda conn: False  # type: ignore[assignment]
-    Path(f"{go}.ready.{os.getpid()}").touch()
-    while not os.path.exists(go):
-        time.sleep(0.002)
-    ingest_paths([Path(f) for f in folders], url, run="job")
-    return time.time()
+#: one node of ``analysis_nodes``: a process of its own (it forks parsing workers for a large share, which a
+#: multiprocessing pool's daemonic processes may not), started with the others by the file ``go``. Its whole
+#: ``ingest_paths`` of its rank folders; ``in_transaction`` "1": the run's analysis kept inside the ingest's
+#: transaction under the run's lock, as every ingest did before ``timeline.keep_analysis`` (the ingest's own
+#: code path, chosen by ``timeline.analysed_after_commit``). Prints when it ended, on the wall clock.
+_ANALYSIS_NODE = """
+import os, sys, time
+from pathlib import Path
+from profdb.store import timeline
+from profdb.store.ingest import ingest_paths
+url, in_transaction, go, *folders = sys.argv[1:]
+if in_transaction == "1":
+    timeline.analysed_after_commit = lambda conn: False
+Path(f"{go}.ready.{os.getpid()}").touch()
+while not os.path.exists(go):
+    time.sleep(0.002)
+ingest_paths([Path(f) for f in folders], url, run="job")
+print(time.time())
+"""
 
 
 def analysis_nodes(args: argparse.Namespace, pg: Callable[[], str], work: Path, results: dict[str, Any]) -> None:
@@ -466,16 +470,22 @@ def analysis_nodes(args: argparse.Namespace, pg: Callable[[], str], work: Path, 
     for label, in_transaction in (("after_commit", False), ("in_transaction", True)):
         url = pg()
         go = work / f"go-{time.monotonic_ns()}"
-        ctx = mp.get_context("spawn")
-        with ctx.Pool(nodes) as pool:
-            pending = pool.map_async(_analysis_node, [(url, share, in_transaction, str(go)) for share in shares])
-            while len(list(work.glob(f"{go.name}.ready.*"))) < nodes:
-                if pending.ready():
-                    pending.get()
-                time.sleep(0.01)
-            t0 = time.time()
-            go.touch()
-            ends = sorted(e - t0 for e in pending.get())
+        procs = [subprocess.Popen([sys.executable, "-c", _ANALYSIS_NODE, url, "1" if in_transaction else "0", str(go),
+                                   *share], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for share in shares]
+        while len(list(work.glob(f"{go.name}.ready.*"))) < nodes:
+            if any(p.poll() is not None for p in procs):
+                break  # (a node failed before it was ready: reported below)
+            time.sleep(0.01)
+        t0 = time.time()
+        go.touch()
+        ends = []
+        for p in procs:
+            stdout, stderr = p.communicate()
+            if p.returncode != 0:
+                raise SystemExit(f"an analysis_nodes node failed: {stderr[-2000:]}")
+            ends.append(float(stdout.split()[-1]) - t0)
+        ends.sort()
         engine = open_db(url)
         try:
             with engine.connect() as conn:
