@@ -110,7 +110,7 @@ def ingest_command(
         # the inputs are looked through and their hashing begun before the store's modules are
         # imported (SQLAlchemy, numpy, pyarrow: ~0.3 s in one thread), so the hashes are computed
         # meanwhile on the other core (this module imports none of them: see inputs.Scan)
-        with inputs.Scan(list(paths), fmt) as scan:
+        with inputs.Scan(list(paths), fmt, flags) as scan:
             from profdb.store import ingest
 
             with classify.using(rules):

@@ -76,7 +76,7 @@ def ingest_paths(
     """Ingest profiler outputs into the store ``db`` (path or URL). One transaction; see module doc.
     ``paths`` may be an ``inputs.Scan`` of them begun earlier (the CLI's, so hashing overlaps its imports)."""
     flags = flags or IdentityFlags()
-    scan = paths if isinstance(paths, Scan) else Scan(paths, fmt)
+    scan = paths if isinstance(paths, Scan) else Scan(paths, fmt, flags)
     inputs, unknown, plan = prepare(scan, flags)
     run_name = run or derive_run_name(scan.paths, inputs)
     with ingest_workers.quiet_gc(), _early_workers(inputs) as parsers:

@@ -1,6 +1,7 @@
 """Phase 1 of ingest, with no database: expand paths (folders, globs), detect each file's format,
 inspect it (identity hints, time base), hash it, resolve every rank and check the claims across
-files, and derive the run's name. Bad input stops here, before any store is opened."""
+files, and derive the run's name. Bad input stops here, before any store is opened. Many files are
+looked at by helper processes too (``_Share``), with the same answers and errors as one process."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import blake3
 
 from . import readers
+from .batches import cores
 from .errors import InputError, RankIdentityError
-from .identity import RANK_DIR, IdentityFlags, RankClaim, RankPlan, check_claims, resolve_file
+from .identity import RANK_DIR, Identity, IdentityFlags, RankClaim, RankPlan, check_claims, resolve_file
 from .manifest import MANIFEST_NAME, RankManifest, real_path, remembered_folders
 from .readers.base import Reader, has_rank_sections, remembered_heads, whole_file
 from .records import SourceInfo
@@ -38,67 +40,116 @@ class InputFile:
 
 
 def expand(
-    paths: Sequence[str | Path], fmt: str | None = None, found_one: Callable[[Path], None] | None = None
+    paths: Sequence[str | Path], fmt: str | None = None, found_one: Callable[[Path, str | None], None] | None = None
 ) -> tuple[list[tuple[Path, Reader]], list[Path]]:
     """(files with their reader, unreadable files found inside folders). Explicit files that no
-    reader recognises, missing paths and folders without any profile are errors. ``found_one(path)``
-    is called as each file's reader is found (its head just read)."""
+    reader recognises, missing paths and folders without any profile are errors. ``found_one(path,
+    None)`` is called as each file's reader is found (its head just read)."""
+    return _expand(_steps(paths), fmt, found_one, None)
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One step of ``expand``, in the order it takes them: a file to look at (``explicit``: named
+    itself, not found in a folder), the end of a folder's files (``folder``, with how many it holds),
+    or an error met while listing the inputs, raised when its turn comes (after the files before it)."""
+
+    path: Path | None = None
+    explicit: bool = False
+    folder: Path | None = None
+    files: int = 0
+    error: InputError | None = None
+
+
+def _steps(paths: Sequence[str | Path]) -> list[_Step]:
+    """The inputs listed (folders walked, globs expanded), as ``expand`` takes them; nothing is read
+    yet. The listing stops at its first error, which becomes the last step."""
+    if not paths:
+        raise InputError("no input paths given; pass profile files or folders, e.g. `profdb ingest out/rank*/`")
+    steps: list[_Step] = []
+    try:
+        for raw in paths:
+            p = Path(raw)
+            if not p.exists():
+                matches = sorted(glob.glob(str(raw), recursive=True)) if glob.has_magic(str(raw)) else []
+                if not matches:
+                    raise InputError(f"{raw}: no such file or folder; check the path (globs are expanded too)")
+                expanded: list[Path] = [Path(m) for m in matches]
+            else:
+                expanded = [p]
+            for q in expanded:
+                if q.is_dir():
+                    folder_files = _walk(q)
+                    steps.extend(_Step(f) for f in folder_files)
+                    steps.append(_Step(folder=q, files=len(folder_files)))
+                elif q.is_file():
+                    steps.append(_Step(q, explicit=True))
+                else:
+                    raise InputError(f"{q}: not a regular file or folder")
+    except InputError as e:
+        steps.append(_Step(error=e))
+    return steps
+
+
+def _detected(path: Path, forced: Reader | None, explicit: bool) -> Reader | None:
+    """The reader of ``path`` (None: no reader knows it), ``forced`` by --format if given: a file found
+    in a folder must also look like that format, a file named itself is taken as it."""
+    if explicit:
+        return forced or readers.detect(path)
+    return forced if (forced and forced.detect(path)) else (None if forced else readers.detect(path))
+
+
+def _expand(
+    steps: list[_Step], fmt: str | None, found_one: Callable[[Path, str | None], None] | None, share: _Share | None
+) -> tuple[list[tuple[Path, Reader]], list[Path]]:
+    """``expand``'s steps taken in order; a file a helper process looked at (``share``) is not looked at
+    again, except when it found a problem: then this process does, and raises what it finds."""
     forced = readers.by_name(fmt) if fmt else None
     found: list[tuple[Path, Reader]] = []
     unknown: list[Path] = []
-    if not paths:
-        raise InputError("no input paths given; pass profile files or folders, e.g. `profdb ingest out/rank*/`")
-    for raw in paths:
-        p = Path(raw)
-        if not p.exists():
-            matches = sorted(glob.glob(str(raw), recursive=True)) if glob.has_magic(str(raw)) else []
-            if not matches:
-                raise InputError(f"{raw}: no such file or folder; check the path (globs are expanded too)")
-            expanded: list[Path] = [Path(m) for m in matches]
+    hits = 0
+    for index, step in enumerate(steps):
+        if step.error is not None:
+            raise step.error
+        if step.path is None:  # a folder's end
+            if hits == 0:
+                what = f"{step.files} files looked at" if step.files else "it is empty"
+                raise InputError(
+                    f"{step.folder}: no profiler output profdb can read in this folder ({what}); "
+                    f"supported formats: {', '.join(n for n, _ in readers.formats())} (see `profdb formats`)"
+                )
+            hits = 0
+            continue
+        f = step.path
+        seen = share.first(index) if share is not None else None
+        if seen is not None:
+            r = readers.by_name(seen.reader) if seen.reader else None
         else:
-            expanded = [p]
-        for q in expanded:
-            if q.is_dir():
-                folder_files = _walk(q)
-                hits = 0
-                for f in folder_files:
-                    check_readable(f, INLINE_HASH_BYTES)
-                    r = forced if (forced and forced.detect(f)) else (None if forced else readers.detect(f))
-                    if r is None:
-                        unknown.append(f)
-                    else:
-                        found.append((f, r))
-                        hits += 1
-                        if found_one is not None:
-                            found_one(f)
-                if hits == 0:
-                    what = f"{len(folder_files)} files looked at" if folder_files else "it is empty"
-                    raise InputError(
-                        f"{q}: no profiler output profdb can read in this folder ({what}); "
-                        f"supported formats: {', '.join(n for n, _ in readers.formats())} (see `profdb formats`)"
-                    )
-            elif q.is_file():
-                check_readable(q, INLINE_HASH_BYTES)
-                r = forced or readers.detect(q)
-                if r is None:
-                    raise InputError(
-                        f"{q}: not a profiler output profdb recognises; supported formats: "
-                        f"{', '.join(n for n, _ in readers.formats())} (see `profdb formats`); "
-                        "if it is one of them, pass --format NAME"
-                    )
-                found.append((q, r))
-                if found_one is not None:
-                    found_one(q)
-            else:
-                raise InputError(f"{q}: not a regular file or folder")
+            check_readable(f, INLINE_HASH_BYTES)
+            r = _detected(f, forced, step.explicit)
+        if r is None:
+            if step.explicit:
+                raise InputError(
+                    f"{f}: not a profiler output profdb recognises; supported formats: "
+                    f"{', '.join(n for n, _ in readers.formats())} (see `profdb formats`); "
+                    "if it is one of them, pass --format NAME"
+                )
+            unknown.append(f)
+            continue
+        found.append((f, r))
+        if not step.explicit:
+            hits += 1
+        if found_one is not None:
+            found_one(f, seen.digest if seen is not None else None)
     # the same file named twice (a folder and a file inside it) is read once
-    seen: set[str] = set()
+    seen_paths: set[str] = set()
     unique = []
     folders: dict[str, str] = {}
     for f, r in found:
-        key = real_path(f, folders)
-        if key not in seen:
-            seen.add(key)
+        key = share.real(f) if share is not None else None
+        key = key or real_path(f, folders)
+        if key not in seen_paths:
+            seen_paths.add(key)
             unique.append((f, r))
     return unique, unknown
 
@@ -188,36 +239,52 @@ class Scan:
     is found, from the bytes its readability check read (the whole file, ``check_readable``): on
     2,048 files of 80 kB the threads' opens and reads, each taking and giving back the GIL, slowed
     this thread's own work on every file (phase 1 before the store is opened: 1.30 -> 1.06 s, CPU
-    -0.45 s). A context manager: leaving it stops the hashing not yet begun."""
+    -0.45 s). With many files (``SHARE_MIN_FILES``), helper processes look at the later ones
+    meanwhile, each a run of them (``_Share``: readable, format, hash, and with ``flags`` also what
+    ``prepare`` looks at inside them). A context manager: leaving it stops the hashing not yet begun
+    and the helpers."""
 
-    def __init__(self, paths: Sequence[str | Path], fmt: str | None = None) -> None:
+    def __init__(
+        self, paths: Sequence[str | Path], fmt: str | None = None, flags: IdentityFlags | None = None
+    ) -> None:
         self.paths = list(paths)
         self._pool = ThreadPoolExecutor(max_workers=2)
         hashing: dict[Path, Future[str]] = {}
 
-        def hash_of(path: Path) -> None:
+        def hash_of(path: Path, digest: str | None) -> None:
             if path in hashing:
+                return
+            done: Future[str] = Future()
+            if digest is not None:  # (a helper hashed it)
+                done.set_result(digest)
+                hashing[path] = done
                 return
             data = whole_file(path)
             if data is None and os.stat(path).st_size >= INLINE_HASH_BYTES:
                 hashing[path] = self._pool.submit(digest_of, path)
                 return
-            done: Future[str] = Future()
             hashing[path] = done
             try:
                 done.set_result(digest_of(path) if data is None else digest_of_bytes(data))
             except Exception as e:  # (raised where prepare takes the hash, as a thread's would be)
                 done.set_exception(e)
 
+        #: helper processes looking at later files meanwhile (``_Share``; ``flags``: they also look
+        #: inside them as ``prepare`` will with these flags), or None
+        self.share: _Share | None = None
         try:
+            steps = _steps(self.paths)
+            self.share = _Share.start(steps, fmt, flags)
             with remembered_heads():
-                self.files, self.unknown = expand(self.paths, fmt, hash_of)
+                self.files, self.unknown = _expand(steps, fmt, hash_of, self.share)
         except BaseException:
             self.close()
             raise
         self.hashes: list[Future[str]] = [hashing[path] for path, _ in self.files]
 
     def close(self) -> None:
+        if self.share is not None:
+            self.share.close()
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def __enter__(self) -> Scan:
@@ -233,39 +300,32 @@ def prepare(
     """Phase 1 (see the module doc) over ``paths``, or over a ``Scan`` of them (``fmt`` then unused:
     the scan applied it). The scan is closed on return: no hashing thread outlives this phase (the
     ingest's workers fork after it)."""
-    with paths if isinstance(paths, Scan) else Scan(paths, fmt) as scan:
+    with paths if isinstance(paths, Scan) else Scan(paths, fmt, flags) as scan:
         # (each file's head is read once, not once per reader asked; each folder looked for a manifest
         # once; each hash is taken where it was computed before, so errors surface in the same order)
         with remembered_heads(), remembered_folders():
-            return _prepare(scan.files, scan.hashes, scan.unknown, flags)
+            return _prepare(scan.files, scan.hashes, scan.unknown, flags, scan.share)
 
 
 def _prepare(
-    files: list[tuple[Path, Reader]], hashes: list[Future[str]], unknown: list[Path], flags: IdentityFlags
+    files: list[tuple[Path, Reader]], hashes: list[Future[str]], unknown: list[Path], flags: IdentityFlags,
+    share: _Share | None = None,
 ) -> tuple[list[InputFile], list[Path], RankPlan]:
     inputs: list[InputFile] = []
     manifests: dict[Path, RankManifest | None] = {}
     for (path, reader), digest_future in zip(files, hashes):
-        info = inspect_file(reader, path)
-        if flags.rank_by is not None:
-            info = readers.split_ranks(reader, path, info, flags.rank_by)
-        size, digest = path.stat().st_size, digest_future.result()
-        if info.ranks and has_rank_sections(reader):
-            if flags.rank is not None or flags.rank_from_path:
-                raise RankIdentityError(
-                    f"{path}: this {info.format} file holds {len(info.ranks)} ranks, each named inside it; "
-                    "--rank / --rank-from-path cannot apply to it: ingest it without those flags"
-                )
-            for index, hint in enumerate(info.ranks):
-                inp = InputFile(path, reader, info, size, digest, section=index)
-                ident = resolve_file(path, hint, flags, manifests, section=True)
-                inp.claim = RankClaim(path, info.format, info.kind, ident)
-                inputs.append(inp)
-            continue
-        inp = InputFile(path, reader, info, size, digest)
-        ident = resolve_file(path, info.hint, flags, manifests)
-        inp.claim = RankClaim(path, info.format, info.kind, ident)
-        inputs.append(inp)
+        inside = share.inside(path, flags) if share is not None else None
+        if inside is not None:
+            info, size = inside.info, inside.size
+        else:
+            info, size = _inspected(path, reader, flags)
+        digest = digest_future.result()
+        idents = inside.identities if inside is not None else _identities(path, reader, info, flags, manifests)
+        sections = bool(info.ranks and has_rank_sections(reader))
+        for index, ident in enumerate(idents):
+            inp = InputFile(path, reader, info, size, digest, section=index if sections else None)
+            inp.claim = RankClaim(path, info.format, info.kind, ident)
+            inputs.append(inp)
     # identical content named twice for the same rank (copies) is ingested once
     by_key: dict[tuple[int, str], InputFile] = {}
     for inp in inputs:
@@ -274,6 +334,213 @@ def _prepare(
     inputs = list(by_key.values())
     plan = check_claims([i.claim for i in inputs if i.claim], flags)
     return inputs, unknown, plan
+
+
+#: phase 1's look at each file (readable, its format, its hash, inside it: its rank) is shared with
+#: helper processes when the inputs hold at least this many files and the machine more than one core:
+#: a large job's thousands of small files cost ~0.25 ms each, on one core while the other waits for
+#: the parsing workers, which fork after it (``ingest._early_workers``)
+SHARE_MIN_FILES = 256
+#: files each process takes at least (the helpers' start and their answers cost ~5-10 ms each)
+SHARE_FILES_EACH = 128
+#: most helper processes
+SHARE_MAX_HELPERS = 7
+
+
+class _First(NamedTuple):
+    """What a helper found of one file in ``expand``'s look: its reader's name (None: not a profile),
+    its digest and its resolved path (both None for a file that is not a profile)."""
+
+    reader: str | None
+    digest: str | None
+    real: str | None
+
+
+class _Inside(NamedTuple):
+    """What a helper found inside one file in ``prepare``'s look: the reader's inspection, the file's
+    size and its identities (one, or one per rank section)."""
+
+    info: SourceInfo
+    size: int
+    identities: list[Identity]
+
+
+class _Share:
+    """Helper processes, each looking at one run of the inputs' files as this process would (``_look``),
+    their answers taken as this process reaches those files. A helper says nothing of a file where it
+    met a problem, and this process looks at that file itself, so what it raises, and in which order,
+    is what it would raise alone; a helper that fails or dies costs only time (its files are looked at
+    here). Started before this process looks at any file, so no hashing thread exists yet when they fork."""
+
+    def __init__(self, flags: IdentityFlags | None) -> None:
+        self.flags = flags
+        self.runs: list[tuple[int, int, Any, Any]] = []  # (first step, end, pipe, process)
+        self.firsts: dict[int, _First] = {}
+        self.insides: dict[str, _Inside] = {}
+        self.reals: dict[str, str] = {}
+        self.paths: dict[int, Path] = {}  # (the helpers' files, by step)
+        self.helper_of: dict[str, int] = {}  # (and the helper of each)
+        self._got_first: set[int] = set()
+        self._got_inside: set[int] = set()
+
+    @classmethod
+    def start(cls, steps: list[_Step], fmt: str | None, flags: IdentityFlags | None) -> _Share | None:
+        """Helpers for the later runs of ``steps`` (this process keeps the first), or None when the
+        inputs are too few, there is one core, or this platform cannot fork."""
+        import multiprocessing as mp
+        import threading
+
+        files = [i for i, s in enumerate(steps) if s.path is not None]
+        processes = min(cores(), len(files) // SHARE_FILES_EACH, SHARE_MAX_HELPERS + 1)
+        if (len(files) < SHARE_MIN_FILES or processes < 2 or "fork" not in mp.get_all_start_methods()
+                or threading.active_count() > 1):  # (a thread's locks would be copied held into the fork)
+            return None
+        from . import lifetime
+
+        ctx: Any = mp.get_context("fork")
+        share = cls(flags)
+        cuts = [files[len(files) * k // processes] for k in range(processes)] + [len(steps)]
+        try:
+            with lifetime.starting_workers():
+                for k in range(1, processes):
+                    mine, theirs = ctx.Pipe(duplex=False)
+                    items = [(i, s.path, s.explicit) for i, s in enumerate(steps[cuts[k] : cuts[k + 1]], cuts[k])
+                             if s.path is not None]
+                    share.paths.update((i, path) for i, path, _explicit in items)
+                    share.helper_of.update((str(path), k - 1) for _i, path, _explicit in items)
+                    p = ctx.Process(target=_look, args=(items, fmt, flags, theirs), daemon=True)
+                    p.start()
+                    theirs.close()
+                    share.runs.append((cuts[k], cuts[k + 1], mine, p))
+        except BaseException:
+            share.close()
+            raise
+        return share
+
+    def _run_of(self, index: int) -> int | None:
+        for k, (lo, hi, _conn, _p) in enumerate(self.runs):
+            if lo <= index < hi:
+                return k
+        return None
+
+    def _receive(self, k: int) -> Any:
+        """The next answer of helper ``k``, or None when it has none (it failed or died)."""
+        try:
+            return self.runs[k][2].recv()
+        except Exception:  # (EOFError: it ended without answering; or an answer that does not unpickle)
+            return None
+
+    def first(self, index: int) -> _First | None:
+        """What a helper found of step ``index``'s file in ``expand``'s look, or None: look at it here."""
+        k = self._run_of(index)
+        if k is None:
+            return None
+        self._take_first(k)
+        return self.firsts.get(index)
+
+    def _take_first(self, k: int) -> None:
+        if k in self._got_first:
+            return
+        self._got_first.add(k)
+        got = self._receive(k)
+        if isinstance(got, dict):
+            self.firsts.update(got)
+            self.reals.update((str(self.paths[i]), f.real) for i, f in got.items() if f.real is not None)
+
+    def real(self, path: Path) -> str | None:
+        """The resolved path a helper found for ``path`` (``inputs.real_path``), or None."""
+        return self.reals.get(str(path))
+
+    def inside(self, path: Path, flags: IdentityFlags) -> _Inside | None:
+        """What a helper found inside ``path`` in ``prepare``'s look with these ``flags``, or None: look
+        inside it here. (Helpers look inside only when they were given the flags, without --rank-by.)"""
+        if self.flags is None or flags != self.flags or flags.rank_by is not None:
+            return None
+        k = self.helper_of.get(str(path))
+        if k is None:
+            return None
+        if k not in self._got_inside:  # (taken as this process reaches the helper's files: it looks
+            self._take_first(k)  # inside its own first, meanwhile)
+            self._got_inside.add(k)
+            got = self._receive(k)
+            if isinstance(got, dict):
+                self.insides.update(got)
+        return self.insides.get(str(path))
+
+    def close(self) -> None:
+        for _lo, _hi, conn, p in self.runs:
+            conn.close()
+            if p.is_alive():
+                p.terminate()
+        for _lo, _hi, _conn, p in self.runs:
+            p.join(10)
+        self.runs = []
+
+
+def _look(items: list[tuple[int, Path, bool]], fmt: str | None, flags: IdentityFlags | None, conn: Any) -> None:
+    """A helper process of ``_Share``: ``expand``'s and then ``prepare``'s look at each of ``items``
+    (step index, path, named itself), sent as two answers, keyed by step index then by path. A file
+    where anything goes wrong is left out of the answers (the parent looks at it again)."""
+    from . import lifetime
+
+    lifetime.leave_signals_to_parent()
+    lifetime.die_with_parent()
+    forced = readers.by_name(fmt) if fmt else None
+    try:
+        firsts: dict[int, _First] = {}
+        found: list[tuple[Path, Reader]] = []
+        with remembered_heads(), remembered_folders():
+            folders: dict[str, str] = {}
+            for index, path, explicit in items:
+                try:
+                    check_readable(path, INLINE_HASH_BYTES)
+                    r = _detected(path, forced, explicit)
+                    if r is None:
+                        firsts[index] = _First(None, None, None)
+                        continue
+                    data = whole_file(path)
+                    digest = digest_of(path) if data is None else digest_of_bytes(data)
+                    firsts[index] = _First(r.NAME, digest, real_path(path, folders))
+                    found.append((path, r))
+                except Exception:
+                    continue
+            conn.send(firsts)
+            if flags is None or flags.rank_by is not None:
+                return
+            insides: dict[str, _Inside] = {}
+            manifests: dict[Path, RankManifest | None] = {}
+            for path, r in found:
+                try:
+                    info, size = _inspected(path, r, flags)
+                    insides[str(path)] = _Inside(info, size, _identities(path, r, info, flags, manifests))
+                except Exception:
+                    continue
+            conn.send(insides)
+    finally:
+        conn.close()
+
+
+def _inspected(path: Path, reader: Reader, flags: IdentityFlags) -> tuple[SourceInfo, int]:
+    """``prepare``'s look inside one file: the reader's inspection (its rank sections by --rank-by), and
+    its size."""
+    info = inspect_file(reader, path)
+    if flags.rank_by is not None:
+        info = readers.split_ranks(reader, path, info, flags.rank_by)
+    return info, path.stat().st_size
+
+
+def _identities(
+    path: Path, reader: Reader, info: SourceInfo, flags: IdentityFlags, manifests: dict[Path, RankManifest | None]
+) -> list[Identity]:
+    """The identity of the rank that wrote ``path``, or of each rank section it holds."""
+    if info.ranks and has_rank_sections(reader):
+        if flags.rank is not None or flags.rank_from_path:
+            raise RankIdentityError(
+                f"{path}: this {info.format} file holds {len(info.ranks)} ranks, each named inside it; "
+                "--rank / --rank-from-path cannot apply to it: ingest it without those flags"
+            )
+        return [resolve_file(path, hint, flags, manifests, section=True) for hint in info.ranks]
+    return [resolve_file(path, info.hint, flags, manifests)]
 
 
 def derive_run_name(paths: Sequence[str | Path], inputs: list[InputFile]) -> str:
