@@ -388,12 +388,10 @@ class _Share:
         """Helpers for the later runs of ``steps`` (this process keeps the first), or None when the
         inputs are too few, there is one core, or this platform cannot fork."""
         import multiprocessing as mp
-        import threading
 
         files = [i for i, s in enumerate(steps) if s.path is not None]
         processes = min(cores(), len(files) // SHARE_FILES_EACH, SHARE_MAX_HELPERS + 1)
-        if (len(files) < SHARE_MIN_FILES or processes < 2 or "fork" not in mp.get_all_start_methods()
-                or threading.active_count() > 1):  # (a thread's locks would be copied held into the fork)
+        if len(files) < SHARE_MIN_FILES or processes < 2 or "fork" not in mp.get_all_start_methods() or _threads():
             return None
         from . import lifetime
 
@@ -475,6 +473,15 @@ class _Share:
         for _lo, _hi, _conn, p in self.runs:
             p.join(10)
         self.runs = []
+
+
+def _threads() -> bool:
+    """Whether this process runs other threads: a fork copies only the calling thread, and a lock
+    another one holds would stay held in the copy, so no helper is forked beside them (the CLI runs
+    none; a program calling the API may)."""
+    import threading
+
+    return threading.active_count() > 1
 
 
 def _look(items: list[tuple[int, Path, bool]], fmt: str | None, flags: IdentityFlags | None, conn: Any) -> None:
