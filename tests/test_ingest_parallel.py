@@ -514,7 +514,7 @@ def test_a_workers_outbox_sends_in_order_while_the_worker_goes_on_and_reports_a_
     import multiprocessing as mp
     import threading
 
-    ours, theirs = mp.Pipe(duplex=True)
+    ours, theirs = ingest_workers._pipes(mp.get_context())
     box = ingest_workers._Outbox(theirs)
     big = [bytes([i]) * (3 << 20) for i in range(ingest_workers.OUTBOX_MESSAGES + 1)]  # (3 MB each)
     sent = threading.Thread(target=lambda: [box.send(("rows", i, b)) for i, b in enumerate(big)], daemon=True)
@@ -530,6 +530,30 @@ def test_a_workers_outbox_sends_in_order_while_the_worker_goes_on_and_reports_a_
         for _ in range(20):  # (the failed write is seen by a later send, or by close)
             box.send(("rows", -1, big[0]))
         box.close()
+
+
+def test_a_workers_messages_go_through_a_pipe_raised_to_pipe_bytes() -> None:
+    """The pipe of a worker's messages to the writer holds ``PIPE_BYTES`` (Linux, where the system's
+    pipe-max-size allows it; a message is then written in fewer pieces, each a wakeup of both sides);
+    the pipe of the writer's answers keeps the system's size."""
+    import fcntl
+    import multiprocessing as mp
+
+    if not hasattr(fcntl, "F_GETPIPE_SZ"):
+        pytest.skip("pipe sizes are Linux's")
+    most = int(Path("/proc/sys/fs/pipe-max-size").read_text())
+    writer, worker = ingest_workers._pipes(mp.get_context())
+    try:
+        if ingest_workers.PIPE_BYTES <= most:
+            assert fcntl.fcntl(worker.outgoing.fileno(), fcntl.F_GETPIPE_SZ) == ingest_workers.PIPE_BYTES
+        assert fcntl.fcntl(writer.outgoing.fileno(), fcntl.F_GETPIPE_SZ) < ingest_workers.PIPE_BYTES
+        worker.send(("rows", 1, b"x" * 100))
+        assert writer.poll(5) and writer.recv() == ("rows", 1, b"x" * 100)
+        writer.send(ingest_workers.ExitMsg())
+        assert worker.recv() == ingest_workers.ExitMsg()
+    finally:
+        writer.close()
+        worker.close()
 
 
 def test_a_batch_readers_lists_store_what_its_records_store(
