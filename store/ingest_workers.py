@@ -11,8 +11,9 @@ file are kept in the worker and sent when the file is done. A file read as colum
 (``bulk.Interned``) and the writer puts the ids in; a run of small such files (``_group_end``) is sent
 once it is parsed, their batches and summaries joined (``ingest_columns``). The writer only inserts
 rows with executemany and merges summaries. Workers never open the store: a failed or interrupted ingest
-still rolls back in one place. Messages go over one duplex pipe per worker, so a slow writer makes
-the workers wait (memory stays bounded by a few batches per worker).
+still rolls back in one place. Messages go over two pipes per worker (``_Duplex``; the worker's raised
+to ``PIPE_BYTES``), so a slow writer makes the workers wait (memory stays bounded by a few batches per
+worker).
 
 Small ingests (or PROFDB_INGEST_WORKERS=0) run the same parsing in the writer's process
 (``parse_here``). Messages, worker -> writer (``Message``): ``NamesMsg`` (answered by the ids, a
