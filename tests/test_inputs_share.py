@@ -25,6 +25,7 @@ from profdb.store.identity import IdentityFlags
 
 from fixtures_metrix import sample_stats, write_csv
 from test_ingest_parallel import _content
+from test_signals import _alive
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
@@ -216,13 +217,6 @@ inputs.check_readable = stuck
 sys.argv = ["profdb", *sys.argv[1:]]
 cli_main.main()
 """
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
 
 
 def _stuck(tmp_path: Path, dlrm_files: list[Path]) -> tuple[subprocess.Popen[str], list[int], Path]:
