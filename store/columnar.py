@@ -411,12 +411,14 @@ class Cover:
 class EntryPlan(NamedTuple):
     """What ``ColumnTimeline.add_columns`` makes of a batch's dictionary entries, before any row: where
     each entry's intervals go (``classify_interval``: ``where``, and the codes among them), the entries
-    that are steps (``special``), and the collective calls of the others (entry -> (family, collective))."""
+    that are steps (``special``), the collective calls of the others (entry -> (family, collective)),
+    and per entry whether it is one of those calls (``is_call``)."""
 
     where: npt.NDArray[np.int8]
     distinct: set[int]
     special: list[int]
-    calls: dict[int, tuple[str, str] | None]
+    calls: dict[int, tuple[str, str]]
+    is_call: npt.NDArray[np.bool_]
 
 
 def entry_plan(kind: str, names: Sequence[str], category: str | None) -> EntryPlan:
@@ -425,8 +427,12 @@ def entry_plan(kind: str, names: Sequence[str], category: str | None) -> EntryPl
     # by its name alone (collectives.collective_of): its calls are taken per name, as columns; only
     # steps (annotations) go through add_many
     where = [h[0] for h in how]
-    return EntryPlan(np.array(where, dtype=np.int8), set(where), [e for e, h in enumerate(how) if h[2] is not None],
-                     {e: call_name(kind, names[e]) for e, h in enumerate(how) if h[1]})
+    special = [e for e, h in enumerate(how) if h[2] is not None]
+    found = {e: call_name(kind, names[e]) for e, h in enumerate(how) if h[1]}
+    calls = {e: c for e, c in found.items() if c is not None and e not in special}
+    is_call = np.zeros(len(names), dtype=bool)
+    is_call[list(calls)] = True
+    return EntryPlan(np.array(where, dtype=np.int8), set(where), special, calls, is_call)
 
 
 #: intervals kept per bucket before its unions are folded into one (bounds memory)
@@ -464,13 +470,18 @@ class ColumnTimeline(TimelineBuilder):
             lo, hi = int(starts.min()), int(ends.max())
             self.first = lo if self.first is None else min(self.first, lo)
             self.last = hi if self.last is None else max(self.last, hi)
-            for e, found in calls.items():
-                if found is not None and e not in special:
-                    mask = pidx == e
-                    n = int(mask.sum())
-                    if n:
-                        family, coll = found
-                        self.raw[family].extend(zip(starts[mask].tolist(), ends[mask].tolist(), repeat("", n),
+            if calls:  # (the rows of each call entry, entries in order, rows in order: one sort, not a
+                rows = np.flatnonzero(plan.is_call[pidx])  # pass over the batch per entry)
+                if len(rows):
+                    rows = rows[np.argsort(pidx[rows], kind="stable")]
+                    entries = pidx[rows]
+                    cut = np.flatnonzero(entries[1:] != entries[:-1]) + 1
+                    los, his = [0, *cut.tolist()], [*cut.tolist(), len(rows)]
+                    call_starts, call_ends = starts[rows].tolist(), ends[rows].tolist()
+                    for e, lo, hi in zip(entries[los].tolist(), los, his):
+                        family, coll = calls[e]
+                        n = hi - lo
+                        self.raw[family].extend(zip(call_starts[lo:hi], call_ends[lo:hi], repeat("", n),
                                                     repeat(coll, n), repeat(None, n)))
             distinct = plan.distinct
             row_where = plan.where[pidx] if len(distinct) > 1 else None
