@@ -953,11 +953,10 @@ def _pipes(ctx: Any) -> tuple[_Duplex, _Duplex]:
     from_writer, to_worker = ctx.Pipe(duplex=False)
     try:
         import fcntl
-    except ImportError:  # (not POSIX)
-        return _Duplex(from_worker, to_worker), _Duplex(from_writer, to_writer)
-    if hasattr(fcntl, "F_SETPIPE_SZ"):  # (Linux)
-        with suppress(OSError):  # (above pipe-max-size, or no such pipe: it stays as it is)
-            fcntl.fcntl(to_writer.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+
+        fcntl.fcntl(to_writer.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except (ImportError, AttributeError, OSError):  # (not Linux, or above pipe-max-size: it stays as it is)
+        pass
     return _Duplex(from_worker, to_worker), _Duplex(from_writer, to_writer)
 
 

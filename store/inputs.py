@@ -39,15 +39,6 @@ class InputFile:
     section: int | None = None
 
 
-def expand(
-    paths: Sequence[str | Path], fmt: str | None = None, found_one: Callable[[Path, str | None], None] | None = None
-) -> tuple[list[tuple[Path, Reader]], list[Path]]:
-    """(files with their reader, unreadable files found inside folders). Explicit files that no
-    reader recognises, missing paths and folders without any profile are errors. ``found_one(path,
-    None)`` is called as each file's reader is found (its head just read)."""
-    return _expand(_steps(paths), fmt, found_one, None)
-
-
 @dataclass(frozen=True)
 class _Step:
     """One step of ``expand``, in the order it takes them: a file to look at (``explicit``: named
@@ -99,14 +90,19 @@ def _detected(path: Path, forced: Reader | None, explicit: bool) -> Reader | Non
     return forced if (forced and forced.detect(path)) else (None if forced else readers.detect(path))
 
 
-def _expand(
-    steps: list[_Step], fmt: str | None, found_one: Callable[[Path, str | None], None] | None, share: _Share | None
+def expand(
+    steps: list[_Step], fmt: str | None, found_one: Callable[[Path, str | None], None], share: _Share | None
 ) -> tuple[list[tuple[Path, Reader]], list[Path]]:
-    """``expand``'s steps taken in order; a file a helper process looked at (``share``) is not looked at
-    again, except when it found a problem: then this process does, and raises what it finds."""
+    """(files with their reader, unreadable files found inside folders), from the inputs' ``_steps``
+    taken in order. Explicit files that no reader recognises, missing paths and folders without any
+    profile are errors. ``found_one(path, digest)`` is called as each file's reader is found (its head
+    just read; the digest when a helper took it, else None). A file a helper process looked at
+    (``share``) is not looked at again, except when it found a problem: then this process does, and
+    raises what it finds."""
     forced = readers.by_name(fmt) if fmt else None
     found: list[tuple[Path, Reader]] = []
     unknown: list[Path] = []
+    reals: dict[Path, str] = {}  # (the resolved paths helpers found)
     hits = 0
     for index, step in enumerate(steps):
         if step.error is not None:
@@ -139,15 +135,15 @@ def _expand(
         found.append((f, r))
         if not step.explicit:
             hits += 1
-        if found_one is not None:
-            found_one(f, seen.digest if seen is not None else None)
+        if seen is not None and seen.real is not None:
+            reals[f] = seen.real
+        found_one(f, seen.digest if seen is not None else None)
     # the same file named twice (a folder and a file inside it) is read once
     seen_paths: set[str] = set()
     unique = []
     folders: dict[str, str] = {}
     for f, r in found:
-        key = share.real(f) if share is not None else None
-        key = key or real_path(f, folders)
+        key = reals.get(f) or real_path(f, folders)
         if key not in seen_paths:
             seen_paths.add(key)
             unique.append((f, r))
@@ -276,7 +272,7 @@ class Scan:
             steps = _steps(self.paths)
             self.share = _Share.start(steps, fmt, flags)
             with remembered_heads():
-                self.files, self.unknown = _expand(steps, fmt, hash_of, self.share)
+                self.files, self.unknown = expand(steps, fmt, hash_of, self.share)
         except BaseException:
             self.close()
             raise
@@ -377,9 +373,7 @@ class _Share:
         self.runs: list[tuple[int, int, Any, Any]] = []  # (first step, end, pipe, process)
         self.firsts: dict[int, _First] = {}
         self.insides: dict[str, _Inside] = {}
-        self.reals: dict[str, str] = {}
-        self.paths: dict[int, Path] = {}  # (the helpers' files, by step)
-        self.helper_of: dict[str, int] = {}  # (and the helper of each)
+        self.helper_of: dict[str, int] = {}  # (the helper of each of the helpers' files)
         self._got_first: set[int] = set()
         self._got_inside: set[int] = set()
 
@@ -404,7 +398,6 @@ class _Share:
                     mine, theirs = ctx.Pipe(duplex=False)
                     items = [(i, s.path, s.explicit) for i, s in enumerate(steps[cuts[k] : cuts[k + 1]], cuts[k])
                              if s.path is not None]
-                    share.paths.update((i, path) for i, path, _explicit in items)
                     share.helper_of.update((str(path), k - 1) for _i, path, _explicit in items)
                     p = ctx.Process(target=_look, args=(items, fmt, flags, theirs), daemon=True)
                     p.start()
@@ -443,11 +436,6 @@ class _Share:
         got = self._receive(k)
         if isinstance(got, dict):
             self.firsts.update(got)
-            self.reals.update((str(self.paths[i]), f.real) for i, f in got.items() if f.real is not None)
-
-    def real(self, path: Path) -> str | None:
-        """The resolved path a helper found for ``path`` (``inputs.real_path``), or None."""
-        return self.reals.get(str(path))
 
     def inside(self, path: Path, flags: IdentityFlags) -> _Inside | None:
         """What a helper found inside ``path`` in ``prepare``'s look with these ``flags``, or None: look

@@ -230,9 +230,10 @@ def _preflight(dst: Engine, plan: Plan, allow_dupes: bool) -> None:
                 with plan[i][1].connect() as s:
                     run, ranks, files = _run_rows(s, name)
                 runs.run_metadata(run.metadata_json, run.name)
-                run_id = _find_or_create_run(run)(d)[0]
+                find = _find_or_create_run(run)
+                run_id = find(d)[0]
                 if d.dialect.name == "postgresql":
-                    run_id = bulk.hold_run(d, run_id, [r.global_rank for r in ranks.values()], _find_or_create_run(run))
+                    run_id = bulk.hold_run(d, run_id, [r.global_rank for r in ranks.values()], find)
                 present = runs.stored_files(d, run_id)
                 todo = [f for f in files if (ranks[f.rank_id].global_rank, f.content_hash) not in present]
                 if not todo:
