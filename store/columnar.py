@@ -8,6 +8,7 @@ numpy array (``Ints``: int64 values and, when some cells are empty, a mask of th
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -338,6 +339,146 @@ def self_time_sums(chunks: list[I64], out: list[int]) -> None:
                 stack.clear()
                 last = this
             walk_lane(zip(starts[a:b], ends[a:b], slots[a:b]), out, stack)
+
+
+#: per lane, the latest ranges (in stack order) a ``SelfWalk`` keeps back for the next chunk, where a
+#: range given a little late still finds its place (real Kineto traces: a child given before its
+#: parent of the same start, one or two ranges back; a GPU annotation up to seven back)
+HOLD = 256
+#: at most this many ranges kept back in all (a file of many lanes holds back fewer per lane)
+HOLD_ALL = 1 << 16
+_NO_MARK = -(1 << 63)
+
+
+class SelfWalk:
+    """``self_time_sums`` for ranges that come a chunk at a time (``intervals.SelfTotals``' folds), with
+    memory flat in the file: each chunk is walked when it comes, so a file's nested ranges are not held
+    to its end. The result is the same as one sort and walk of all of them (sums of Python integers).
+
+    Self time needs each lane's ranges in stack order (start, the longer first, input order). A trace
+    gives them so, or nearly: a chunk is put in that order with the ranges kept back from the last
+    one (``HOLD`` per lane, the latest), walked on each lane's stack, and the latest ranges of each lane
+    kept back again. A range that sorts before one already walked on its lane (a file in another order)
+    would change what was walked: then nothing more is walked, and ``finish`` sorts and walks all the
+    ranges as ``self_time_sums`` does, from the chunks kept (``_Kept``: a temporary file, or memory
+    where no file can be written)."""
+
+    def __init__(self) -> None:
+        self.sums: list[int] = []
+        self.stacks: dict[int, list[tuple[int, int]]] = {}
+        self.back = np.zeros((4, 0), dtype=np.int64)  # (lane, start, -duration, slot), in stack order
+        self.mark_start = np.zeros(0, dtype=np.int64)  # per lane id: the last walked range's start,
+        self.mark_neg = np.zeros(0, dtype=np.int64)  # and its -duration (_NO_MARK: none walked yet)
+        self.kept = _Kept()
+        self.in_order = True
+
+    def add(self, chunk: I64, slots: int) -> None:
+        """Walks a ``span_columns`` chunk (``slots``: the key slots given so far)."""
+        self.kept.add(chunk)
+        if not self.in_order or not chunk.shape[1]:
+            return
+        lane, start, dur, slot = chunk
+        neg = -np.maximum(dur, 0)
+        lanes = int(lane.max()) + 1
+        if lanes > len(self.mark_start):
+            more = np.full(lanes - len(self.mark_start), _NO_MARK, dtype=np.int64)
+            self.mark_start = np.concatenate((self.mark_start, more))
+            self.mark_neg = np.concatenate((self.mark_neg, more))
+        ms, mn = self.mark_start[lane], self.mark_neg[lane]
+        if bool(((start < ms) | ((start == ms) & (neg < mn))).any()):
+            self.in_order = False  # (finish walks them all from the kept chunks)
+            self.stacks.clear()
+            self.back = np.zeros((4, 0), dtype=np.int64)
+            return
+        self.sums.extend(repeat(0, slots - len(self.sums)))
+        both = np.concatenate((self.back, np.stack((lane, start, neg, slot))), axis=1)
+        order = np.lexsort((both[2], both[1], both[0]))  # (stable: ties keep input order)
+        both = both[:, order]
+        # each lane's run in the sorted ranges; its latest ``hold`` are kept back
+        cuts = np.flatnonzero(both[0, 1:] != both[0, :-1]) + 1
+        firsts = np.concatenate(([0], cuts))
+        lasts = np.concatenate((cuts, [both.shape[1]]))
+        hold = min(HOLD, HOLD_ALL // len(firsts))
+        ends = np.maximum(lasts - hold, firsts)  # (each lane's run: walked up to here, kept back after)
+        walked = np.arange(both.shape[1]) < np.repeat(ends, lasts - firsts)
+        self._walk(both[:, walked])
+        self.back = both[:, ~walked]
+
+    def _walk(self, ranges: I64) -> None:
+        """Walks ``ranges`` (stack order within each lane) on the lanes' stacks, and marks each lane's last."""
+        if not ranges.shape[1]:
+            return
+        lane_ids = ranges[0]
+        lasts = np.flatnonzero(np.append(lane_ids[1:] != lane_ids[:-1], True))
+        self.mark_start[lane_ids[lasts]] = ranges[1, lasts]
+        self.mark_neg[lane_ids[lasts]] = ranges[2, lasts]
+        out, stacks = self.sums, self.stacks
+        for at in range(0, ranges.shape[1], _WALK):
+            part = ranges[:, at : at + _WALK]
+            lanes = part[0]
+            starts, slots = part[1].tolist(), part[3].tolist()
+            ends = list(map(sub, starts, part[2].tolist()))
+            cuts = (np.flatnonzero(lanes[1:] != lanes[:-1]) + 1).tolist()
+            for a, b in zip([0, *cuts], [*cuts, len(starts)]):
+                this = int(lanes[a])
+                stack = stacks.get(this)
+                if stack is None:
+                    stack = stacks[this] = []
+                walk_lane(zip(starts[a:b], ends[a:b], slots[a:b]), out, stack)
+
+    def finish(self, out: list[int]) -> None:
+        """Adds every range's self time to ``out[slot]`` (the end of it: the kept chunks are let go)."""
+        if not self.in_order:
+            self.sums, self.stacks = [], {}
+            self_time_sums(self.kept.chunks(), out)
+            return
+        self.kept.close()
+        self._walk(self.back)
+        self.back = np.zeros((4, 0), dtype=np.int64)
+        for slot, own in enumerate(self.sums):
+            out[slot] += own
+
+
+class _Kept:
+    """The chunks a ``SelfWalk`` was given, should it need them again: in a temporary file (unlinked
+    at once, gone with the process), or in memory where none can be written."""
+
+    def __init__(self) -> None:
+        self.file: Any = None
+        self.sizes: list[int] = []
+        self.memory: list[I64] | None = None
+
+    def add(self, chunk: I64) -> None:
+        if self.memory is None and self.file is None:
+            try:
+                self.file = tempfile.TemporaryFile(prefix="profdb-ranges-")
+            except OSError:
+                self.memory = []
+        if self.file is not None:
+            try:
+                self.file.write(np.ascontiguousarray(chunk).tobytes())
+                self.sizes.append(chunk.shape[1])
+                return
+            except OSError:  # (a full disk: the chunks written so far come back into memory)
+                self.memory = self.chunks()
+        assert self.memory is not None
+        self.memory.append(chunk)
+
+    def chunks(self) -> list[I64]:
+        """Every chunk given (the file read back, and closed)."""
+        if self.file is None:
+            return self.memory if self.memory is not None else []
+        f, self.file = self.file, None
+        f.seek(0)
+        out = [np.fromfile(f, dtype=np.int64, count=4 * n).reshape(4, n) for n in self.sizes]
+        f.close()
+        return out
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+        self.memory = None
 
 
 def bucket_columns(bucket: Any) -> tuple[I64, I64]:

@@ -19,7 +19,8 @@ Busy time. Work on several streams of one device, or several ops at once on one 
 the busy time of a lane is the length of the union of its intervals, never the sum.
 
 (``SelfTotals`` folds a large file's ranges into numpy columns, ``columnar.span_columns``, loaded by
-its first fold only; the stack walk is this module's ``walk_lane`` either way.)"""
+its first fold only, and walks each fold as it comes, ``columnar.SelfWalk``; the stack walk is this
+module's ``walk_lane`` either way.)"""
 
 from __future__ import annotations
 
@@ -134,18 +135,19 @@ FOLD = 1 << 16
 
 class SelfTotals:
     """Self time summed per key (e.g. (name_id, kind)), for the nested ranges of a file, fed one range
-    at a time. Self time needs a lane's ranges in time order, which a file does not promise, so every
-    range is kept until ``totals()``: as Python objects (~250 bytes a CPU op of a Kineto trace: the
-    tuples and their integers) until there are ``FOLD`` of them, then folded into int64 columns (32
-    bytes a range: ``compact``), so a file of millions of CPU ops costs tens of MB, not a GB. numpy is
-    loaded by the first fold only: smaller files take the plain-integer path."""
+    at a time. Ranges are kept as Python objects (~250 bytes a CPU op of a Kineto trace: the tuples and
+    their integers) until there are ``FOLD`` of them, then folded into int64 columns (``compact``) and
+    walked at once (``columnar.SelfWalk``): self time needs a lane's ranges in stack order, which real
+    traces give, or nearly, so a file of millions of CPU ops holds a fold, not all of them. A file in
+    another order is walked at its end, from the folds kept in a temporary file (32 bytes a range).
+    numpy is loaded by the first fold only: smaller files take the plain-integer path."""
 
-    __slots__ = ("_columns", "_lanes", "_slots", "keys", "spans")
+    __slots__ = ("_lanes", "_slots", "_walk", "keys", "spans")
 
     def __init__(self) -> None:
         self.spans: list[tuple[Hashable, int, int]] = []
         self.keys: list[Hashable] = []
-        self._columns: list[Any] = []  # the folded ranges: (lane id, start, duration, key slot) columns
+        self._walk: Any = None  # the folded ranges' walk (``columnar.SelfWalk``), from the first fold
         self._lanes: dict[Hashable, int] = {}  # lane: its id in the columns
         self._slots: dict[Hashable, int] = {}  # key: its slot, in the order keys were first given
 
@@ -161,28 +163,32 @@ class SelfTotals:
         if len(self.spans) >= FOLD:
             self._fold()
 
-    def _fold(self) -> None:
-        from .columnar import span_columns  # (numpy)
+    @property
+    def folded(self) -> bool:
+        return self._walk is not None
 
+    def _fold(self) -> None:
+        from .columnar import SelfWalk, span_columns  # (numpy)
+
+        if self._walk is None:
+            self._walk = SelfWalk()
         lanes, slots = self._lanes, self._slots
-        self._columns.append(span_columns(
+        self._walk.add(span_columns(
             [lanes.setdefault(lane, len(lanes)) for lane in map(_LANE, self.spans)],
             list(map(_START, self.spans)), list(map(_DURATION, self.spans)),
-            [slots.setdefault(key, len(slots)) for key in self.keys]))
+            [slots.setdefault(key, len(slots)) for key in self.keys]), len(slots))
         self.spans.clear()  # (in place: callers hold its append)
         self.keys.clear()
 
     def totals(self) -> dict[Hashable, int]:
         """Each key's self time, keys in the order they were first given."""
-        if not self._columns:
+        if self._walk is None:
             out: dict[Hashable, int] = {}
             for key, own in zip(self.keys, self_times(self.spans)):
                 out[key] = out.get(key, 0) + own
             return out
-        from .columnar import self_time_sums  # (numpy: loaded by the fold)
-
         if self.spans:
             self._fold()
         sums = [0] * len(self._slots)
-        self_time_sums(self._columns, sums)  # (which empties the list: totals() is the end of it)
+        self._walk.finish(sums)  # (totals() is the end of it)
         return dict(zip(self._slots, sums))

@@ -105,21 +105,32 @@ def test_cpu_op_self_time_adds_up_to_100_percent_where_inclusive_double_counts(d
 
 
 def _self_totals(spans: list[tuple[object, int, int, object]], fold: int, walk: int,
-                 monkeypatch: pytest.MonkeyPatch) -> tuple[list[tuple[object, int]], bool]:
+                 monkeypatch: pytest.MonkeyPatch, hold: int = 256) -> tuple[list[tuple[object, int]], bool]:
     """``SelfTotals`` fed ``(lane, start, duration, key)`` in batches of 100, folding every ``fold``
-    ranges and walking the columns ``walk`` at a time: its totals (in order) and whether it folded."""
+    ranges, keeping ``hold`` ranges back per lane and walking ``walk`` at a time: its totals (in order)
+    and whether it folded."""
+    got, folded, _in_order = _self_totals_walked(spans, fold, walk, monkeypatch, hold)
+    return got, folded
+
+
+def _self_totals_walked(spans: list[tuple[object, int, int, object]], fold: int, walk: int,
+                        monkeypatch: pytest.MonkeyPatch, hold: int = 256,
+                        ) -> tuple[list[tuple[object, int]], bool, bool]:
+    """``_self_totals``, and whether the folds were walked as they came (the ranges in order)."""
     from profdb.store import columnar, intervals
 
     monkeypatch.setattr(intervals, "FOLD", fold)
     monkeypatch.setattr(columnar, "_WALK", walk)
+    monkeypatch.setattr(columnar, "HOLD", hold)
     t = intervals.SelfTotals()
     for at in range(0, len(spans), 100):
         for lane, start, duration, key in spans[at : at + 100]:
             t.spans.append((lane, start, duration))  # (as the ingest worker feeds it)
             t.keys.append(key)
         t.compact()
-    folded = bool(t._columns)
-    return list(t.totals().items()), folded
+    folded = t.folded
+    in_order = folded and t._walk.in_order
+    return list(t.totals().items()), folded, in_order
 
 
 #: real traces with nested ranges (CPU ops, annotations): Kineto GPU and CPU-only
@@ -144,11 +155,17 @@ def test_self_totals_folded_as_columns_are_the_plain_ones(data: Path, name: str,
     spans: list[tuple[object, int, int, object]] = [
         ((a.kind, a.pid, a.tid, a.device), a.start_ns, a.duration_ns, (a.name, a.kind)) for a in acts]
     plain, folded_before = _self_totals(spans, 1 << 40, 1 << 16, monkeypatch)
-    folded, folded_now = _self_totals(spans, 16, 7, monkeypatch)
+    folded, folded_now, in_order = _self_totals_walked(spans, 16, 7, monkeypatch)
     assert (folded_before, folded_now) == (False, True)
+    # (real traces come in stack order, or within HOLD of it: each fold is walked when it comes)
+    assert in_order
     assert folded == plain
     assert all(type(v) is int for _k, v in folded)
     assert sum(v for _k, v in plain) > 0
+    # kept back one range per lane, a late one (a child given before its parent of the same start, a
+    # GPU annotation given after later ones) sorts before a walked range in some traces: then the
+    # chunks kept are walked again at the end, and the totals are the same
+    assert _self_totals_walked(spans, 16, 7, monkeypatch, hold=1)[0] == plain
 
 
 def test_self_totals_folded_at_the_edges(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -185,5 +202,97 @@ def test_self_totals_folded_at_the_edges(monkeypatch: pytest.MonkeyPatch) -> Non
     t = intervals.SelfTotals()
     for lane, start, duration, key in spans:
         t.add(lane, start, duration, key)
-    assert t._columns and len(t.spans) < 16
+    assert t.folded and len(t.spans) < 16
     assert list(t.totals().items()) == list(want.items())
+
+
+def _unordered_spans() -> list[tuple[object, int, int, object]]:
+    import random
+
+    rng = random.Random(11)
+    return [(rng.choice("abc"), rng.randrange(100_000), rng.choice((0, 3, 40, 700, 9000)), rng.randrange(30))
+            for _ in range(5000)]
+
+
+def _plain_totals(spans: list[tuple[object, int, int, object]]) -> list[tuple[object, int]]:
+    want: dict[object, int] = {}
+    for (_lane, _start, _duration, key), own in zip(spans, self_times([s[:3] for s in spans])):
+        want[key] = want.get(key, 0) + own
+    return list(want.items())
+
+
+def test_self_walk_takes_ranges_in_order_as_they_come(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ranges given in stack order (lanes interleaved) are walked a fold at a time, keeping back at most
+    ``HOLD`` a lane, so what a file's worker holds does not grow with it; in any other order the kept
+    chunks are sorted and walked at the end. Both give the plain path's totals."""
+    from profdb.store import columnar, intervals
+
+    spans = _unordered_spans()
+    want = _plain_totals(spans)
+    got, folded, in_order = _self_totals_walked(spans, 64, 9, monkeypatch, hold=4)
+    assert (got, folded, in_order) == (want, True, False)
+    # the same ranges in stack order per lane (start, the longer first), the lanes interleaved
+    ordered = sorted(spans, key=lambda s: (s[1], -max(s[2], 0)))
+    want = _plain_totals(ordered)
+    for hold in (0, 1, 4, 256):
+        got, folded, in_order = _self_totals_walked(ordered, 64, 9, monkeypatch, hold=hold)
+        assert (got, folded, in_order) == (want, True, True)
+    # held back: at most HOLD per lane after each fold
+    monkeypatch.setattr(intervals, "FOLD", 64)
+    monkeypatch.setattr(columnar, "HOLD", 4)
+    t = intervals.SelfTotals()
+    for lane, start, duration, key in ordered:
+        t.add(lane, start, duration, key)
+        if t.folded:
+            assert t._walk.back.shape[1] <= 3 * 4
+    assert t._walk.in_order and t._walk.kept.memory is None
+    assert list(t.totals().items()) == want
+
+
+def test_self_walk_keeps_its_chunks_in_memory_without_a_temporary_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Out of order, the walk needs every chunk again at the end: kept in a temporary file; where none
+    can be made, or the disk fills while writing one, in memory (the chunks written so far read back)."""
+    import tempfile
+
+    from profdb.store import columnar
+
+    spans = _unordered_spans()
+    want = _plain_totals(spans)
+
+    def no_file(*_a: object, **_k: object) -> object:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(tempfile, "TemporaryFile", no_file)
+        assert _self_totals_walked(spans, 64, 9, m, hold=4)[0] == want
+
+    class Fills:
+        """A temporary file that fills after three chunks."""
+
+        def __init__(self, *a: object, **k: object) -> None:
+            self.f = real(*a, **k)
+            self.writes = 0
+
+        def write(self, b: bytes) -> int:
+            self.writes += 1
+            if self.writes > 3:
+                raise OSError(28, "No space left on device")
+            return int(self.f.write(b))
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.f, name)
+
+    real = tempfile.TemporaryFile
+    kept: list[tuple[bool, int]] = []
+    with monkeypatch.context() as m:
+        m.setattr(tempfile, "TemporaryFile", Fills)
+        orig_add = columnar._Kept.add
+
+        def add(self: columnar._Kept, chunk: object) -> None:
+            orig_add(self, chunk)  # type: ignore[arg-type]
+            kept.append((self.file is not None, len(self.memory or ())))
+
+        m.setattr(columnar._Kept, "add", add)
+        assert _self_totals_walked(spans, 64, 9, m, hold=4)[0] == want
+    # three chunks in the file, then all of them in memory (a fold of each batch of 100)
+    assert kept == [(True, 0)] * 3 + [(False, n) for n in range(4, len(spans) // 100 + 1)]
