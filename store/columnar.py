@@ -270,15 +270,24 @@ def group_durations(index: npt.NDArray[np.int32], durations: I64, n: int) -> Gro
 
 def union(starts: I64, ends: I64) -> tuple[I64, I64]:
     """The union of intervals [start, end) as sorted, disjoint, non-touching intervals; empty ones
-    (end <= start) dropped, as ``intervals.merge`` does."""
+    (end <= start) dropped, as ``intervals.merge`` does. Intervals sorted by start take no sort, and
+    intervals that are a union already come back as they are (not copies: a large file's work is
+    sorted, often disjoint, and its union's arrays are the largest at the file's end)."""
     keep = ends > starts
     if not bool(keep.all()):
         starts, ends = starts[keep], ends[keep]
+    del keep
     if len(starts) == 0:
         return starts, ends
-    order = np.argsort(starts, kind="stable")
-    s = starts[order]
-    e = np.maximum.accumulate(ends[order])
+    if bool((starts[1:] > ends[:-1]).all()):  # (already a union: folds of work done one after another)
+        return starts, ends
+    if bool((starts[1:] >= starts[:-1]).all()):
+        s, e = starts, np.maximum.accumulate(ends)
+    else:
+        order = np.argsort(starts, kind="stable")
+        s = starts[order]
+        e = np.maximum.accumulate(ends[order])
+        del order
     # a new interval starts where a start lies beyond every earlier end (touching intervals join)
     brk = np.empty(len(s), dtype=bool)
     brk[0] = True
@@ -505,9 +514,13 @@ def coverage_of(tl: TimelineBuilder, columns: Any) -> tuple[str, Covered, Covere
     else:
         empty = np.zeros(0, dtype=np.int64)
         domain, work, comm = "", Cover(empty, empty), (empty, empty)
-    both = Cover(np.concatenate((comm[0], work.starts)), np.concatenate((comm[1], work.ends))) if len(
-        comm[0]) else work
-    return domain, work, both, Cover(*comm).total
+    if not len(comm[0]):
+        return domain, work, work, 0
+    # (communication's union put into work's sorted one, so the union of both needs no sort)
+    cs, ce = union(*comm)
+    at = np.searchsorted(work.starts, cs)
+    both = Cover(np.insert(work.starts, at, cs), np.insert(work.ends, at, ce))
+    return domain, work, both, int((ce - cs).sum())
 
 
 class Cover:
@@ -516,7 +529,10 @@ class Cover:
 
     def __init__(self, starts: I64, ends: I64) -> None:
         self.starts, self.ends = union(starts, ends)
-        self.prefix = np.concatenate((np.zeros(1, dtype=np.int64), np.cumsum(self.ends - self.starts)))
+        self.prefix = np.empty(len(self.starts) + 1, dtype=np.int64)
+        self.prefix[0] = 0
+        np.subtract(self.ends, self.starts, out=self.prefix[1:])
+        np.cumsum(self.prefix[1:], out=self.prefix[1:])
 
     @property
     def total(self) -> int:

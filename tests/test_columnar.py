@@ -80,6 +80,29 @@ def test_union_and_cover_match_the_python_intervals() -> None:
     assert npc.within_many(pairs[:, 0], pairs[:, 1]) == [py.within(a, b) for a, b in pairs.tolist()]
 
 
+def test_union_of_sorted_intervals_takes_no_sort_and_gives_the_same() -> None:
+    """``union``'s short ways (a large file's work comes sorted, often already a union): intervals
+    sorted by start, overlapping and touching, and a union given again, each the Python union; touching
+    intervals join, empty ones go, in every way."""
+    from profdb.store.intervals import merge
+
+    rng = np.random.default_rng(8)
+    starts = np.sort(rng.integers(0, 10_000, 2_000))
+    ends = starts + rng.integers(-5, 50, 2_000)
+    pairs = list(zip(starts.tolist(), ends.tolist()))
+    cases = [
+        (starts, ends),  # sorted, overlapping, some empty
+        tuple(np.array(c, dtype=np.int64) for c in zip(*merge(pairs))),  # already a union
+        (np.array([0, 5, 20, 30]), np.array([5, 10, 30, 31])),  # touching: [0, 10) and [20, 31)
+        (np.array([0, 7, 20]), np.array([5, 7, 25])),  # disjoint, one empty
+    ]
+    for s, e in cases:
+        want = merge(zip(s.tolist(), e.tolist()))
+        got = columnar.union(s, e)
+        assert list(zip(got[0].tolist(), got[1].tolist())) == want
+    assert columnar.union(*cases[2])[0].tolist() == [0, 20]
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_calls_ordered_windowed_and_numbered_as_the_python_builder_does(seed: int) -> None:
     """ColumnTimeline._family_calls (numpy) against TimelineBuilder._family_calls on calls with equal
