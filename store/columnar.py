@@ -356,6 +356,9 @@ def self_time_sums(chunks: list[I64], out: list[int]) -> None:
 HOLD = 256
 #: at most this many ranges kept back in all (a file of many lanes holds back fewer per lane)
 HOLD_ALL = 1 << 16
+#: lanes whose stacks a ``SelfWalk`` keeps between chunks (~200 bytes a lane): a file of more lanes (a
+#: thread per range, say) is walked at its end instead, as before, at 32 bytes a range
+MAX_LANES = 1 << 16
 _NO_MARK = -(1 << 63)
 
 
@@ -370,7 +373,7 @@ class SelfWalk:
     kept back again. A range that sorts before one already walked on its lane (a file in another order)
     would change what was walked: then nothing more is walked, and ``finish`` sorts and walks all the
     ranges as ``self_time_sums`` does, from the chunks kept (``_Kept``: a temporary file, or memory
-    where no file can be written)."""
+    where no file can be written). So is a file of more than ``MAX_LANES`` lanes."""
 
     def __init__(self) -> None:
         self.sums: list[int] = []
@@ -389,15 +392,16 @@ class SelfWalk:
         lane, start, dur, slot = chunk
         neg = -np.maximum(dur, 0)
         lanes = int(lane.max()) + 1
+        if lanes > MAX_LANES:
+            self._stop()
+            return
         if lanes > len(self.mark_start):
             more = np.full(lanes - len(self.mark_start), _NO_MARK, dtype=np.int64)
             self.mark_start = np.concatenate((self.mark_start, more))
             self.mark_neg = np.concatenate((self.mark_neg, more))
         ms, mn = self.mark_start[lane], self.mark_neg[lane]
         if bool(((start < ms) | ((start == ms) & (neg < mn))).any()):
-            self.in_order = False  # (finish walks them all from the kept chunks)
-            self.stacks.clear()
-            self.back = np.zeros((4, 0), dtype=np.int64)
+            self._stop()
             return
         self.sums.extend(repeat(0, slots - len(self.sums)))
         both = np.concatenate((self.back, np.stack((lane, start, neg, slot))), axis=1)
@@ -412,6 +416,13 @@ class SelfWalk:
         walked = np.arange(both.shape[1]) < np.repeat(ends, lasts - firsts)
         self._walk(both[:, walked])
         self.back = both[:, ~walked]
+
+    def _stop(self) -> None:
+        """Walks no more: ``finish`` walks all the ranges from the kept chunks."""
+        self.in_order = False
+        self.sums, self.stacks = [], {}
+        self.back = np.zeros((4, 0), dtype=np.int64)
+        self.mark_start = self.mark_neg = np.zeros(0, dtype=np.int64)
 
     def _walk(self, ranges: I64) -> None:
         """Walks ``ranges`` (stack order within each lane) on the lanes' stacks, and marks each lane's last."""
@@ -438,7 +449,6 @@ class SelfWalk:
     def finish(self, out: list[int]) -> None:
         """Adds every range's self time to ``out[slot]`` (the end of it: the kept chunks are let go)."""
         if not self.in_order:
-            self.sums, self.stacks = [], {}
             self_time_sums(self.kept.chunks(), out)
             return
         self.kept.close()

@@ -249,6 +249,19 @@ def test_self_walk_takes_ranges_in_order_as_they_come(monkeypatch: pytest.Monkey
     assert list(t.totals().items()) == want
 
 
+def test_self_walk_of_too_many_lanes_is_done_at_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lane's stack is kept between folds; a file of more than ``MAX_LANES`` lanes (hostile: a thread
+    per range) would hold one for each, so it is walked at its end instead, as before: same totals."""
+    from profdb.store import columnar
+
+    ordered = sorted(_unordered_spans(), key=lambda s: (s[1], -max(s[2], 0)))
+    spans = [((lane, i % 50), start, duration, key) for i, (lane, start, duration, key) in enumerate(ordered)]
+    want = _plain_totals(spans)
+    assert _self_totals_walked(spans, 64, 9, monkeypatch)[1:] == (True, True)
+    monkeypatch.setattr(columnar, "MAX_LANES", 100)
+    assert _self_totals_walked(spans, 64, 9, monkeypatch) == (want, True, False)
+
+
 def test_self_walk_keeps_its_chunks_in_memory_without_a_temporary_file(monkeypatch: pytest.MonkeyPatch) -> None:
     """Out of order, the walk needs every chunk again at the end: kept in a temporary file; where none
     can be made, or the disk fills while writing one, in memory (the chunks written so far read back)."""
