@@ -526,11 +526,8 @@ def coverage_of(tl: TimelineBuilder, columns: Any) -> tuple[str, Covered, Covere
         domain, work, comm = "", Cover(empty, empty), (empty, empty)
     if not len(comm[0]):
         return domain, work, work, 0
-    # (communication's union put into work's sorted one, so the union of both needs no sort)
-    cs, ce = union(*comm)
-    at = np.searchsorted(work.starts, cs)
-    both = Cover(np.insert(work.starts, at, cs), np.insert(work.ends, at, ce))
-    return domain, work, both, int((ce - cs).sum())
+    both = WorkAndComm(work, *union(*comm))
+    return domain, work, both, both.comm_ns
 
 
 class Cover:
@@ -573,6 +570,45 @@ class Cover:
         out = self.before_many(b) - self.before_many(a)
         result: list[int] = np.where(b <= a, 0, out).tolist()
         return result
+
+
+class WorkAndComm:
+    """The union of work and communication (``Covered``), answered from work's union and
+    communication's: ``within`` is work's part of [a, b) plus the communication outside work there.
+    Never a union of both built at a file's end (their intervals together, sorted, with prefix sums:
+    the largest arrays a long trace's worker held). The same numbers as ``Cover`` of both."""
+
+    def __init__(self, work: Cover, starts: I64, ends: I64) -> None:
+        self.work, self.starts, self.ends = work, starts, ends  # (communication's union)
+        lengths = ends - starts
+        #: per communication interval, its part outside work; and their running sum
+        self.prefix = np.zeros(len(starts) + 1, dtype=np.int64)
+        np.subtract(lengths, work.before_many(ends) - work.before_many(starts), out=self.prefix[1:])
+        np.cumsum(self.prefix[1:], out=self.prefix[1:])
+        self.comm_ns = int(lengths.sum())
+
+    @property
+    def total(self) -> int:
+        return self.work.total + int(self.prefix[-1])
+
+    def _outside(self, a: int, b: int) -> int:
+        """The part of [a, b) (a < b) that is communication outside work."""
+        first = int(np.searchsorted(self.ends, a, side="right"))  # the first interval ending after a
+        last = int(np.searchsorted(self.starts, b, side="left"))  # past the last starting before b
+        if first >= last:
+            return 0
+        got = int(self.prefix[last]) - int(self.prefix[first])
+        s, e = int(self.starts[first]), int(self.ends[last - 1])
+        if s < a:  # (the first interval begins before a: its part before a is not in [a, b))
+            got -= (a - s) - self.work.within(s, a)
+        if e > b:
+            got -= (e - b) - self.work.within(b, e)
+        return got
+
+    def within(self, a: int, b: int) -> int:
+        if b <= a:
+            return 0
+        return self.work.within(a, b) + self._outside(a, b)
 
 
 class EntryPlan(NamedTuple):

@@ -104,6 +104,27 @@ def test_union_of_sorted_intervals_takes_no_sort_and_gives_the_same() -> None:
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
+def test_work_and_comm_answer_as_the_union_of_both(seed: int) -> None:
+    """``WorkAndComm`` (work's union and communication's, never a union of both) against ``Cover`` of
+    both: its total and ``within`` of windows that begin and end inside intervals, on their edges,
+    between them, outside all of them, and empty or reversed ones."""
+    rng = np.random.default_rng(seed)
+    ws = rng.integers(0, 20_000, 3_000)
+    we = ws + rng.integers(0, 40, 3_000)
+    cs = rng.integers(0, 20_000, 400)
+    ce = cs + rng.integers(0, 200, 400)
+    work = columnar.Cover(ws, we)
+    both = columnar.WorkAndComm(work, *columnar.union(cs, ce))
+    want = columnar.Cover(np.concatenate((ws, cs)), np.concatenate((we, ce)))
+    assert both.total == want.total and both.comm_ns == columnar.Cover(cs, ce).total
+    edges = np.concatenate((ws[:100], we[:100], cs[:100], ce[:100], cs[:100] + 1, ce[:100] - 1,
+                            rng.integers(-50, 20_100, 400)))
+    for a, b in rng.choice(edges, (3_000, 2)).tolist():
+        assert both.within(a, b) == want.within(a, b)
+    assert type(both.within(0, 20_000)) is int and both.within(5, 5) == 0
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
 def test_calls_ordered_windowed_and_numbered_as_the_python_builder_does(seed: int) -> None:
     """ColumnTimeline._family_calls (numpy) against TimelineBuilder._family_calls on calls with equal
     starts (and equal ends), several groups and collectives, sizes or none, overlapping calls, a
