@@ -9,7 +9,7 @@ numpy array (``Ints``: int64 values and, when some cells are empty, a mask of th
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import sub
@@ -315,15 +315,14 @@ def span_columns(lanes: list[int], starts: list[int], durations: list[int], slot
     return np.array((lanes, starts, durations, slots), dtype=np.int64).reshape(4, -1)
 
 
-#: ranges turned back into Python integers at a time by ``self_time_sums``
+#: ranges turned back into Python integers at a time by ``_walk_sorted``
 _WALK = 1 << 16
 
 
 def self_time_sums(chunks: list[I64], out: list[int]) -> None:
     """Adds the self time of every range of ``span_columns`` chunks to ``out[slot]``: the ranges put in
-    stack order by one sort (lane, start, the longer first, input order) and walked by
-    ``intervals.walk_lane`` ``_WALK`` at a time, so the Python integers alive stay bounded. Ends are
-    added as Python integers (exact wherever a start plus a duration lands). Takes ``chunks`` over:
+    stack order by one sort (lane, start, the longer first, input order) and walked on one stack
+    (``_walk_sorted``). Takes ``chunks`` over:
     it empties the list once they are joined, and reuses their arrays (memory at the file's end: the
     joined columns, the sort's order and lexsort's own work, ~7 int64s a range)."""
     cols = np.concatenate(chunks, axis=1) if len(chunks) > 1 else chunks[0]
@@ -335,19 +334,33 @@ def self_time_sums(chunks: list[I64], out: list[int]) -> None:
     order = np.lexsort((negative, start, lane))
     stack: list[tuple[int, int]] = []
     last = None  # the lane the stack belongs to
-    for at in range(0, len(order), _WALK):
-        o = order[at : at + _WALK]
+
+    def stack_of(this: int) -> list[tuple[int, int]]:  # (one stack: a lane's ranges come together)
+        nonlocal last
+        if this != last:
+            stack.clear()
+            last = this
+        return stack
+
+    _walk_sorted(cols, order, out, stack_of)
+
+
+def _walk_sorted(ranges: I64, order: I64 | None, out: list[int],
+                 stack_of: Callable[[int], list[tuple[int, int]]]) -> None:
+    """Walks ``ranges`` (rows lane, start, -duration, slot) taken in ``order`` (None: as they are),
+    which puts each lane's in stack order, on ``stack_of(lane)`` (``intervals.walk_lane``), ``_WALK``
+    at a time, so the Python integers alive stay bounded. Ends are Python integers (exact wherever a
+    start plus a duration lands)."""
+    lane, start, negative, slot = ranges
+    for at in range(0, len(lane) if order is None else len(order), _WALK):
+        o = slice(at, at + _WALK) if order is None else order[at : at + _WALK]
         lanes = lane[o]
         starts, slots = start[o].tolist(), slot[o].tolist()
         ends = list(map(sub, starts, negative[o].tolist()))
         # where the lane changes: at the chunk's start (from the last chunk's), and inside it
         cuts = (np.flatnonzero(lanes[1:] != lanes[:-1]) + 1).tolist()
-        for a, b in zip([0, *cuts], [*cuts, len(o)]):
-            this = int(lanes[a])
-            if this != last:
-                stack.clear()
-                last = this
-            walk_lane(zip(starts[a:b], ends[a:b], slots[a:b]), out, stack)
+        for a, b in zip([0, *cuts], [*cuts, len(starts)]):
+            walk_lane(zip(starts[a:b], ends[a:b], slots[a:b]), out, stack_of(int(lanes[a])))
 
 
 #: per lane, the latest ranges (in stack order) a ``SelfWalk`` keeps back for the next chunk, where a
@@ -432,19 +445,7 @@ class SelfWalk:
         lasts = np.flatnonzero(np.append(lane_ids[1:] != lane_ids[:-1], True))
         self.mark_start[lane_ids[lasts]] = ranges[1, lasts]
         self.mark_neg[lane_ids[lasts]] = ranges[2, lasts]
-        out, stacks = self.sums, self.stacks
-        for at in range(0, ranges.shape[1], _WALK):
-            part = ranges[:, at : at + _WALK]
-            lanes = part[0]
-            starts, slots = part[1].tolist(), part[3].tolist()
-            ends = list(map(sub, starts, part[2].tolist()))
-            cuts = (np.flatnonzero(lanes[1:] != lanes[:-1]) + 1).tolist()
-            for a, b in zip([0, *cuts], [*cuts, len(starts)]):
-                this = int(lanes[a])
-                stack = stacks.get(this)
-                if stack is None:
-                    stack = stacks[this] = []
-                walk_lane(zip(starts[a:b], ends[a:b], slots[a:b]), out, stack)
+        _walk_sorted(ranges, None, self.sums, lambda lane: self.stacks.setdefault(lane, []))
 
     def finish(self, out: list[int]) -> None:
         """Adds every range's self time to ``out[slot]`` (the end of it: the kept chunks are let go)."""
