@@ -279,9 +279,12 @@ class Scan:
         self.hashes: list[Future[str]] = [hashing[path] for path, _ in self.files]
 
     def close(self) -> None:
+        """Stop the helpers and the hashing, and let go of each file's hash (a future each: ~1.3 kB a file,
+        which the CLI's scan held for the whole ingest: 11 MB of 8,192 files)."""
         if self.share is not None:
             self.share.close()
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self.hashes = []
 
     def __enter__(self) -> Scan:
         return self
@@ -461,6 +464,8 @@ class _Share:
         for _lo, _hi, _conn, p in self.runs:
             p.join(10)
         self.runs = []
+        # (what the helpers found is the inputs' now: their answers are let go, ~1 kB a file they looked at)
+        self.firsts, self.insides, self.helper_of = {}, {}, {}
 
 
 def _threads() -> bool:
