@@ -40,7 +40,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -215,9 +215,26 @@ def ensure(out: Path, params: dict[str, Any], make: Callable[[], generate.Genera
             return dict(old)
         shutil.rmtree(out)
     t = time.perf_counter()
-    g = make()
-    log(f"  generated {out} ({g.bytes / 1e6:,.0f} MB, {g.rows}) in {time.perf_counter() - t:.1f} s")
-    return asdict(g)
+    _in_child(make)
+    g = json.loads(meta.read_text())
+    log(f"  generated {out} ({g['bytes'] / 1e6:,.0f} MB, {g['rows']}) in {time.perf_counter() - t:.1f} s")
+    return dict(g)
+
+
+def _in_child(make: Callable[[], Any]) -> None:
+    """Run ``make`` in a forked child process: a generator's memory (~1.4 GB for the 8,192-file run) would
+    otherwise stay with this process, and every later command's max RSS (``wait4``'s, which counts what a
+    forked child shares with its parent before it execs) would report it."""
+    import multiprocessing as mp
+
+    if "fork" not in mp.get_all_start_methods():
+        make()
+        return
+    p = mp.get_context("fork").Process(target=make)
+    p.start()
+    p.join()
+    if p.exitcode != 0:
+        raise SystemExit(f"generating the benchmark's input failed (exit code {p.exitcode})")
 
 
 def csv_params(dispatches: int, scale: float, ranks: int, hosts: int, counters: int) -> dict[str, Any]:
@@ -687,6 +704,7 @@ def bench_rss(b: Bench, ingest1: Measured) -> None:
         f"1x {ingest1.tree_peak_mb:.0f} MB tree ({ingest1.max_rss_mb:.0f} MB max process), {ingest1.wall_s:.1f} s",
         f"{' '.join(cmd4[:5])} {c4}/rank*"))
     bench_kineto_rss(b)
+    bench_files_rss(b)
 
 
 def bench_kineto_rss(b: Bench) -> None:
@@ -717,6 +735,40 @@ def bench_kineto_rss(b: Bench) -> None:
         f"4x {four.tree_peak_mb:.0f} MB tree ({four.max_rss_mb:.0f} MB max process), {four.wall_s:.1f} s",
         f"1x {one.tree_peak_mb:.0f} MB tree ({one.max_rss_mb:.0f} MB max process), {one.wall_s:.1f} s",
         f"profdb ingest --db DB {trace}  (and the 1x trace beside it)"))
+
+
+def bench_files_rss(b: Bench) -> None:
+    """4. Peak memory of ``profdb ingest`` of 4x as many files of the same size: the ``short-2048-files``
+    run (2,048 tiny kernel traces, a large job profiled briefly), and the same job at 8,192 ranks (4x
+    the dispatches, the same per file). What the ingest keeps per file (its input, rank, source, the
+    hash, the result line) grows with the files; the rows' memory does not."""
+    one_shape = next(c for c in csv_shapes(b.sizes) if c.key == "short-2048-files")
+    four_shape = replace(one_shape, key="short-4x-files", ranks=4 * one_shape.ranks, hosts=4 * one_shape.hosts,
+                         what="short names, no counters, 4x the tiny files")
+    runs: dict[float, tuple[Measured, Path, dict[str, Any]]] = {}
+    for times, shape in ((1.0, one_shape), (4.0, four_shape)):
+        c, g = csv_input(b, shape, times)
+        db = b.base / "ingest-files.db"
+        cmd = [b.profdb, "ingest", "--db", str(db), "--run", shape.key, *ranks_of(c)]
+        ms = []
+        for rep in range(max(1, b.a.repeat)):
+            drop_store(db)
+            b.log(f"4. profdb ingest of {len(g['files']):,} CSV files (run {rep + 1}) ...")
+            ms.append(measure(cmd))
+            drop_store(db)
+            b.log(f"   {ms[-1].wall_s:.2f} s, tree peak PSS {ms[-1].tree_peak_mb:.0f} MB "
+                  f"({ms[-1].max_rss_mb:.0f} MB max process)")
+        runs[times] = (best(ms), c, g)
+    (one, _c1, g1), (four, c4, g4) = runs[1.0], runs[4.0]
+    growth = four.tree_peak_mb / one.tree_peak_mb if one.tree_peak_mb else None
+    b.results["ingest_files_rss"] = {"1x": asdict(one), "4x": asdict(four)}
+    b.rows.append(Row(
+        f"4. ingest peak RSS, 4x the files / 1x ({len(g4['files']):,} vs {len(g1['files']):,} CSV files of "
+        f"~{g1['bytes'] / len(g1['files']) / 1e3:,.0f} kB)",
+        growth, "flat (< 1.25)", growth is not None and growth < 1.25,
+        f"4x {four.tree_peak_mb:.0f} MB tree ({four.max_rss_mb:.0f} MB max process), {four.wall_s:.1f} s",
+        f"1x {one.tree_peak_mb:.0f} MB tree ({one.max_rss_mb:.0f} MB max process), {one.wall_s:.1f} s",
+        f"profdb ingest --db DB {c4}/rank*  (and the 1x run's)"))
 
 
 def main(argv: list[str] | None = None) -> int:
