@@ -707,6 +707,31 @@ def bench_rss(b: Bench, ingest1: Measured) -> None:
     bench_files_rss(b)
 
 
+def _peak(b: Bench, what: str, cmd: list[str], db: Path) -> Measured:
+    """``cmd`` (an ingest into ``db``, from an empty store) run ``--repeat`` times: the fastest run, with
+    the largest peak memory seen (``best``)."""
+    ms = []
+    for rep in range(max(1, b.a.repeat)):
+        drop_store(db)
+        b.log(f"4. profdb ingest of {what} (run {rep + 1}) ...")
+        ms.append(measure(cmd))
+        drop_store(db)
+        b.log(f"   {ms[-1].wall_s:.2f} s, tree peak PSS {ms[-1].tree_peak_mb:.0f} MB "
+              f"({ms[-1].max_rss_mb:.0f} MB max process)")
+    return best(ms)
+
+
+def _flat_row(b: Bench, key: str, label: str, one: Measured, four: Measured, command: str) -> None:
+    """Benchmark 4's row for an input 4x another: the tree's peak memory at 4x / at 1x, flat (< 1.25)."""
+    growth = four.tree_peak_mb / one.tree_peak_mb if one.tree_peak_mb else None
+    b.results[key] = {"1x": asdict(one), "4x": asdict(four)}
+    b.rows.append(Row(
+        label, growth, "flat (< 1.25)", growth is not None and growth < 1.25,
+        f"4x {four.tree_peak_mb:.0f} MB tree ({four.max_rss_mb:.0f} MB max process), {four.wall_s:.1f} s",
+        f"1x {one.tree_peak_mb:.0f} MB tree ({one.max_rss_mb:.0f} MB max process), {one.wall_s:.1f} s",
+        command))
+
+
 def bench_kineto_rss(b: Bench) -> None:
     """4. Peak memory of ``profdb ingest`` of one Kineto trace 4x as large as another (one rank's long
     profile: what a worker holds until a file's end grows with it, where a job of many files does not)."""
@@ -716,25 +741,12 @@ def bench_kineto_rss(b: Bench) -> None:
         out = b.base / f"kineto-one-{times:g}x"
         trace = out / kineto_input(b, out, 1, mb)["files"][0]
         db = b.base / "ingest-kineto-one.db"
-        ms = []
-        for rep in range(max(1, b.a.repeat)):
-            drop_store(db)
-            b.log(f"4. profdb ingest of one {mb:,.0f} MB Kineto trace (run {rep + 1}) ...")
-            ms.append(measure([b.profdb, "ingest", "--db", str(db), "--run", f"kineto-one-{times:g}x", str(trace)]))
-            drop_store(db)
-            b.log(f"   {ms[-1].wall_s:.2f} s, tree peak PSS {ms[-1].tree_peak_mb:.0f} MB "
-                  f"({ms[-1].max_rss_mb:.0f} MB max process)")
-        runs[times] = best(ms)
-    one, four = runs[1.0], runs[4.0]
-    growth = four.tree_peak_mb / one.tree_peak_mb if one.tree_peak_mb else None
-    b.results["ingest_kineto_one"] = {"1x": asdict(one), "4x": asdict(four)}
+        runs[times] = _peak(b, f"one {mb:,.0f} MB Kineto trace", [
+            b.profdb, "ingest", "--db", str(db), "--run", f"kineto-one-{times:g}x", str(trace)], db)
     mb = b.sizes.kineto_one_mb
-    b.rows.append(Row(
-        f"4. ingest peak RSS, one Kineto trace 4x / 1x ({4 * mb:,.0f} MB vs {mb:,.0f} MB of JSON)",
-        growth, "flat (< 1.25)", growth is not None and growth < 1.25,
-        f"4x {four.tree_peak_mb:.0f} MB tree ({four.max_rss_mb:.0f} MB max process), {four.wall_s:.1f} s",
-        f"1x {one.tree_peak_mb:.0f} MB tree ({one.max_rss_mb:.0f} MB max process), {one.wall_s:.1f} s",
-        f"profdb ingest --db DB {trace}  (and the 1x trace beside it)"))
+    _flat_row(b, "ingest_kineto_one", f"4. ingest peak RSS, one Kineto trace 4x / 1x ({4 * mb:,.0f} MB vs "
+              f"{mb:,.0f} MB of JSON)", runs[1.0], runs[4.0],
+              f"profdb ingest --db DB {trace}  (and the 1x trace beside it)")
 
 
 def bench_files_rss(b: Bench) -> None:
@@ -750,25 +762,11 @@ def bench_files_rss(b: Bench) -> None:
         c, g = csv_input(b, shape, times)
         db = b.base / "ingest-files.db"
         cmd = [b.profdb, "ingest", "--db", str(db), "--run", shape.key, *ranks_of(c)]
-        ms = []
-        for rep in range(max(1, b.a.repeat)):
-            drop_store(db)
-            b.log(f"4. profdb ingest of {len(g['files']):,} CSV files (run {rep + 1}) ...")
-            ms.append(measure(cmd))
-            drop_store(db)
-            b.log(f"   {ms[-1].wall_s:.2f} s, tree peak PSS {ms[-1].tree_peak_mb:.0f} MB "
-                  f"({ms[-1].max_rss_mb:.0f} MB max process)")
-        runs[times] = (best(ms), c, g)
+        runs[times] = (_peak(b, f"{len(g['files']):,} CSV files", cmd, db), c, g)
     (one, _c1, g1), (four, c4, g4) = runs[1.0], runs[4.0]
-    growth = four.tree_peak_mb / one.tree_peak_mb if one.tree_peak_mb else None
-    b.results["ingest_files_rss"] = {"1x": asdict(one), "4x": asdict(four)}
-    b.rows.append(Row(
-        f"4. ingest peak RSS, 4x the files / 1x ({len(g4['files']):,} vs {len(g1['files']):,} CSV files of "
-        f"~{g1['bytes'] / len(g1['files']) / 1e3:,.0f} kB)",
-        growth, "flat (< 1.25)", growth is not None and growth < 1.25,
-        f"4x {four.tree_peak_mb:.0f} MB tree ({four.max_rss_mb:.0f} MB max process), {four.wall_s:.1f} s",
-        f"1x {one.tree_peak_mb:.0f} MB tree ({one.max_rss_mb:.0f} MB max process), {one.wall_s:.1f} s",
-        f"profdb ingest --db DB {c4}/rank*  (and the 1x run's)"))
+    _flat_row(b, "ingest_files_rss", f"4. ingest peak RSS, 4x the files / 1x ({len(g4['files']):,} vs "
+              f"{len(g1['files']):,} CSV files of ~{g1['bytes'] / len(g1['files']) / 1e3:,.0f} kB)",
+              one, four, f"profdb ingest --db DB {c4}/rank*  (and the 1x run's)")
 
 
 def main(argv: list[str] | None = None) -> int:

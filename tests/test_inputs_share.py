@@ -28,6 +28,8 @@ from test_ingest_parallel import _content
 from test_signals import _alive
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
+#: ``_Share.close`` itself (``_looked`` wraps it, once per call)
+_SHARE_CLOSE = inputs._Share.close
 
 
 @pytest.fixture
@@ -66,11 +68,10 @@ def _looked(paths: list[Path], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ..
     (counted as phase 1 ends, when the helpers' answers are let go)."""
     flags = IdentityFlags()
     counted: list[tuple[int, int]] = []
-    close = inputs._Share.close
 
     def counting(share: Any) -> None:
         counted.append((len(share.firsts), len(share.insides)))
-        close(share)
+        _SHARE_CLOSE(share)
 
     monkeypatch.setattr(inputs._Share, "close", counting)
     with inputs.Scan(paths, None, flags) as scan:
