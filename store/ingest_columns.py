@@ -103,26 +103,27 @@ def _activity_columns(b: columnar.ActivityColumns, entry_cats: list[str], rank_i
 
 
 def parse_group(
-    tasks: Sequence[Task], group: columnar.GroupBatches, conn: _Channel, cats: dict[tuple[str, str], str]
-) -> bool:
+    tasks: Sequence[Task], group: columnar.GroupBatches, cats: dict[tuple[str, str], str]
+) -> GroupParse | None:
     """``parse_columns`` of a group of small files read in one parse (``read_group``), as one batch with
     the files' rows in order: one batch of rows (``segments`` naming each file's), one ``GroupDoneMsg``
     with their summaries as columns (grouped by file and name at once) and each file's timeline. What
     each file read on its own gives, without the per-file steps that cost 2,048 files of ~490 rows
-    ~2.6 ms each (a summary, launch shapes and categories per file, then joined again). The tasks carry
-    their store ids. False, having sent nothing, when the group is not one batch of activities whose
+    ~2.6 ms each (a summary, launch shapes and categories per file, then joined again). Made without
+    the store's ids, which ``GroupParse.messages`` puts in: a worker parses groups this way before
+    they come too (``_Late.send_parsed``). None when the group is not one batch of activities whose
     names are distinct and valid: the caller then parses each file on its own (which names a file at
     fault)."""
     if len(group.batches) != 1 or not isinstance(group.batches[0], columnar.ActivityColumns):
-        return False
+        return None
     b = group.batches[0]
     names = b.names
     if len(set(names)) != len(names):  # (two entries that decode to one name: merged per file, not here)
-        return False
+        return None
     try:
         columnar.check_activities(b, tasks[0].path)
     except InputError:
-        return False
+        return None
     kind = b.kind
     entry_cats = _categories(b, cats)
     counts = np.array(group.counts, dtype=np.int64)
@@ -131,12 +132,12 @@ def parse_group(
     keys, inverse = np.unique(key, return_inverse=True)
     calls, total, lo, hi, sq = columnar.sums(inverse.reshape(-1), b.duration_ns, len(keys))  # (all keys have calls)
     if total.dtype == object:  # (a file whose durations add up past int64: read on its own, validate.summed names it)
-        return False
+        return None
     key_file, key_name = np.divmod(keys, n_names)
     text = {kind: 0}
     cat_code = np.array([text.setdefault(c, len(text)) for c in entry_cats], dtype=np.int64)
-    rank_ids = np.array([t.rank_id for t in tasks], dtype=np.int64)
-    ints = np.stack([rank_ids[key_file], key_name, np.zeros(len(keys), dtype=np.int64), cat_code[key_name],
+    # (row 0, each row's rank id, is put in by ``GroupParse.messages``)
+    ints = np.stack([key_file, key_name, np.zeros(len(keys), dtype=np.int64), cat_code[key_name],
                      calls, total, lo, hi, total])  # (self time is the total)
     summary = JoinedSummary(np.bincount(key_file, minlength=n_files).tolist(), names, tuple(text), ints, sq)
     # each file's timeline, its rows a slice of the batch's (the dictionary shared: planned once)
@@ -149,12 +150,38 @@ def parse_group(
             timeline.add_columns(b.view(at, at + n), plan)
         parsed.append(Parsed({kind: n} if n else {}, [], [], timeline.file_timeline()))
         at += n
-    cols = _activity_columns(b, entry_cats, np.repeat(rank_ids, counts),
-                             np.repeat(np.array([t.source_id for t in tasks], dtype=np.int64), counts))
-    cols["segments"] = [(t.rank_id, t.source_id, n) for t, n in zip(tasks, group.counts) if n]
-    conn.send(RowsMsg(tasks[0].index, "activity_columns", cols))
-    conn.send(GroupDoneMsg([t.index for t in tasks], parsed, summary))
-    return True
+    cols = _activity_columns(b, entry_cats, None, None)
+    return GroupParse([t.index for t in tasks], list(group.counts), cols, summary, parsed)
+
+
+class GroupParse(NamedTuple):
+    """A group of small files parsed as one batch (``parse_group``), all but the store's ids."""
+
+    #: the files' task indexes, and their rows in the batch, in order
+    tasks: list[int]
+    counts: list[int]
+    #: the batch's columns, ``rank_id`` and ``source_id`` None
+    cols: Columns
+    #: the files' summary rows, row 0 of ``ints`` each row's file (its place in ``tasks``)
+    summary: JoinedSummary
+    parsed: list[Parsed]
+
+    def weight(self) -> int:
+        """Its rows, as ``ingest_workers.HOLD_ROWS`` counts them: activities, summary rows and calls."""
+        calls = sum(len(c) for p in self.parsed if p.timeline is not None for c in p.timeline.calls.values())
+        return sum(self.counts) + int(self.summary.ints.shape[1]) + calls
+
+    def messages(self, ids: Sequence[tuple[int, int]]) -> tuple[RowsMsg, GroupDoneMsg]:
+        """The batch and the files' results to send, with each file's (rank id, source id) in the
+        store, in ``tasks``' order. Once: the summary's row 0 is overwritten."""
+        rank_ids = np.array([r for r, _s in ids], dtype=np.int64)
+        source_ids = np.array([s for _r, s in ids], dtype=np.int64)
+        counts = np.array(self.counts, dtype=np.int64)
+        ints = self.summary.ints
+        ints[0] = rank_ids[ints[0]]
+        cols = {**self.cols, "rank_id": np.repeat(rank_ids, counts), "source_id": np.repeat(source_ids, counts)}
+        cols["segments"] = [(r, s, n) for (r, s), n in zip(ids, self.counts) if n]
+        return RowsMsg(self.tasks[0], "activity_columns", cols), GroupDoneMsg(self.tasks, self.parsed, self.summary)
 
 
 def _summarize(

@@ -44,6 +44,7 @@ from .records import Activity, Aggregate, Counter, SourceInfo
 
 if TYPE_CHECKING:
     from .columnar import GroupBatches  # (numpy: loaded by the ingests that read columns only)
+    from .ingest_columns import GroupParse
 
 BATCH = 20000
 _N = TypeVar("_N", int, str)  # a summary key's name: its id, or the name itself (NamedSummaryRow)
@@ -413,14 +414,18 @@ class _Late:
     the ids. A column file's batches go on being parsed, their messages held here up to ``HOLD_ROWS``
     rows; when the ids come (``IdsMsg``), the held messages, and every later one built before (a
     summary row, a batch's constant columns), get them, and those of a file the writer does not want
-    (already stored) are dropped. A file read as records is read up to its first batch of rows
+    (already stored) are dropped. A group of small files parsed as one batch (``send_parsed``) is held
+    as it was parsed, the ids put in when they come; one of which a file is not wanted is parsed
+    again without it (``redo``). A file read as records is read up to its first batch of rows
     meanwhile, and waits for them there (``ready``): its rows need name ids from the writer anyway."""
 
     def __init__(self, conn: _Outbox | _Duplex) -> None:
         self.conn = conn
         self.ids: list[tuple[int, int] | None] | None = None
-        self.held: list[RowsMsg | DoneMsg] = []
+        self.held: list[RowsMsg | DoneMsg | tuple[list[Task], GroupParse]] = []
         self.held_rows = 0
+        #: groups held parsed that hold a file the writer does not want: to parse again without it
+        self.redo: list[list[Task]] = []
         #: a group of small files is being parsed (``hold_group``): their messages wait in ``pending``
         self.grouping = False
         self.pending: list[RowsMsg | DoneMsg] = []
@@ -457,6 +462,28 @@ class _Late:
                 self.pending.append(msg)
                 return
         self.conn.send(msg)
+
+    def send_parsed(self, tasks: list[Task], parsed: GroupParse) -> None:
+        """Send a group of files parsed as one batch (``ingest_columns.parse_group``), or hold it while
+        the ids have not come, as ``send`` holds a message."""
+        if self.ids is None:
+            if self.held_rows < HOLD_ROWS and not self.conn.poll():
+                self.held.append((tasks, parsed))
+                self.held_rows += parsed.weight()
+                return
+            self.wait()
+        self._send_parsed(tasks, parsed)
+
+    def _send_parsed(self, tasks: list[Task], parsed: GroupParse) -> None:
+        assert self.ids is not None
+        ids = [self.ids[t.index] for t in tasks]
+        if None in ids:  # (parsed before the ids came: without the files stored already, again)
+            wanted = [t for t, got in zip(tasks, ids) if got is not None]
+            if wanted:
+                self.redo.append(wanted)
+            return
+        for msg in parsed.messages(cast("list[tuple[int, int]]", ids)):
+            self.conn.send(msg)
 
     def hold_group(self) -> None:
         """The files of a group (``_group_end``) are parsed next: their rows and results wait until
@@ -502,7 +529,11 @@ class _Late:
             raise RuntimeError(f"the writer sent {type(msg).__name__} before the store's ids")
         self.ids = msg.ids
         held, self.held, self.held_rows = self.held, [], 0
-        self._send_joined([self._complete(m) for m in held if self.ids[m.task] is not None])
+        msgs = [m for m in held if isinstance(m, (RowsMsg, DoneMsg))]
+        self._send_joined([self._complete(m) for m in msgs if self.ids[m.task] is not None])
+        for m in held:
+            if not isinstance(m, (RowsMsg, DoneMsg)):
+                self._send_parsed(*m)
 
     def _complete(self, msg: RowsMsg | DoneMsg) -> RowsMsg | DoneMsg:
         """``msg`` with the store's ids where it was built with ``NO_ID``."""
@@ -823,6 +854,23 @@ def _worker(tasks: list[Task], counter: Any, pipe: _Duplex, current: Any = None,
     names = _Names(late)
     cats: dict[tuple[str, str], str] = {}
     task: Task | None = None
+
+    def groups() -> Iterator[list[Task]]:
+        """The runs of tasks to parse (``_group_end``), as this worker takes them, and the groups to
+        parse again (``_Late.redo``)."""
+        while True:
+            while late.redo:
+                yield late.redo.pop(0)
+            with counter.get_lock():
+                i = counter.value
+                counter.value = end = _group_end(tasks, i)
+            if i >= len(tasks):
+                break
+            yield tasks[i:end]
+        late.wait()  # (what is held goes before the end)
+        while late.redo:
+            yield late.redo.pop(0)
+
     try:
         # (while the writer opens the store; only when some file is read as columns: the other ingests
         # do not load pyarrow)
@@ -831,23 +879,20 @@ def _worker(tasks: list[Task], counter: Any, pipe: _Duplex, current: Any = None,
             cast(ColumnReader, readers.by_name(name)).warm_up()
         if column_readers:
             _give_back_large_blocks()
-        while True:
-            with counter.get_lock():
-                i = counter.value
-                counter.value = end = _group_end(tasks, i)
-            if i >= len(tasks):
-                break
-            group = [t for t in tasks[i:end] if not late.skipped(t)]
+        for taken in groups():
+            group = [t for t in taken if not late.skipped(t)]
             # (tasks begun before the ids came carry NO_ID: ``_Late`` completes their messages)
             group = [late._with_ids(t) if late.ids is not None else t for t in group]
             if current is not None and len(group) > 1:  # (a death in there is the group's, not one file's)
                 current[2 * slot + 1], current[2 * slot] = group[-1].index, group[0].index
             got = _read_group(group) if len(group) > 1 else None
-            if got is not None and late.ids is not None:  # (the ids known: one batch for all, if it can)
+            if got is not None:  # (one batch for all, if it can; the ids are put in as they come)
                 from . import ingest_columns
 
                 task = group[0]
-                if ingest_columns.parse_group(group, got, late, cats):
+                parsed = ingest_columns.parse_group(group, got, cats)
+                if parsed is not None:
+                    late.send_parsed(group, parsed)
                     continue
             read: list[list[Any] | None] = [None] * len(group) if got is None else list(got.per_file())
             if len(group) > 1:
@@ -866,7 +911,6 @@ def _worker(tasks: list[Task], counter: Any, pipe: _Duplex, current: Any = None,
                         continue
                     raise
             late.send_group()
-        late.wait()  # (what is held goes before the end)
         conn.send(ExitMsg())
     except BaseException as e:  # reported to the writer, which rolls back and raises it
         try:

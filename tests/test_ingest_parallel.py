@@ -398,7 +398,14 @@ def spy(task, conn, *args):
     (seen / f"{os.getpid()}-{task.index}").write_text(f"{'sqlalchemy' in sys.modules} {early}")
     plain(task, conn, *args)
 
+def spy_group(self, tasks, parsed):  # (small files parsed as one batch: ``ingest_columns.parse_group``)
+    for task in tasks:
+        (seen / f"{os.getpid()}-{task.index}").write_text(f"{'sqlalchemy' in sys.modules} {self.ids is None}")
+    plain_group(self, tasks, parsed)
+
+plain_group = ingest_workers._Late.send_parsed
 ingest_workers._parse = spy
+ingest_workers._Late.send_parsed = spy_group
 from profdb.cli.main import main
 sys.argv = ["profdb", "ingest", "--db", sys.argv[2], *sys.argv[3:]]
 try:

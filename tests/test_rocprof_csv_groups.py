@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import gzip
 import shutil
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -196,19 +197,21 @@ def many(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _ingest(db: Path | str, inputs: Path, monkeypatch: pytest.MonkeyPatch, workers: int, grouped: bool,
-            spy: Path | None = None, as_one: bool = True, group_bytes: int = 1 << 20) -> None:
+            spy: Path | None = None, as_one: bool = True, group_bytes: int = 1 << 20, hold: int = 0,
+            ranks: slice = slice(None)) -> None:
     """Ingest ``inputs`` (``grouped``: small files read in groups; ``as_one``: a group's files parsed as
     one batch where they can be, ``ingest_columns.parse_group``, else each on its own and their batches
-    and summaries joined)."""
+    and summaries joined; ``hold``: ``ingest_workers.HOLD_ROWS``; ``ranks``: which rank folders)."""
     monkeypatch.setenv(ingest_workers.ENV_WORKERS, str(workers))
     monkeypatch.setattr(rocprof_csv, "GROUP_FILE_BYTES", (256 << 10) if grouped else 0)
     monkeypatch.setattr(rocprof_csv, "GROUP_BYTES", group_bytes)  # (several groups per worker)
-    # (a worker sends nothing before the store's ids come: it waits for them at its first message, so
-    # its later groups are parsed knowing them, which parse_group needs)
-    monkeypatch.setattr(ingest_workers, "HOLD_ROWS", 0)
+    # (by default a worker holds nothing before the store's ids come: it waits for them at its first
+    # message; what is parsed before they come is held and completed, and compared, in
+    # test_groups_parsed_before_the_ids_come_are_completed_or_parsed_again)
+    monkeypatch.setattr(ingest_workers, "HOLD_ROWS", hold)
     parse_group = ingest_columns.parse_group
     if not as_one:
-        monkeypatch.setattr(ingest_columns, "parse_group", lambda *a: False)
+        monkeypatch.setattr(ingest_columns, "parse_group", lambda *a: None)
     if spy is not None:
         read_group = rocprof_csv.read_group
         concat = ingest_columns.concat
@@ -232,17 +235,17 @@ def _ingest(db: Path | str, inputs: Path, monkeypatch: pytest.MonkeyPatch, worke
                 f.write(f"summaries {len(out.tasks) if out is not None else 0}\n")
             return out
 
-        def as_one_batch(tasks: list[Any], *a: Any) -> bool:
-            done = as_one and parse_group(tasks, *a)
+        def as_one_batch(tasks: list[Any], *a: Any) -> Any:
+            done = parse_group(tasks, *a) if as_one else None
             with spy.open("a") as f:
-                f.write(f"as one {len(tasks) if done else 0}\n")
+                f.write(f"as one {len(tasks) if done is not None else 0}\n")
             return done
 
         monkeypatch.setattr(rocprof_csv, "read_group", counted)
         monkeypatch.setattr(ingest_columns, "concat", joined)
         monkeypatch.setattr(ingest_columns, "join_summaries", summaries)
         monkeypatch.setattr(ingest_columns, "parse_group", as_one_batch)
-    ingest.ingest_paths(sorted(inputs.glob("rank*")), str(db), run="many")
+    ingest.ingest_paths(sorted(inputs.glob("rank*"))[ranks], str(db), run="many")
 
 
 def _record_groups(monkeypatch: pytest.MonkeyPatch, spy: Path) -> None:
@@ -251,10 +254,10 @@ def _record_groups(monkeypatch: pytest.MonkeyPatch, spy: Path) -> None:
     parse_group = ingest_columns.parse_group
     spy.touch()
 
-    def recorded(tasks: list[Any], *a: Any) -> bool:
+    def recorded(tasks: list[Any], *a: Any) -> Any:
         done = parse_group(tasks, *a)
         with spy.open("a") as f:  # (workers are forked: they inherit this)
-            f.write("".join(f"{t.path} {done}\n" for t in tasks))
+            f.write("".join(f"{t.path} {done is not None}\n" for t in tasks))
         return done
 
     monkeypatch.setattr(ingest_columns, "parse_group", recorded)
@@ -329,6 +332,48 @@ def test_grouped_ingest_stores_what_one_file_at_a_time_stores(
     for key in stores["plain"]:
         for label in stores:
             assert stores[label][key] == stores["plain"][key], (label, key)
+
+
+def test_groups_parsed_before_the_ids_come_are_completed_or_parsed_again(
+    many: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workers parse groups of small files as one batch (``parse_group``) before the writer has
+    opened the store, and hold them (``_Late.send_parsed``); the ids are put in when they come. A second
+    ingest into the run, of its stored ranks and new ones: a held group holding a file stored already
+    is parsed again without it (``_Late.redo``). The stores are those of the writer's process, each
+    file alone. (The writer here sends the ids only once the workers have taken every file, so all
+    but the groups they were parsing then are held.)"""
+    spy = tmp_path / "held.txt"
+    spy.touch()
+    send_ids, send_parsed = ingest_workers.Parsers.send_ids, ingest_workers._Late.send_parsed
+
+    def late_ids(self: Any, ids: Any) -> None:
+        while self.counter.value < len(self.tasks):
+            time.sleep(0.01)
+        send_ids(self, ids)
+
+    def recorded(self: Any, tasks: list[Any], parsed: Any) -> None:
+        with spy.open("a") as f:  # (workers are forked: they inherit this)
+            f.write(f"{'held' if self.ids is None else 'sent'} {len(tasks)}\n")
+        send_parsed(self, tasks, parsed)
+
+    stores = {}
+    for label, workers in (("alone", 0), ("held", 2)):
+        db = tmp_path / f"{label}.db"
+        for ranks in (slice(8, 24), slice(None)):
+            with monkeypatch.context() as m:
+                m.setattr(ingest_workers.Parsers, "send_ids", late_ids)
+                m.setattr(ingest_workers._Late, "send_parsed", recorded)
+                m.setattr(ingest_workers, "PARALLEL_MIN_BYTES", 0)
+                _ingest(db, many, m, workers, True, group_bytes=1 << 19, hold=10**9, ranks=ranks)
+        stores[label] = _content(db) | _summary(db) | _timelines(db) | _spans(db)
+    lines = spy.read_text().splitlines()
+    held = [int(n.split()[1]) for n in lines if n.startswith("held")]
+    assert len(held) >= 4 and sum(held) >= 24, lines
+    assert len(stores["alone"]["activity"]) == 24_000 and stores["alone"]["rows not in their file's spans"] == 0
+    assert len(stores["alone"]["spans"]) == 96
+    for key in stores["alone"]:
+        assert stores["held"][key] == stores["alone"][key], key
 
 
 @pytest.mark.parametrize("which", ["rocm-systems_2025-08", "rocprofiler-sdk_2024-10", "hostile lines"])
@@ -564,7 +609,8 @@ def test_real_samples_of_many_ranks_store_the_same_joined_as_one_by_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, producer: str
 ) -> None:
     """The real kernel and counter traces (each column layout), copied as 24 ranks' files: ingested by
-    two workers (grouped, batches and summaries joined) and in the writer's process (each file alone),
+    two workers (grouped, each file parsed on its own, batches and summaries joined: not as one batch,
+    ``parse_group``, which the other tests here compare) and in the writer's process (each file alone),
     the stores hold the same rows, summaries, timelines and spans."""
     inputs = tmp_path / "job"
     for r in range(24):
@@ -578,7 +624,7 @@ def test_real_samples_of_many_ranks_store_the_same_joined_as_one_by_one(
         db = tmp_path / f"{label}.db"
         with monkeypatch.context() as m:
             m.setattr(ingest_workers, "PARALLEL_MIN_BYTES", 0)
-            _ingest(db, inputs, m, workers, True, spy if workers else None)
+            _ingest(db, inputs, m, workers, True, spy if workers else None, as_one=False)
         stores[label] = _content(db) | _timelines(db) | _spans(db)
     lines = spy.read_text().splitlines()
     assert any(n.startswith("joined") and int(n.split()[1]) > 2 for n in lines)
