@@ -224,6 +224,8 @@ def _written(h: Any, algorithm: str) -> str:
 #: files smaller than this are hashed by the main thread as they are found (``Scan``), larger ones
 #: on the two hashing threads
 INLINE_HASH_BYTES = 1 << 20
+#: a file's digest as ``Scan`` has it: known, or to come from a hashing thread (or to raise its error)
+Hash = str | Future[str]
 
 
 class Scan:
@@ -245,25 +247,27 @@ class Scan:
     ) -> None:
         self.paths = list(paths)
         self._pool = ThreadPoolExecutor(max_workers=2)
-        hashing: dict[Path, Future[str]] = {}
+        # (a file's digest, or the future of a large file's on a thread: most are known at once, and a
+        # future each, with its Condition, was ~1.3 kB a file of phase 1's garbage, freed between what
+        # the writer keeps, whose pages the ingest's workers then inherit and fill)
+        hashing: dict[Path, Hash] = {}
 
         def hash_of(path: Path, digest: str | None) -> None:
             if path in hashing:
                 return
-            done: Future[str] = Future()
             if digest is not None:  # (a helper hashed it)
-                done.set_result(digest)
-                hashing[path] = done
+                hashing[path] = digest
                 return
             data = whole_file(path)
             if data is None and os.stat(path).st_size >= INLINE_HASH_BYTES:
                 hashing[path] = self._pool.submit(digest_of, path)
                 return
-            hashing[path] = done
             try:
-                done.set_result(digest_of(path) if data is None else digest_of_bytes(data))
+                hashing[path] = digest_of(path) if data is None else digest_of_bytes(data)
             except Exception as e:  # (raised where prepare takes the hash, as a thread's would be)
-                done.set_exception(e)
+                failed: Future[str] = Future()
+                failed.set_exception(e)
+                hashing[path] = failed
 
         #: helper processes looking at later files meanwhile (``_Share``; ``flags``: they also look
         #: inside them as ``prepare`` will with these flags), or None
@@ -276,7 +280,7 @@ class Scan:
         except BaseException:
             self.close()
             raise
-        self.hashes: list[Future[str]] = [hashing[path] for path, _ in self.files]
+        self.hashes: list[Hash] = [hashing[path] for path, _ in self.files]
 
     def close(self) -> None:
         """Stop the helpers and the hashing, and let go of each file's hash (a future each: ~1.3 kB a file,
@@ -307,7 +311,7 @@ def prepare(
 
 
 def _prepare(
-    files: list[tuple[Path, Reader]], hashes: list[Future[str]], unknown: list[Path], flags: IdentityFlags,
+    files: list[tuple[Path, Reader]], hashes: list[Hash], unknown: list[Path], flags: IdentityFlags,
     share: _Share | None = None,
 ) -> tuple[list[InputFile], list[Path], RankPlan]:
     inputs: list[InputFile] = []
@@ -318,7 +322,7 @@ def _prepare(
             info, size = inside.info, inside.size
         else:
             info, size = _inspected(path, reader, flags)
-        digest = digest_future.result()
+        digest = digest_future if isinstance(digest_future, str) else digest_future.result()
         idents = inside.identities if inside is not None else _identities(path, reader, info, flags, manifests)
         sections = bool(info.ranks and has_rank_sections(reader))
         for index, ident in enumerate(idents):

@@ -265,12 +265,40 @@ def test_a_scan_hashes_small_files_itself_and_large_ones_on_its_threads(tmp_path
     inputs.digest_of = recording  # type: ignore[assignment]
     try:
         with inputs.Scan([tmp_path]) as scan:
-            got = {path: h.result() for (path, _reader), h in zip(scan.files, scan.hashes)}
+            # (known at once, or a future: the large file's)
+            got = {path: h if isinstance(h, str) else h.result() for (path, _reader), h in zip(scan.files, scan.hashes)}
+            assert [p for (p, _reader), h in zip(scan.files, scan.hashes) if not isinstance(h, str)] == [large]
     finally:
         inputs.digest_of = plain  # type: ignore[assignment]
     assert got == {p: "blake3:" + blake3.blake3(p.read_bytes()).hexdigest()[:56] for p in (small, middle, large, packed)}
     # (small and middle: from the bytes read to check them, no second read)
     assert hashed == {packed: True, large: False}
+
+
+def test_a_hash_that_fails_raises_where_prepare_takes_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file hashed at once by ``Scan`` (from the bytes its check read, or read again: a gzip file)
+    whose hashing fails (e.g. the file went away meanwhile) raises that error in ``prepare``, where the
+    digest is taken, in the files' order, as a hashing thread's error would."""
+    import gzip
+
+    from profdb.store import inputs
+    from profdb.store.identity import IdentityFlags
+
+    src = Path(__file__).parent.parent / "examples" / "rocprof-8ranks" / "rank0000" / "node00" / "1000_kernel_trace.csv"
+    for rank, gz in ((0, False), (1, True)):
+        folder = tmp_path / f"rank{rank:04d}"
+        folder.mkdir()
+        data = src.read_bytes()
+        (folder / ("1000_kernel_trace.csv" + (".gz" if gz else ""))).write_bytes(gzip.compress(data) if gz else data)
+    for name in ("digest_of_bytes", "digest_of"):
+        def failing(*a: object, _name: str = name) -> str:
+            raise OSError(f"{_name}: gone")
+
+        with monkeypatch.context() as m:
+            m.setattr(inputs, name, failing)
+            scan = inputs.Scan([tmp_path])
+            with pytest.raises(OSError, match=f"{name}: gone"):
+                inputs.prepare(scan, IdentityFlags())
 
 
 _EXIT_PROBE = """
