@@ -233,7 +233,10 @@ NO_ID = 0
 #: ~10 batches of ~4 MB of short-name CSV (rocprof_csv.BLOCK: ~25k rows, ~1.5 MB as columns), 32 of
 #: long-name rows, or ~100 small files of 2,000 rows, ~15 MB of columns at most. A worker parses ~5-10
 #: such batches, or ~70 such files, in the 0.4-0.8 s the writer takes to open the store (a budget of 12
-#: messages was 6 small files: the workers then waited for the ids most of that time, a core idle)
+#: messages was 6 small files: the workers then waited for the ids most of that time, a core idle).
+#: Groups of small files are held as parsed, one batch each (``GroupParse.weight``: rows, summary rows
+#: and calls): at 8,192 files of ~490 rows the ids come 1.3 s after the fork and each worker fills this
+#: (max RSS 130-139 MB then, 103-107 MB at 2,048 files holding 84-147k rows)
 HOLD_ROWS = 250_000
 
 
