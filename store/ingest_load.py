@@ -302,7 +302,7 @@ def _add_sources(
         rows.append(dict(
             run_id=run_id,
             rank_id=keys[-1][0],
-            path=real_path(inp.path, folders),
+            path=inp.real or real_path(inp.path, folders),
             content_hash=inp.digest,
             size_bytes=inp.size,
             format=inp.info.format,

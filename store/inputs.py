@@ -37,6 +37,9 @@ class InputFile:
     claim: RankClaim | None = None
     #: index into info.ranks for one rank section of a multi-rank file; None for a one-rank file
     section: int | None = None
+    #: its path with every link resolved, as phase 1 found it (the store's ``source_file.path``); ""
+    #: when not known
+    real: str = ""
 
 
 @dataclass(frozen=True)
@@ -92,8 +95,9 @@ def _detected(path: Path, forced: Reader | None, explicit: bool) -> Reader | Non
 
 def expand(
     steps: list[_Step], fmt: str | None, found_one: Callable[[Path, str | None], None], share: _Share | None
-) -> tuple[list[tuple[Path, Reader]], list[Path]]:
-    """(files with their reader, unreadable files found inside folders), from the inputs' ``_steps``
+) -> tuple[list[tuple[Path, Reader]], list[Path], list[str]]:
+    """(files with their reader, unreadable files found inside folders, each file's path with its links
+    resolved), from the inputs' ``_steps``
     taken in order. Explicit files that no reader recognises, missing paths and folders without any
     profile are errors. ``found_one(path, digest)`` is called as each file's reader is found (its head
     just read; the digest when a helper took it, else None). A file a helper process looked at
@@ -141,13 +145,15 @@ def expand(
     # the same file named twice (a folder and a file inside it) is read once
     seen_paths: set[str] = set()
     unique = []
+    resolved = []
     folders: dict[str, str] = {}
     for f, r in found:
         key = reals.get(f) or real_path(f, folders)
         if key not in seen_paths:
             seen_paths.add(key)
             unique.append((f, r))
-    return unique, unknown
+            resolved.append(key)
+    return unique, unknown, resolved
 
 
 def _walk(folder: Path) -> list[Path]:
@@ -276,7 +282,7 @@ class Scan:
             steps = _steps(self.paths)
             self.share = _Share.start(steps, fmt, flags)
             with remembered_heads():
-                self.files, self.unknown = expand(steps, fmt, hash_of, self.share)
+                self.files, self.unknown, self.reals = expand(steps, fmt, hash_of, self.share)
         except BaseException:
             self.close()
             raise
@@ -307,16 +313,16 @@ def prepare(
         # (each file's head is read once, not once per reader asked; each folder looked for a manifest
         # once; each hash is taken where it was computed before, so errors surface in the same order)
         with remembered_heads(), remembered_folders():
-            return _prepare(scan.files, scan.hashes, scan.unknown, flags, scan.share)
+            return _prepare(scan.files, scan.hashes, scan.unknown, flags, scan.share, scan.reals)
 
 
 def _prepare(
     files: list[tuple[Path, Reader]], hashes: list[Hash], unknown: list[Path], flags: IdentityFlags,
-    share: _Share | None = None,
+    share: _Share | None, reals: list[str],
 ) -> tuple[list[InputFile], list[Path], RankPlan]:
     inputs: list[InputFile] = []
     manifests: dict[Path, RankManifest | None] = {}
-    for (path, reader), digest_future in zip(files, hashes):
+    for (path, reader), digest_future, real in zip(files, hashes, reals):
         inside = share.inside(path, flags) if share is not None else None
         if inside is not None:
             info, size = inside.info, inside.size
@@ -326,7 +332,7 @@ def _prepare(
         idents = inside.identities if inside is not None else _identities(path, reader, info, flags, manifests)
         sections = bool(info.ranks and has_rank_sections(reader))
         for index, ident in enumerate(idents):
-            inp = InputFile(path, reader, info, size, digest, section=index if sections else None)
+            inp = InputFile(path, reader, info, size, digest, section=index if sections else None, real=real)
             inp.claim = RankClaim(path, info.format, info.kind, ident)
             inputs.append(inp)
     # identical content named twice for the same rank (copies) is ingested once

@@ -280,3 +280,34 @@ def test_helpers_die_with_a_killed_parent(tmp_path: Path, dlrm_files: list[Path]
     while any(_alive(p) for p in helpers) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(_alive(p) for p in helpers)
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_source_rows_hold_each_files_path_as_phase_one_resolved_it(
+    tmp_path: Path, shared: Any, on: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``source_file.path`` is the file's path with every link resolved, as phase 1 found it (and made
+    the inputs unique by), by this process or by its helpers: inputs named through a linked folder,
+    one file of which is itself a link to a file elsewhere."""
+    import sqlite3
+
+    shared(on)
+    job = tmp_path / "job"
+    shutil.copytree(EXAMPLES / "rocprof-8ranks", job)
+    trace = next((job / "rank0003").rglob("*_kernel_trace.csv"))
+    elsewhere = tmp_path / "elsewhere" / trace.name
+    elsewhere.parent.mkdir()
+    trace.rename(elsewhere)
+    trace.symlink_to(elsewhere)
+    (tmp_path / "via").symlink_to(job)
+    named = sorted((tmp_path / "via").glob("rank*"))
+    files = sorted(p for d in named for p in d.rglob("*.csv"))
+    assert len(files) == 24
+    _answer, helped, _counted = _looked(named, monkeypatch)
+    assert helped == on
+    db = tmp_path / "s.db"
+    ingest.ingest_paths(named, str(db), run="linked")
+    with sqlite3.connect(db) as c:
+        stored = sorted(r[0] for r in c.execute("select path from source_file"))
+    assert stored == sorted(os.path.realpath(p) for p in files)
+    assert str(elsewhere) in stored and not any(str(tmp_path / "via") in p for p in stored)
