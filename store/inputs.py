@@ -253,9 +253,9 @@ class Scan:
     ) -> None:
         self.paths = list(paths)
         self._pool = ThreadPoolExecutor(max_workers=2)
-        # (a file's digest, or the future of a large file's on a thread: most are known at once, and a
-        # future each, with its Condition, was ~1.3 kB a file of phase 1's garbage, freed between what
-        # the writer keeps, whose pages the ingest's workers then inherit and fill)
+        # (a file's digest, or the future of a large file's on a thread: most are known at once; a future
+        # each, with its Condition, was ~1.3 kB a file made and dropped, on one core before the workers
+        # fork: phase 1 on 2,048 small files 0.595 -> 0.545 s)
         hashing: dict[Path, Hash] = {}
 
         def hash_of(path: Path, digest: str | None) -> None:
@@ -289,8 +289,9 @@ class Scan:
         self.hashes: list[Hash] = [hashing[path] for path, _ in self.files]
 
     def close(self) -> None:
-        """Stop the helpers and the hashing, and let go of each file's hash (a future each: ~1.3 kB a file,
-        which the CLI's scan held for the whole ingest: 11 MB of 8,192 files)."""
+        """Stop the helpers and the hashing, and let go of each file's hash (a digest, or a future: a
+        future each was ~1.3 kB a file, which the CLI's scan held for the whole ingest: 11 MB of 8,192
+        files)."""
         if self.share is not None:
             self.share.close()
         self._pool.shutdown(wait=True, cancel_futures=True)
