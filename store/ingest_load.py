@@ -21,7 +21,7 @@ from .errors import InputError, ProfdbError
 from .identity import Identity, IdentityFlags, RankPlan, missing_ranks
 from .ingest import FileResult, IngestReport, Progress, task_of
 from .inputs import ALGORITHM, ALGORITHMS, InputFile, algorithm_of, digest_of
-from .manifest import RankEnd, rank_end, real_path
+from .manifest import RankEnd, rank_end
 from .models import SourceFile
 
 if TYPE_CHECKING:
@@ -294,7 +294,6 @@ def _add_sources(
     files already stored were left out of ``todo``."""
     rows: list[dict[str, object]] = []
     keys: list[tuple[int, str]] = []
-    folders: dict[str, str] = {}  # (real_path's resolved folders: one lstat a file, not one per component)
     for inp in todo:
         assert inp.claim is not None
         ident: Identity = inp.claim.identity
@@ -302,7 +301,7 @@ def _add_sources(
         rows.append(dict(
             run_id=run_id,
             rank_id=keys[-1][0],
-            path=inp.real or real_path(inp.path, folders),
+            path=inp.real,
             content_hash=inp.digest,
             size_bytes=inp.size,
             format=inp.info.format,

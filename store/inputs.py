@@ -34,12 +34,12 @@ class InputFile:
     size: int
     #: its content's digest (``digest_of``: the store's ``content_hash``)
     digest: str
+    #: its path with every link resolved, as phase 1 found it to make the inputs unique (the store's
+    #: ``source_file.path``)
+    real: str
     claim: RankClaim | None = None
     #: index into info.ranks for one rank section of a multi-rank file; None for a one-rank file
     section: int | None = None
-    #: its path with every link resolved, as phase 1 found it (the store's ``source_file.path``); ""
-    #: when not known
-    real: str = ""
 
 
 @dataclass(frozen=True)
@@ -333,7 +333,7 @@ def _prepare(
         idents = inside.identities if inside is not None else _identities(path, reader, info, flags, manifests)
         sections = bool(info.ranks and has_rank_sections(reader))
         for index, ident in enumerate(idents):
-            inp = InputFile(path, reader, info, size, digest, section=index if sections else None, real=real)
+            inp = InputFile(path, reader, info, size, digest, real, section=index if sections else None)
             inp.claim = RankClaim(path, info.format, info.kind, ident)
             inputs.append(inp)
     # identical content named twice for the same rank (copies) is ingested once

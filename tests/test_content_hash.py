@@ -55,7 +55,7 @@ def test_an_input_is_stored_by_its_digest_or_by_the_sha256_of_a_stored_file_of_i
 
     def inp(name: str, rank: int) -> inputs.InputFile:
         p = files[name]
-        i = inputs.InputFile(p, reader, None, p.stat().st_size, inputs.digest_of(p))  # type: ignore[arg-type]
+        i = inputs.InputFile(p, reader, None, p.stat().st_size, inputs.digest_of(p), str(p))  # type: ignore[arg-type]
         i.claim = RankClaim(p, "kineto", "", _ident(rank))
         return i
 
