@@ -38,6 +38,14 @@ from .base import display_name, head, open_binary
 # run, tree peak PSS (CPU seconds): 1x unset 287-308 MB (21.2-22.5 s), 10 ms 229-234 MB (21.8-23.6 s), 0 ms
 # 214-219 MB (23.9-26.4 s); 4x unset 348 MB (80.5 s), 10 ms 261 MB (80.3 s). 0 ms cost CPU; 10 ms does not.
 os.environ.setdefault("MIMALLOC_PURGE_DELAY", "10")
+# Arenas committed as they are used, not eagerly (mimalloc's default where the OS overcommits, as Linux does):
+# an eagerly committed arena is backed by transparent huge pages where the kernel gives them on request (THP
+# "madvise", a common default), and memory in a huge page goes back only once the whole 2 MiB page is free, so
+# the purge above gave back little (each worker held 12-20 MB of AnonHugePages midway through a run; none now).
+# Measured (benchmarks/run.py --only rss, tree peak PSS): long-counters 4x 301 -> 256 MB, 1x 253 -> 215 MB;
+# 2,048 small files 260 -> 223 MB; the same CPU within noise (interleaved runs on five CSV shapes; README,
+# "Memory (session 40)").
+os.environ.setdefault("MIMALLOC_ARENA_EAGER_COMMIT", "0")
 
 if TYPE_CHECKING:
     from ..columnar import Batch, GroupBatches
