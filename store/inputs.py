@@ -97,11 +97,10 @@ def expand(
     steps: list[_Step], fmt: str | None, found_one: Callable[[Path, str | None], None], share: _Share | None
 ) -> tuple[list[tuple[Path, Reader]], list[Path], list[str]]:
     """(files with their reader, unreadable files found inside folders, each file's path with its links
-    resolved), from the inputs' ``_steps``
-    taken in order. Explicit files that no reader recognises, missing paths and folders without any
-    profile are errors. ``found_one(path, digest)`` is called as each file's reader is found (its head
-    just read; the digest when a helper took it, else None). A file a helper process looked at
-    (``share``) is not looked at again, except when it found a problem: then this process does, and
+    resolved), from the inputs' ``_steps`` taken in order. Explicit files that no reader recognises, missing
+    paths and folders without any profile are errors. ``found_one(path, digest)`` is called as each file's
+    reader is found (its head just read; the digest when a helper took it, else None). A file a helper process
+    looked at (``share``) is not looked at again, except when it found a problem: then this process does, and
     raises what it finds."""
     forced = readers.by_name(fmt) if fmt else None
     found: list[tuple[Path, Reader]] = []
