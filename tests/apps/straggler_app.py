@@ -6,13 +6,18 @@ Every step does ``LAYERS`` blocks of (matmuls, then a blocking all_reduce), so t
 
 - ``none``: every rank does the same work;
 - ``compute:R``: rank R does 3x the matmuls of each block (its ops are longer: a compute straggler);
-- ``late:R``: rank R sleeps before each block, as long as its previous block's compute took (at least
-  LATE_S): a slow data loader; its ops are the same length, it is only late to every collective, by
-  about half its time between collectives however fast the machine is at the moment;
-- ``mixed:R``: both, rank R does 2x the matmuls and sleeps as long as its previous block took: its
-  ops are 2x longer, but two thirds of its lateness is the sleep (a host-side straggler whose work is
-  also longer: seen on CI as ``late:R`` on a machine where the sleeping rank's core then ran 1.6x
-  slower).
+- ``late:R``: rank R sleeps before each block, as long as its previous block's compute took, or the
+  other ranks' if theirs took longer (at least LATE_S): a slow data loader; its ops are the same
+  length, it is only late to every collective, by about half its time between collectives however
+  fast the machine is at the moment (with its own block time alone, other processes on rank 0's
+  core made rank 0's blocks 1.5-3x longer than rank 1's sleep, and a late:1 run had no straggler);
+- ``mixed:R``: both, rank R computes twice as long as the other ranks' last block took and sleeps as
+  long as its own previous block took: its ops are 2x longer, but two thirds of its lateness is the
+  sleep (a host-side straggler whose work is also longer: seen on CI as ``late:R`` on a machine where
+  the sleeping rank's core then ran 1.6x slower). Twice as long by the clock, not twice the matmuls:
+  on CI another process took rank 0's core and its blocks ran 2.5x slower, so rank 1's 2x matmuls
+  were 0.80x rank 0's work, and the run did not plant what it meant to. Each rank adds its block's
+  compute time to the all_reduce's tensor, so every rank knows the others' after each collective.
 
 Each rank pins itself to one core (``local_rank % cores``) and uses one intra-op thread, so on a
 two-core machine the two ranks do not take each other's time. Other processes can still take a
@@ -69,25 +74,35 @@ def train(steps: int, rank: int, plant: tuple[str, int | None], prof: profile) -
     planted = who == rank
     matmuls = MATMULS * {"compute": 3, "mixed": 2}.get(kind, 1) if planted else MATMULS
     block_s = LATE_S
+    world = dist.get_world_size()
+    #: the other ranks' mean compute time in their last block (s), from the last all_reduce; None before it
+    peers_s: float | None = None
     wall = cpu = 0.0
     enter: list[int] = []
     compute: list[int] = []
     for _ in range(steps):
         for layer in range(LAYERS):
             if kind in ("late", "mixed") and planted:
-                time.sleep(max(LATE_S, block_s))
+                time.sleep(max(LATE_S, block_s, peers_s or 0.0))
             t0, c0 = time.perf_counter(), time.thread_time()
             with record_function(f"block{layer}"):
                 y = x
-                for _ in range(matmuls):
-                    y = torch.tanh(y @ w)
+                if kind == "mixed" and planted and peers_s is not None:
+                    until = t0 + 2 * peers_s
+                    while time.perf_counter() < until:
+                        y = torch.tanh(y @ w)
+                else:
+                    for _ in range(matmuls):
+                        y = torch.tanh(y @ w)
             block_s = time.perf_counter() - t0
             wall += block_s
             cpu += time.thread_time() - c0
             compute.append(round(block_s * 1e9))
             grad = y.sum(dim=0)
+            grad[0] = block_s
             enter.append(time.monotonic_ns())
             dist.all_reduce(grad)
+            peers_s = (float(grad[0]) - block_s) / (world - 1) if world > 1 else None
         prof.step()
     # every rank passes a barrier before this loop's tensors are released, after the profiled window:
     # without it a rank aborted at exit about one run in 30 (why: tests/apps/torch_app.py's train)
