@@ -9,15 +9,17 @@ Every step does ``LAYERS`` blocks of (matmuls, then a blocking all_reduce), so t
 - ``late:R``: rank R sleeps before each block, as long as its previous block's compute took, or the
   other ranks' if theirs took longer (at least LATE_S): a slow data loader; its ops are the same
   length, it is only late to every collective, by about half its time between collectives however
-  fast the machine is at the moment (with its own block time alone, other processes on rank 0's
-  core made rank 0's blocks 1.5-3x longer than rank 1's sleep, and a late:1 run had no straggler);
+  fast the machine is at the moment (with its own block time alone, in 3 of 6 late:1 runs with two
+  busy loops on rank 0's core, rank 0's blocks outlasted rank 1's sleep and there was no straggler);
 - ``mixed:R``: both, rank R computes twice as long as the other ranks' last block took and sleeps as
   long as its own previous block took: its ops are 2x longer, but two thirds of its lateness is the
   sleep (a host-side straggler whose work is also longer: seen on CI as ``late:R`` on a machine where
   the sleeping rank's core then ran 1.6x slower). Twice as long by the clock, not twice the matmuls:
-  on CI another process took rank 0's core and its blocks ran 2.5x slower, so rank 1's 2x matmuls
-  were 0.80x rank 0's work, and the run did not plant what it meant to. Each rank adds its block's
-  compute time to the all_reduce's tensor, so every rank knows the others' after each collective.
+  on CI another process slowed rank 0's blocks ~2.5x, so rank 1's 2x matmuls were 0.80x rank 0's
+  work, and the run did not plant what it meant to.
+
+The other ranks' block time comes with each all_reduce: each rank puts its block's compute time in the
+first element of the tensor it reduces, and the sum less its own, over their number, is their mean.
 
 Each rank pins itself to one core (``local_rank % cores``) and uses one intra-op thread, so on a
 two-core machine the two ranks do not take each other's time. Other processes can still take a
