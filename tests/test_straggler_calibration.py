@@ -168,8 +168,9 @@ def test_a_late_rank_whose_work_is_also_longer_is_named_host_side(tmp_path: Path
     # rank mostly asleep. (Twice as long by the clock: with 2x the matmuls, another process on rank 0's
     # core once made rank 1's work 0.80x rank 0's on CI, and the run planted no longer work.)
     v, clocks = record(tmp_path, "mixed:1")
-    seen = (v.line, {r: c["cpu_share"] for r, c in clocks.items()}, compute_ratio(clocks, 1))
-    assert compute_ratio(clocks, 1) > COMPUTE_RATIO_PLANTED, seen  # the plant, by the clocks
+    ratio = compute_ratio(clocks, 1)
+    seen = (v.line, {r: c["cpu_share"] for r, c in clocks.items()}, ratio)
+    assert ratio > COMPUTE_RATIO_PLANTED, seen  # the plant, by the clocks
     assert v.rank == 1 and v.cause == "host", seen
     assert v.work_ratio is not None and v.work_ratio > 1.25, seen
     assert "cause: host side: before each collective it is idle " in v.line and " more CPU work (" in v.line
