@@ -66,6 +66,9 @@ FACT_REFS: dict[str, dict[str, str]] = {
 COPY_CHUNK = 20000
 #: SQLite: rows per INSERT statement (``insert_block``, ``execute_rows``)
 ROWS_PER_INSERT = 100
+#: ``insert_block`` turns this many statements' rows into Python parameter lists at a time, not a whole
+#: batch: 50,000 summary rows of 10 values made 500,000 ints at once (~22 MB of the writer's peak)
+STATEMENTS_PER_LIST = 20
 #: SQLite: fewer rows than this are bound whole (``insert_rows``): a statement with its constants written
 #: in (``constants_inlined``) has a new text, compiled anew (~0.6 ms for 100 rows), which costs more than
 #: binding them saves below ~2,000 rows; a 512-rank run's per-rank collective calls (125 rows each) spent
@@ -724,9 +727,11 @@ def insert_block(
     head = f"INSERT INTO {table} ({', '.join([*(c for c, _ in literals), *bound])}) VALUES "
     row = f"({', '.join([*fixed, *marks])})"
     full = n // per * per
-    if full:
-        params = block[:full].reshape(-1, per * k).tolist()
-        raw.executemany(head + ", ".join([row] * per) + tail, [shared + p for p in params] if shared else params)
+    sql = head + ", ".join([row] * per) + tail
+    step = per * STATEMENTS_PER_LIST
+    for at in range(0, full, step):  # (a slice's parameter lists at a time: Python ints cost ~36 bytes each)
+        params = block[at : min(at + step, full)].reshape(-1, per * k).tolist()
+        raw.executemany(sql, [shared + p for p in params] if shared else params)
     at = full
     while at < n:  # the rest in statements of 64, 32, ... rows (a small file's batch is mostly its rest:
         m = 1 << ((n - at).bit_length() - 1)  # 480 rows left 80 to go one per statement)
