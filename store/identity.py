@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .errors import RankIdentityError
@@ -54,7 +54,7 @@ class IdentityFlags:
             )
 
 
-@dataclass
+@dataclass(slots=True)
 class Identity:
     global_rank: int
     local_rank: int | None
@@ -263,7 +263,7 @@ def resolve_file(
     )
 
 
-@dataclass
+@dataclass(slots=True)
 class RankClaim:
     """A file's resolved identity, for cross-file checks."""
 
@@ -308,7 +308,7 @@ def check_claims(claims: Iterable[RankClaim], flags: IdentityFlags) -> RankPlan:
             plan.world_size, world_from = ident.world_size, c.path
         merged = plan.ranks.get(ident.global_rank)
         if merged is None:
-            plan.ranks[ident.global_rank] = Identity(**{**ident.__dict__})
+            plan.ranks[ident.global_rank] = replace(ident)
             path_of[ident.global_rank] = c.path
             continue
         for f in ("local_rank", "hostname"):

@@ -27,7 +27,7 @@ from .inputs import InputFile, Scan, derive_run_name, prepare
 Progress = Callable[[str, str, int, int], None]
 
 
-@dataclass
+@dataclass(slots=True)
 class FileResult:
     path: str
     format: str

@@ -53,7 +53,7 @@ PARALLEL_MIN_BYTES = 16 << 20
 ENV_WORKERS = "PROFDB_INGEST_WORKERS"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Task:
     index: int
     path: Path

@@ -26,7 +26,7 @@ from .records import SourceInfo
 from .validate import check_readable, inspect_file, unreadable_folder
 
 
-@dataclass
+@dataclass(slots=True)
 class InputFile:
     path: Path
     reader: Reader

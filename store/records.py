@@ -81,7 +81,7 @@ class Aggregate(NamedTuple):
 Record = Activity | Counter | Aggregate
 
 
-@dataclass
+@dataclass(slots=True)
 class RankHint:
     """Identity found inside a file (or for one ``rank_<r>:`` section of a merged file).
 
@@ -103,7 +103,7 @@ class RankHint:
     note: str = ""
 
 
-@dataclass
+@dataclass(slots=True)
 class SourceInfo:
     """What a reader learns from a cheap look at a file before streaming it.
 
