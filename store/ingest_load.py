@@ -158,19 +158,24 @@ def _load(
         if named is not None:
             named.update((source_id, str(inp.path)) for inp, _rank_id, source_id in sources)
         row_counts: list[dict[str, int]] = []  # (written in one statement once every file is read)
+        # each source's result, in ``sources`` order whatever order the files are done in
+        results: list[FileResult | None] = [None] * len(sources)
+        empty: dict[int, str] = {}
 
-        def file_done(inp: InputFile, source_id: int, counts: dict[str, int]) -> None:
+        def file_done(k: int, counts: dict[str, int]) -> None:
+            """Source ``k`` is read and merged (workers: as each file is, so the progress bar moves
+            during the parse, not at its end)."""
             nonlocal done
+            inp, _rank_id, source_id = sources[k]
             assert inp.claim is not None
             rows = sum(counts.values())
             row_counts.append({"sid": source_id, "n": rows})
-            for k, v in counts.items():
-                report.rows_by_kind[k] = report.rows_by_kind.get(k, 0) + v
-            report.files.append(
-                FileResult(str(inp.path), inp.info.format, inp.info.kind, inp.claim.identity.global_rank, rows)
-            )
+            for kind, v in counts.items():
+                report.rows_by_kind[kind] = report.rows_by_kind.get(kind, 0) + v
+            results[k] = FileResult(str(inp.path), inp.info.format, inp.info.kind, inp.claim.identity.global_rank,
+                                    rows)
             if rows == 0:
-                report.empty.append(f"{inp.path}: no rows ingested ({why_empty(inp)})")
+                empty[k] = f"{inp.path}: no rows ingested ({why_empty(inp)})"
             done += inp.size
             if progress:
                 progress("file", str(inp.path), done, total)
@@ -207,10 +212,7 @@ def _load(
 
         with _rank_files_named(sources, rank_ids, fresh):
             if parsers is not None:
-                for (inp, source_id), counts in zip(
-                    [(i, sid) for i, _, sid in sources], _parse_in_workers(writer, inputs, sources, parsers, merged)
-                ):
-                    file_done(inp, source_id, counts)
+                _parse_in_workers(writer, inputs, sources, parsers, merged, file_done)
             cats: dict[tuple[str, str], str] = {}
             for index, (inp, rank_id, source_id) in enumerate(sources if parsers is None else []):
                 try:
@@ -225,7 +227,9 @@ def _load(
                 _fits(inp, parsed)
                 writer.merge(rank_id, source_id, parsed)
                 merged(rank_id)
-                file_done(inp, source_id, parsed.counts)
+                file_done(index, parsed.counts)
+            report.files += [r for r in results if r is not None]  # (each source's: file_done was called for all)
+            report.empty += [empty[k] for k in sorted(empty)]
             if row_counts:
                 conn.execute(update(SourceFile).where(SourceFile.id == bindparam("sid")).values(rows=bindparam("n")),
                              row_counts)
@@ -383,13 +387,15 @@ def _parse_in_workers(
     sources: list[tuple[InputFile, int, int]],
     parsers: ingest_workers.Parsers,
     merged: Callable[[int], None],
-) -> list[dict[str, int]]:
+    file_done: Callable[[int, dict[str, int]], None],
+) -> None:
     """Parse every source in the worker processes (forked over ``inputs``, whose numbers are their
     tasks'); this process inserts their rows (see ingest_workers). The workers learn here which inputs
     to read and their ids in the store (``Parsers.send_ids``; the others, stored already, they leave).
-    Returns each source's row counts, in ``sources`` order. Each file's summaries, steps and timeline
-    are merged into ``writer`` as soon as its rank's files before it (in ``sources`` order) are, then
-    ``merged(rank_id)`` is called. Per rank, not over the whole run: the workers take the largest
+    Each file's summaries, steps and timeline are merged into ``writer`` as soon as its rank's files
+    before it (in ``sources`` order) are, then ``merged(rank_id)`` and ``file_done(its place in sources,
+    its row counts)`` are called (until session 42 the counts were returned at the end, so a progress
+    bar sat at its start for the whole parse). Per rank, not over the whole run: the workers take the largest
     files first, so the run's first file in ``sources`` order may finish late, and every timeline
     parsed meanwhile waited for it (at 4x the benchmark's long-counters input, the kernel traces of 25
     ranks: the ingest's peak grew 104 -> 158 MB). A rank's figures depend only on its own files, merged
@@ -401,15 +407,17 @@ def _parse_in_workers(
         ids[number[id(inp)]] = (rank_id, source_id)
         at[number[id(inp)]] = k
     order = InOrderPerRank[ingest_workers.Parsed]([rank_id for _inp, rank_id, _sid in sources])
-    counts: dict[int, dict[str, int]] = {}
+    files = 0
 
     def merge_ready(index: int, parsed: ingest_workers.Parsed) -> None:
+        nonlocal files
         for i, p in order.done(index, parsed):
             rank_id = sources[i][1]
             _fits(sources[i][0], p)
             writer.merge(rank_id, sources[i][2], p)
-            counts[i] = p.counts
             merged(rank_id)
+            file_done(i, p.counts)
+            files += 1
 
     parsers.send_ids(ids)
     try:
@@ -437,8 +445,7 @@ def _parse_in_workers(
                 raise RuntimeError(f"{inputs[e.index].path}: {e.error!r}\n{e.trace}") from e.error
             raise err from e.error
         raise RuntimeError(f"{e.error}\n{e.trace}") from e.error
-    assert len(counts) == len(sources)
-    return [counts[i] for i in range(len(sources))]
+    assert files == len(sources)
 
 
 def _check_store_duplicates(conn: Connection, run_id: int, run_name: str, todo: list[InputFile], allow: bool) -> None:

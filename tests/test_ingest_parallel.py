@@ -695,3 +695,38 @@ def test_a_name_met_with_two_kinds_is_summed_per_kind(data: Path, tmp_path: Path
     steps = sorted(int(str(e["name"]).split("#")[1]) for e in trace["traceEvents"]
                    if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"))
     assert [r[0] for r in sql(db, "select step from step_v order by step")] == steps
+
+
+def test_progress_moves_as_the_workers_finish_files_not_at_the_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With parsing workers, each file's progress event comes when the writer has merged it, while
+    the later files' rows are still to come (until session 42 the events came after the last file:
+    a terminal's bar sat at its start for the whole parse). One worker, so the order is fixed: the
+    real torchrun job's four traces, each file's rows, then its end."""
+    traces = sorted((ROOT / "tests/data/kineto/torchrun4_cpu").glob("*.json.gz"))
+    monkeypatch.setenv(ingest_workers.ENV_WORKERS, "1")
+    inserts: list[str] = []
+    insert = bulk.Writer.insert
+
+    def counted(self: bulk.Writer, table: str, rows: Any) -> None:
+        inserts.append(table)
+        insert(self, table, rows)
+
+    monkeypatch.setattr(bulk.Writer, "insert", counted)
+    events: list[tuple[str, str, int, int]] = []
+    seen: list[int] = []
+
+    def progress(event: str, path: str, done: int, total: int) -> None:
+        events.append((event, path, done, total))
+        seen.append(len(inserts))
+
+    report = ingest.ingest_paths(traces, str(tmp_path / "p.db"), run="job", progress=progress)
+    files = [i for i, e in enumerate(events) if e[0] == "file"]
+    assert len(files) == len(traces) == 4
+    # each file's event after some rows, before the next file's: the inserts went on after each
+    assert 0 < seen[files[0]] < seen[files[1]] < seen[files[2]] < seen[files[3]] == len(inserts)
+    assert [events[i][2] for i in files] == sorted(events[i][2] for i in files)  # (bytes done only grow)
+    assert events[files[-1]][2] == events[0][3]
+    # the report keeps the inputs' order whatever order the files were done in
+    assert [f.path for f in report.files] == [str(t) for t in traces]
