@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 from typing import Any
 
 import click
@@ -18,9 +19,14 @@ from .output import note, render
 class _Bar:
     """A progress bar on stderr when it is a terminal; silent when piped."""
 
+    #: seconds between two redraws as files are done (the writer calls this once a file: 8,192 small files
+    #: would redraw 8,192 times in the process every row goes through)
+    EVERY_S = 0.1
+
     def __init__(self) -> None:
         self.bar: Any = None
         self.done = 0
+        self.drawn = 0.0
 
     def __call__(self, event: str, path: str, done: int, total: int) -> None:
         if not sys.stderr.isatty():
@@ -35,9 +41,12 @@ class _Bar:
                 self.bar.label = f"analysing run {path}"[:40]
                 self.bar.render_progress()  # (update() draws only when the position moves)
                 return
+            now = time.monotonic()
+            if done < total and now - self.drawn < self.EVERY_S:
+                return
             self.bar.label = click.format_filename(path, shorten=True)[:40]
             self.bar.update(done - self.done)
-            self.done = done
+            self.done, self.drawn = done, now
 
     def close(self) -> None:
         if self.bar is not None:

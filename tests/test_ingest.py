@@ -298,3 +298,36 @@ def test_long_group_and_collective_names_are_cut_to_their_columns(
     assert len(rows) == len(kernels)
     assert {(len(g), len(c)) for g, c, _ in rows} == {(255, 60)}
     assert [s for _, _, s in rows] == list(range(len(kernels)))
+
+
+def test_the_progress_bar_on_a_terminal_is_redrawn_at_most_every_tenth_of_a_second(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The writer calls the bar once a file; 2,000 files done at once are a few redraws, not 2,000
+    (each a write to the terminal from the process every row goes through), and the last file is
+    always drawn: the bar ends full, then says the run is being analysed."""
+    import io
+    import time
+
+    from profdb.cli import ingest as cli_ingest
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    term = Terminal()
+    monkeypatch.setattr(cli_ingest.sys, "stderr", term)
+    bar = cli_ingest._Bar()
+    files, size = 2000, 1000
+    t0 = time.monotonic()
+    bar("start", "", 0, files * size)
+    for i in range(1, files + 1):
+        bar("file", f"rank{i}/trace{i}.json", i * size, files * size)
+    took = time.monotonic() - t0
+    bar("analysis", "job", files * size, files * size)
+    bar.close()
+    out = term.getvalue()
+    drawn = out.count("trace")  # (each redraw shows the file just done, by its name)
+    assert 1 <= drawn <= 2 + took / bar.EVERY_S, (drawn, took)
+    assert f"trace{files}.json" in out and "100%" in out
+    assert "analysing run job" in out
