@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from sqlalchemy import Connection, Engine, bindparam, insert, select, update
+from sqlalchemy import Connection, Engine, bindparam, select, update
 
 from . import bulk, classify, collectives, ingest_workers, reclassify, runs, timeline, validate
 from .db import display_url, load_target, resolve_url
@@ -298,6 +298,7 @@ def _add_sources(
     files already stored were left out of ``todo``."""
     rows: list[dict[str, object]] = []
     keys: list[tuple[int, str]] = []
+    now = runs.now()  # (one ingest, one transaction: one time for its files)
     for inp in todo:
         assert inp.claim is not None
         ident: Identity = inp.claim.identity
@@ -313,12 +314,12 @@ def _add_sources(
             rows=0,
             time_base_ns=inp.info.time_base_ns,
             identity_origin=ident.origin,
-            ingested_at=runs.now(),
+            ingested_at=now,
             rules_id=rules,
         ))
     if not rows:
         return []
-    conn.execute(insert(SourceFile), rows)
+    bulk.insert_dicts(conn, SourceFile.__table__, rows)
     ids = {
         (int(rank_id), str(sha)): int(sid)
         for sid, rank_id, sha in conn.execute(

@@ -51,7 +51,8 @@ def _one_per_row(raw: sqlite3.Connection, cols: dict[str, Any], literals: dict[s
     raw.executemany(f"INSERT INTO want ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})", rows)
 
 
-@pytest.mark.parametrize("n", [1, 7, 99, 100, 101, 250, 480, 1000])
+# (2,000 rows and more: several lists of STATEMENTS_PER_LIST statements' parameters, then the rest)
+@pytest.mark.parametrize("n", [1, 7, 99, 100, 101, 250, 480, 1000, 2000, 2100, 4321])
 @pytest.mark.parametrize("which", [("name_id", "start_ns"), ("name_id", "category", "start_ns"),
                                    ("name_id", "start_ns", "value", "dispatch_id", "category")])
 def test_column_batches_store_what_one_insert_per_row_stores(n: int, which: tuple[str, ...]) -> None:
@@ -322,3 +323,36 @@ def test_a_bulk_load_spills_to_files_and_gives_the_settings_back(tmp_path: Any) 
             assert [raw.execute(f"PRAGMA {p}").fetchone()[0] for p in settings] == [2, -65536, 1, "wal"]
     finally:
         engine.dispose()
+
+
+def test_dict_rows_store_what_sqlalchemys_insert_stores(tmp_path: Any) -> None:
+    """``insert_dicts`` (the ranks and source files of a load: the driver's executemany, each value
+    through its column's bind processor) stores what ``conn.execute(insert(table), rows)`` stores:
+    values and SQLite types, DATETIMEs as the same text, NULLs, in order."""
+    from datetime import datetime, timezone
+
+    from sqlalchemy import insert
+
+    from profdb.store import db, models
+
+    rows = [dict(run_id=1, global_rank=g, hostname=None if g % 3 else f"node{g // 8}", local_rank=g % 8,
+                 node_rank=None, pid=1000 + g, device=g % 8 if g % 2 else None, exit_code=None if g % 4 else 0,
+                 signal=9 if g == 5 else None,
+                 started_at=datetime(2026, 11, 29, 14, 1, g % 60, 123456, tzinfo=timezone.utc) if g % 5 else None,
+                 ended_at=datetime(2026, 11, 29, 15, 0, 0) if g % 7 else None, end_status="ok" if g % 4 else None)
+            for g in range(40)]
+    dumps = []
+    for how in ("sqlalchemy", "insert_dicts"):
+        path = tmp_path / f"{how}.db"
+        db.create_sqlite_store(path)
+        engine = db.make_engine(f"sqlite:///{path}")
+        with engine.begin() as conn:
+            conn.exec_driver_sql("INSERT INTO run (id, name, created_at) VALUES (1, 'job', '2026-11-29 00:00:00')")
+            if how == "sqlalchemy":
+                conn.execute(insert(models.Rank), rows)
+            else:
+                bulk.insert_dicts(conn, models.Rank.__table__, rows)
+            dumps.append(conn.exec_driver_sql(
+                "SELECT *, typeof(started_at), typeof(ended_at), typeof(hostname) FROM rank ORDER BY id").fetchall())
+        engine.dispose()
+    assert len(dumps[0]) == 40 and dumps[0] == dumps[1]
