@@ -154,17 +154,22 @@ def window_notes(a: verdict.Findings, scope: RunScope) -> list[str]:
         notes.append(head + ", ".join(f"{o.host} {fmt_ns(o.offset_ns)} +- {fmt_ns(o.error_ns)} ({o.samples} samples)"
                                       for o in hosts))
         return notes
-    # (a 256-node job made this one line of 20 kB): the hosts whose offsets are least certain, then how
-    # to see them all
+    notes.append(head + clocks_summed(hosts, scope.name))
+    return notes
+
+
+def clocks_summed(hosts: list[ClockOffset], run: str) -> str:
+    """Past ``CLOCK_HOSTS_LISTED`` hosts (a 256-node job made the list one line of 20 kB): how many, the
+    hosts whose offsets are least certain, and the statement that lists them all (the clock note of
+    the questions, and ``profdb runs``' column)."""
     worst = sorted(hosts, key=lambda o: (-o.error_ns, o.host))[:CLOCK_HOSTS_LISTED // 2]
     fewest, most = min(o.samples for o in hosts), max(o.samples for o in hosts)
-    run = scope.name.replace("'", "''")
-    notes.append(
-        head + f"{len(hosts)} hosts, {fewest if fewest == most else f'{fewest}-{most}'} samples each; least certain: "
+    quoted = run.replace("'", "''")
+    return (
+        f"{len(hosts)} hosts, {fewest if fewest == most else f'{fewest}-{most}'} samples each; least certain: "
         + ", ".join(f"{o.host} {fmt_ns(o.offset_ns)} +- {fmt_ns(o.error_ns)}" for o in worst)
-        + f"; every host: `profdb sql \"select * from host_clock_v where run = '{run}'\"`"
+        + f"; every host: `profdb sql \"select * from host_clock_v where run = '{quoted}'\"`"
     )
-    return notes
 
 
 #: hosts whose clock offset a note lists one by one; more are summed up (window_notes)

@@ -181,17 +181,26 @@ def _fmt_ended(ends: list[tuple[int, str]]) -> str:
     return "; ".join(f"{status}: {rank_ranges(gs)}" for status, gs in sorted(by.items()))
 
 
-def _clock_summary(conn: Connection) -> dict[int, str]:
+def _clock_summary(conn: Connection, names: Mapping[int, str]) -> dict[int, str]:
     """Per run: its hosts' clock offsets against the reference host, with their error bounds (host_clock,
-    written at ingest); "" for runs on one host or without a collective timeline."""
-    out: dict[int, list[str]] = {}
-    for run_id, host, off, err in conn.execute(
-        select(HostClock.run_id, HostClock.hostname, HostClock.offset_ns, HostClock.error_ns)
+    written at ingest); "" for runs on one host or without a collective timeline. Past
+    ``findings.CLOCK_HOSTS_LISTED`` hosts, summed up as the questions' clock note is (a 1,024-node run's
+    cell was 40 kB): how many, the least certain, and the statement that lists them all."""
+    from .collectives import ClockOffset
+    from .findings import CLOCK_HOSTS_LISTED, clocks_summed
+
+    out: dict[int, list[ClockOffset]] = {}
+    for run_id, host, off, err, samples in conn.execute(
+        select(HostClock.run_id, HostClock.hostname, HostClock.offset_ns, HostClock.error_ns, HostClock.samples)
         .where(HostClock.samples > 0)
         .order_by(HostClock.run_id, HostClock.hostname)
     ):
-        out.setdefault(run_id, []).append(f"{host} {fmt_ns(int(off))} +- {fmt_ns(int(err))}")
-    return {k: "; ".join(v) for k, v in out.items()}
+        out.setdefault(run_id, []).append(ClockOffset(host, int(off), int(err), int(samples)))
+    return {
+        k: clocks_summed(v, names[k]) if len(v) > CLOCK_HOSTS_LISTED and k in names
+        else "; ".join(f"{o.host} {fmt_ns(o.offset_ns)} +- {fmt_ns(o.error_ns)}" for o in v)
+        for k, v in out.items()
+    }
 
 
 def list_runs(conn: Connection) -> Table:
@@ -207,7 +216,7 @@ def list_runs(conn: Connection) -> Table:
         "rows",
         "clock_offsets",
     ]
-    clocks = _clock_summary(conn)
+    clocks = _clock_summary(conn, dict(conn.execute(select(Run.id, Run.name)).tuples().all()))
     ranks: dict[int, int] = {
         run_id: n for run_id, n in conn.execute(select(Rank.run_id, func.count()).group_by(Rank.run_id))
     }

@@ -118,7 +118,7 @@ def test_shifted_host_clocks_are_recovered_through_the_store(tmp_path: Path, run
 def test_many_hosts_clock_offsets_are_summed_up_in_one_short_note(tmp_path: Path, run_cli: Invoke) -> None:
     """Past ``CLOCK_HOSTS_LISTED`` hosts the clock note names how many, the least certain offsets
     (largest error first, as host_clock_v holds them) and the statement that lists them all, which
-    works as written; a 256-node run made it one line of 20 kB."""
+    works as written; a 256-node run made it one line of 20 kB. `profdb runs`' column says the same."""
     from profdb.store.findings import CLOCK_HOSTS_LISTED
 
     nodes = CLOCK_HOSTS_LISTED + 2
@@ -136,6 +136,10 @@ def test_many_hosts_clock_offsets_are_summed_up_in_one_short_note(tmp_path: Path
     assert command == "sql \"select * from host_clock_v where run = 'wide'\""
     r = run_cli("sql", "--db", db, "--format", "json", command[5:-1])
     assert len(json.loads(r.stdout)) == nodes
+    # `profdb runs` sums its clock column up the same way (a 1,024-node run's cell was 40 kB)
+    r = run_cli("runs", "--db", db, "--format", "json")
+    (info,) = json.loads(r.stdout)
+    assert info["clock_offsets"].startswith(f"{nodes - 1} hosts, ") and line.endswith(": " + info["clock_offsets"])
 
 
 def test_bad_input_is_a_note_never_a_traceback(tmp_path: Path, run_cli: Invoke) -> None:
