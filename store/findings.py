@@ -172,7 +172,8 @@ def clocks_summed(hosts: list[ClockOffset], run: str) -> str:
     )
 
 
-#: hosts whose clock offset a note lists one by one; more are summed up (window_notes)
+#: hosts whose clock offset a note lists one by one; more are summed up (``clocks_summed``: the clock note
+#: of the questions, window_notes, and `profdb runs`' clock_offsets column)
 CLOCK_HOSTS_LISTED = 8
 
 
