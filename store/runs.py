@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import Connection, func, select, text, update
 
 from . import bulk
+from .collectives import ClockOffset
 from .errors import QueryError, RankIdentityError
 from .identity import missing_ranks, rank_ranges, rank_spans, span_text
 from .manifest import ABNORMAL, RankEnd, describe_end
@@ -181,14 +182,9 @@ def _fmt_ended(ends: list[tuple[int, str]]) -> str:
     return "; ".join(f"{status}: {rank_ranges(gs)}" for status, gs in sorted(by.items()))
 
 
-def _clock_summary(conn: Connection, names: Mapping[int, str]) -> dict[int, str]:
-    """Per run: its hosts' clock offsets against the reference host, with their error bounds (host_clock,
-    written at ingest); "" for runs on one host or without a collective timeline. Past
-    ``findings.CLOCK_HOSTS_LISTED`` hosts, summed up as the questions' clock note is (a 1,024-node run's
-    cell was 40 kB): how many, the least certain, and the statement that lists them all."""
-    from .collectives import ClockOffset
-    from .findings import CLOCK_HOSTS_LISTED, clocks_summed
-
+def _clock_offsets(conn: Connection) -> dict[int, list[ClockOffset]]:
+    """Per run: its hosts' clock offsets against the reference host, with their error bounds and samples
+    (host_clock, written at ingest); none for runs on one host or without a collective timeline."""
     out: dict[int, list[ClockOffset]] = {}
     for run_id, host, off, err, samples in conn.execute(
         select(HostClock.run_id, HostClock.hostname, HostClock.offset_ns, HostClock.error_ns, HostClock.samples)
@@ -196,11 +192,18 @@ def _clock_summary(conn: Connection, names: Mapping[int, str]) -> dict[int, str]
         .order_by(HostClock.run_id, HostClock.hostname)
     ):
         out.setdefault(run_id, []).append(ClockOffset(host, int(off), int(err), int(samples)))
-    return {
-        k: clocks_summed(v, names[k]) if len(v) > CLOCK_HOSTS_LISTED and k in names
-        else "; ".join(f"{o.host} {fmt_ns(o.offset_ns)} +- {fmt_ns(o.error_ns)}" for o in v)
-        for k, v in out.items()
-    }
+    return out
+
+
+def _clock_text(offsets: list[ClockOffset], run: str) -> str:
+    """A run's ``clock_offsets`` cell: every host, or past ``findings.CLOCK_HOSTS_LISTED`` hosts summed up as
+    the questions' clock note is (a 1,024-node run's cell was 40 kB): how many, the least certain, and
+    the statement that lists them all."""
+    from .findings import CLOCK_HOSTS_LISTED, clocks_summed
+
+    if len(offsets) > CLOCK_HOSTS_LISTED:
+        return clocks_summed(offsets, run)
+    return "; ".join(f"{o.host} {fmt_ns(o.offset_ns)} +- {fmt_ns(o.error_ns)}" for o in offsets)
 
 
 def list_runs(conn: Connection) -> Table:
@@ -216,7 +219,7 @@ def list_runs(conn: Connection) -> Table:
         "rows",
         "clock_offsets",
     ]
-    clocks = _clock_summary(conn, dict(conn.execute(select(Run.id, Run.name)).tuples().all()))
+    clocks = _clock_offsets(conn)
     ranks: dict[int, int] = {
         run_id: n for run_id, n in conn.execute(select(Rank.run_id, func.count()).group_by(Rank.run_id))
     }
@@ -253,7 +256,7 @@ def list_runs(conn: Connection) -> Table:
                 _fmt_ended(ended.get(run.id, [])),
                 n_src,
                 int(n_rows),
-                clocks.get(run.id, ""),
+                _clock_text(clocks.get(run.id, []), run.name),
             )
         )
     return headers, rows
