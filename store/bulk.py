@@ -320,7 +320,7 @@ def _variable_limit(raw: Any) -> int:
 def insert_dicts(conn: Connection, table: Any, rows: Sequence[Mapping[str, Any]]) -> None:
     """Insert ``rows`` (column -> value, every row the same keys) into the model table ``table``, as
     ``conn.execute(insert(table), rows)`` would store them. SQLite: each value goes through its
-    column's bind processor (a DATETIME's text) and the driver's executemany runs in one call;
+    column's bind processor (a DATETIME's text), then the rows go as tuples (``insert_rows``);
     SQLAlchemy's own path spent ~30 us a row on 8,192 ranks or source files (parameters built per row;
     for the ranks, with RETURNING, one statement per row), between the workers' fork and their ids."""
     if not rows:
@@ -336,10 +336,7 @@ def insert_dicts(conn: Connection, table: Any, rows: Sequence[Mapping[str, Any]]
         process = table.c[c].type.dialect_impl(conn.dialect).bind_processor(conn.dialect)
         if process is not None:
             columns[j] = _processed(process, columns[j])
-    raw = conn.connection.driver_connection
-    assert raw is not None
-    raw.executemany(f"INSERT INTO {table.name} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
-                    zip(*columns))
+    insert_rows(conn, table.name, cols, list(zip(*columns)))
 
 
 def _processed(process: Callable[[Any], Any], values: list[Any]) -> list[Any]:

@@ -325,7 +325,9 @@ def test_a_bulk_load_spills_to_files_and_gives_the_settings_back(tmp_path: Any) 
         engine.dispose()
 
 
-def test_dict_rows_store_what_sqlalchemys_insert_stores(tmp_path: Any) -> None:
+# (from INLINE_MIN_ROWS on, insert_rows writes the constant columns into the statement)
+@pytest.mark.parametrize("n", [40, bulk.INLINE_MIN_ROWS + 500])
+def test_dict_rows_store_what_sqlalchemys_insert_stores(tmp_path: Any, n: int) -> None:
     """``insert_dicts`` (the ranks and source files of a load: the driver's executemany, each value
     through its column's bind processor) stores what ``conn.execute(insert(table), rows)`` stores:
     values and SQLite types, DATETIMEs as the same text, NULLs, in order."""
@@ -340,7 +342,7 @@ def test_dict_rows_store_what_sqlalchemys_insert_stores(tmp_path: Any) -> None:
                  signal=9 if g == 5 else None,
                  started_at=datetime(2026, 11, 29, 14, 1, g % 60, 123456, tzinfo=timezone.utc) if g % 5 else None,
                  ended_at=datetime(2026, 11, 29, 15, 0, 0) if g % 7 else None, end_status="ok" if g % 4 else None)
-            for g in range(40)]
+            for g in range(n)]
     dumps = []
     for how in ("sqlalchemy", "insert_dicts"):
         path = tmp_path / f"{how}.db"
@@ -355,4 +357,4 @@ def test_dict_rows_store_what_sqlalchemys_insert_stores(tmp_path: Any) -> None:
             dumps.append(conn.exec_driver_sql(
                 "SELECT *, typeof(started_at), typeof(ended_at), typeof(hostname) FROM rank ORDER BY id").fetchall())
         engine.dispose()
-    assert len(dumps[0]) == 40 and dumps[0] == dumps[1]
+    assert len(dumps[0]) == n and dumps[0] == dumps[1]
