@@ -136,6 +136,8 @@ def ingest_command(
     if report.unknown_files:
         note(f"note: {len(report.unknown_files)} files in the folders are not profiler outputs profdb reads, skipped "
              f"(e.g. {report.unknown_files[0]})")
+        for line in report.unknown_advice:
+            note(f"note: skipped: {line}")
     note(rules.summary())
     for line in report.notes:
         click.echo(line)

@@ -44,6 +44,9 @@ class IngestReport:
     db: str
     files: list[FileResult] = field(default_factory=list)
     unknown_files: list[str] = field(default_factory=list)
+    #: what some of ``unknown_files`` are and what to do with them (``readers.others``: Nsight Systems
+    #: reports to export to SQLite...), one line per kind
+    unknown_advice: list[str] = field(default_factory=list)
     rows_by_kind: dict[str, int] = field(default_factory=dict)
     ranks: list[tuple[int, str | None, int | None]] = field(default_factory=list)
     world_size: int | None = None

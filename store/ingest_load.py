@@ -23,6 +23,7 @@ from .ingest import FileResult, IngestReport, Progress, task_of
 from .inputs import ALGORITHM, ALGORITHMS, InputFile, algorithm_of, digest_of
 from .manifest import RankEnd, rank_end
 from .models import SourceFile
+from .readers import others
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -89,6 +90,7 @@ def load(
         run_derived=run_derived,
         db=display_url(resolve_url(db)),
         unknown_files=[str(u) for u in unknown],
+        unknown_advice=others.summary(unknown),
         world_size=plan.world_size,
     )
     report.notes = list(

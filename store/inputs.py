@@ -21,6 +21,7 @@ from .batches import cores
 from .errors import InputError, RankIdentityError
 from .identity import RANK_DIR, Identity, IdentityFlags, RankClaim, RankPlan, check_claims, resolve_file
 from .manifest import MANIFEST_NAME, RankManifest, real_path, remembered_folders
+from .readers import others
 from .readers.base import Reader, has_rank_sections, remembered_heads, whole_file
 from .records import SourceInfo
 from .validate import check_readable, inspect_file, unreadable_folder
@@ -107,17 +108,20 @@ def expand(
     unknown: list[Path] = []
     reals: dict[Path, str] = {}  # (the resolved paths helpers found)
     hits = 0
+    skipped = 0  # (how many of the last ``unknown`` are the folder being walked's)
     for index, step in enumerate(steps):
         if step.error is not None:
             raise step.error
         if step.path is None:  # a folder's end
             if hits == 0:
                 what = f"{step.files} files looked at" if step.files else "it is empty"
+                known = others.summary(unknown[len(unknown) - skipped :])
                 raise InputError(
-                    f"{step.folder}: no profiler output profdb can read in this folder ({what}); "
-                    f"supported formats: {', '.join(n for n, _ in readers.formats())} (see `profdb formats`)"
+                    f"{step.folder}: no profiler output profdb can read in this folder ({what}"
+                    + "".join(f"; {line}" for line in known)
+                    + f"); supported formats: {', '.join(n for n, _ in readers.formats())} (see `profdb formats`)"
                 )
-            hits = 0
+            hits = skipped = 0
             continue
         f = step.path
         seen = share.first(index) if share is not None else None
@@ -128,12 +132,16 @@ def expand(
             r = _detected(f, forced, step.explicit)
         if r is None:
             if step.explicit:
+                advice = others.advice(f)
+                if advice is not None:
+                    raise InputError(f"{f}: {advice}")
                 raise InputError(
                     f"{f}: not a profiler output profdb recognises; supported formats: "
                     f"{', '.join(n for n, _ in readers.formats())} (see `profdb formats`); "
                     "if it is one of them, pass --format NAME"
                 )
             unknown.append(f)
+            skipped += 1
             continue
         found.append((f, r))
         if not step.explicit:

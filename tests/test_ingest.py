@@ -209,6 +209,64 @@ def test_bad_inputs_leave_store_unchanged(tmp_path: Path, data: Path, db_path: P
     _fails(run_cli, db_path, seeded, "--run", "torchrun4_cpu", data / "kineto" / "nccl_data.json.gz", match="world size")
 
 
+def test_outputs_profdb_does_not_read_say_what_to_do(
+    tmp_path: Path, data: Path, db_path: Path, run_cli: Invoke, seeded: bytes
+) -> None:
+    """An Nsight Systems report (binary: profdb reads its SQLite export), an Nsight Compute report, a
+    Perfetto or OTF2 trace: the error or note says what the file is and what to ingest instead."""
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    for name in ("report.nsys-rep", "old.qdrep", "kernels.ncu-rep", "1234_results.pftrace", "1234_results.otf2"):
+        (reports / name).write_bytes(b"\x00\x01binary, no reader's\x00" * 40)
+    rep = reports / "report.nsys-rep"
+    _fails(run_cli, db_path, seeded, rep, match=f"report.nsys-rep: an Nsight Systems report: profdb reads its SQLite "
+           f"export: run `nsys export --type sqlite -o {reports / 'report'}.sqlite {rep}`, then ingest "
+           f"{reports / 'report'}.sqlite")
+    _fails(run_cli, db_path, seeded, reports / "old.qdrep", match="old.qdrep: an Nsight Systems report: ")
+    _fails(run_cli, db_path, seeded, reports / "kernels.ncu-rep", match="an Nsight Compute report: per-kernel metrics")
+    _fails(run_cli, db_path, seeded, reports / "1234_results.pftrace", match="a Perfetto trace: profdb does not read")
+    # a folder of them: each kind said, with the count
+    r = run_cli("ingest", "--db", db_path, reports, ok=False)
+    assert r.exit_code == 1 and file_bytes(db_path) == seeded
+    err = " ".join(r.stderr.split())
+    assert "no profiler output profdb can read in this folder (5 files looked at; " in err
+    assert f"; 2 Nsight Systems reports (e.g. {reports / 'old.qdrep'}): profdb reads its SQLite export: " in err
+    assert "an OTF2 trace (" in err and "a Perfetto trace (" in err and "an Nsight Compute report (" in err
+    # beside readable outputs: those are ingested, the reports named in a note
+    job = tmp_path / "job"
+    for rank in (0, 1):
+        (job / f"rank{rank}").mkdir(parents=True)
+        shutil.copy(data / "kineto" / "torchrun4_cpu" / f"rank{rank}_iter5_7.json.gz", job / f"rank{rank}")
+        (job / f"rank{rank}" / "report.nsys-rep").write_bytes(rep.read_bytes())
+    r = run_cli("ingest", "--db", tmp_path / "job.db", "--run", "job", job)
+    notes = [line for line in r.stderr.splitlines() if "skipped: " in line]
+    assert notes == [f"note: skipped: 2 Nsight Systems reports (e.g. {job / 'rank0' / 'report.nsys-rep'}): profdb reads "
+                     f"its SQLite export: run `nsys export --type sqlite -o {job / 'rank0' / 'report'}.sqlite "
+                     f"{job / 'rank0' / 'report.nsys-rep'}`, then ingest {job / 'rank0' / 'report'}.sqlite"], r.stderr
+    assert sql(tmp_path / "job.db", "select count(*) from rank") == [(2,)]
+    # an Nsight Systems job, one report exported: that rank is read, the other's report named
+    nsys = tmp_path / "nsys"
+    for rank in (0, 1):
+        (nsys / f"rank{rank}").mkdir(parents=True)
+        (nsys / f"rank{rank}" / "report.nsys-rep").write_bytes(rep.read_bytes())
+    export = nsys / "rank1" / "report.sqlite"
+    shutil.copy(data / "nsys_sqlite" / "saxpy-mpi-cuda_nsys_perlmutter0.sqlite", export)
+    r = run_cli("ingest", "--db", tmp_path / "nsys.db", "--run", "nsys", "--rank-from-path", r"rank(\d+)", nsys)
+    assert [line for line in r.stderr.splitlines() if "skipped: " in line] == [
+        f"note: skipped: an Nsight Systems report ({nsys / 'rank0' / 'report.nsys-rep'}): profdb reads its SQLite "
+        f"export: run `nsys export --type sqlite -o {nsys / 'rank0' / 'report'}.sqlite "
+        f"{nsys / 'rank0' / 'report.nsys-rep'}`, then ingest {nsys / 'rank0' / 'report'}.sqlite"], r.stderr
+    assert sql(tmp_path / "nsys.db", "select global_rank from rank") == [(1,)]
+    _fails(run_cli, tmp_path / "nsys.db", file_bytes(tmp_path / "nsys.db"), nsys / "rank1" / "report.nsys-rep",
+           match=f"report.nsys-rep: an Nsight Systems report: profdb does not read it; ingest {export}, beside it")
+    # a real export named like a report is read as what it is (the name is looked at only when no reader knows it)
+    renamed = tmp_path / "rank3" / "export.nsys-rep"
+    renamed.parent.mkdir()
+    shutil.copy(data / "nsys_sqlite" / "saxpy-mpi-cuda_nsys_perlmutter0.sqlite", renamed)
+    r = run_cli("ingest", "--db", tmp_path / "renamed.db", renamed)
+    assert sql(tmp_path / "renamed.db", "select format from source_file") == [("nsys",)]
+
+
 def test_no_store_is_created_on_failure(tmp_path: Path, data: Path, run_cli: Invoke) -> None:
     db = tmp_path / "new.db"
     trunc = tmp_path / "rank0.json.gz"

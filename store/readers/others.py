@@ -1,0 +1,104 @@
+"""Profiler outputs profdb does not read as they are, and what to do with each: a file none of the
+readers recognises is looked up here by its name's ending, so that the error (a file named on the
+command line, a folder with nothing else) or the note (files skipped in a folder) says what the file
+is and how to get what profdb reads, instead of only "not a profiler output".
+
+The commonest case: Nsight Systems writes a binary report (``.nsys-rep``; ``.qdrep`` before 2021.4),
+and profdb reads its SQLite export, which ``nsys export --type sqlite`` writes next to it (NVIDIA's
+exporter documentation: ``nsys export --type sqlite -o OUT.sqlite REPORT``; without ``-o`` the output
+is the report's name with ``.sqlite``). rocprofv3 can also write Perfetto (``--output-format
+pftrace``) and OTF2 traces, which hold no more than its default rocpd database, which profdb reads.
+
+Only the name is looked at, and only for files no reader recognised by their content: a real export
+renamed ``.nsys-rep`` is still read as what it is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class Other:
+    """Outputs of one kind that profdb does not read: their name endings (lower case), what they are
+    (singular and plural, for notes that count them) and what to do (``{path}``: the file's path,
+    ``{stem}``: its path without the ending). ``beside``: the ending of what profdb reads, when the
+    producer writes it next to such a file under the same name (then that is what to ingest, and a
+    folder that holds both needs no advice)."""
+
+    endings: tuple[str, ...]
+    what: str
+    whats: str
+    todo: str
+    beside: str = ""
+
+
+OTHERS = (
+    Other(
+        (".nsys-rep", ".qdrep"), "an Nsight Systems report", "Nsight Systems reports",
+        "profdb reads its SQLite export: run `nsys export --type sqlite -o {stem}.sqlite {path}`, then ingest "
+        "{stem}.sqlite", ".sqlite",
+    ),
+    Other(
+        (".ncu-rep",), "an Nsight Compute report", "Nsight Compute reports",
+        "per-kernel metrics without a timeline, which profdb does not read; profile the job with Nsight Systems "
+        "(`nsys profile`) and ingest its SQLite export",
+    ),
+    Other(
+        (".pftrace", ".perfetto-trace"), "a Perfetto trace", "Perfetto traces",
+        "profdb does not read Perfetto traces; with rocprofv3, ingest its default rocpd output (<pid>_results.db) "
+        "or record with --output-format csv or json", ".db",
+    ),
+    Other(
+        (".otf2",), "an OTF2 trace", "OTF2 traces",
+        "profdb does not read OTF2; with rocprofv3, ingest its default rocpd output (<pid>_results.db) or record "
+        "with --output-format csv or json", ".db",
+    ),
+)  # fmt: skip
+
+
+def _other(path: Path) -> tuple[Other, str] | None:
+    """The kind of ``path`` by its name's ending, and that ending, or None."""
+    name = path.name.lower()
+    for other in OTHERS:
+        for ending in other.endings:
+            if name.endswith(ending) and len(name) > len(ending):
+                return other, ending
+    return None
+
+
+def _read_beside(other: Other, ending: str, path: Path) -> bool:
+    """Whether what profdb reads of ``path`` is beside it (an export already made)."""
+    return bool(other.beside) and Path(str(path)[: -len(ending)] + other.beside).is_file()
+
+
+def _todo(other: Other, ending: str, path: Path) -> str:
+    stem = str(path)[: -len(ending)]
+    if _read_beside(other, ending, path):
+        return f"profdb does not read it; ingest {stem}{other.beside}, beside it"
+    return other.todo.format(path=path, stem=stem)
+
+
+def advice(path: Path) -> str | None:
+    """What ``path`` is and what to do with it, or None when its name says nothing profdb knows."""
+    found = _other(path)
+    if found is None:
+        return None
+    other, ending = found
+    return f"{other.what}: {_todo(other, ending, path)}"
+
+
+def summary(paths: list[Path]) -> list[str]:
+    """One line per kind of output among ``paths`` (files skipped in folders): how many, one of them,
+    and what to do, e.g. "2 Nsight Systems reports (e.g. rank0/report.nsys-rep): profdb reads ..."."""
+    kinds: dict[Other, list[tuple[Path, str]]] = {}
+    for p in paths:
+        found = _other(p)
+        if found is not None and not _read_beside(*found, p):  # (a folder with both: its export was read)
+            kinds.setdefault(found[0], []).append((p, found[1]))
+    lines = []
+    for other, some in kinds.items():
+        first, ending = some[0]
+        head = f"{len(some)} {other.whats} (e.g. {first})" if len(some) > 1 else f"{other.what} ({first})"
+        lines.append(f"{head}: {_todo(other, ending, first)}")
+    return lines
