@@ -22,8 +22,9 @@ from . import ingest_workers
 from .identity import IdentityFlags
 from .inputs import InputFile, Scan, derive_run_name, prepare
 
-#: progress(event, path, done_bytes, total_bytes): "start" once with total, "file" after each file, "analysis"
-#: (path: the run's name) as the run's collectives are analysed, after the last file
+#: progress(event, path, done_bytes, total_bytes): "start" once with total, "file" after each file, "read" as a
+#: file's parsing worker reads on (done_bytes: the files done and the bytes read of those being parsed),
+#: "analysis" (path: the run's name) as the run's collectives are analysed, after the last file
 Progress = Callable[[str, str, int, int], None]
 
 

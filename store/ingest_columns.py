@@ -38,6 +38,7 @@ def parse_columns(
     summary: RunningSums,
     done: dict[tuple[str, str], NamedSummaryRow],
     timeline: columnar.ColumnTimeline,
+    read: Callable[[], int] = lambda: 0,
 ) -> None:
     """``_parse`` for a file read as column batches (``columnar``: ``batches``): the same rows, summary and
     timeline, computed with numpy over each batch; no Python step per row. (Only kinds without nesting
@@ -47,7 +48,8 @@ def parse_columns(
     writer inserted the other worker's rows). So the file's summary is keyed by name, not id
     (``Parsed.named``): a batch's summary goes to ``done`` as final rows when none of its (name,
     kind) keys was met before in the file (a small file is one batch), built in C; otherwise it is
-    added to ``summary``'s running sums (numpy columns)."""
+    added to ``summary``'s running sums (numpy columns). ``read()``: the bytes of the file read so far,
+    sent with each batch (``RowsMsg.read``)."""
     for b in batches:
         if isinstance(b, columnar.CounterColumns):
             columnar.check_counters(b, task.path)
@@ -58,7 +60,7 @@ def parse_columns(
                 "dispatch_id": b.dispatch_id, "value": b.value, "samples": 1, "min_value": None, "max_value": None,
             }
             counts["counter"] = counts.get("counter", 0) + len(b)
-            conn.send(RowsMsg(task.index, "counter_columns", cols))
+            conn.send(RowsMsg(task.index, "counter_columns", cols, read()))
             continue
         columnar.check_activities(b, task.path)
         kind = b.kind
@@ -68,7 +70,7 @@ def parse_columns(
         _summarize(task.rank_id, kind, grouped, b.names, entry_cats, summary, done)
         counts[kind] = counts.get(kind, 0) + len(b)
         cols = _activity_columns(b, entry_cats, task.rank_id, task.source_id)
-        conn.send(RowsMsg(task.index, "activity_columns", cols))
+        conn.send(RowsMsg(task.index, "activity_columns", cols, read()))
 
 
 def _categories(b: columnar.ActivityColumns, cats: dict[tuple[str, str], str]) -> list[str]:

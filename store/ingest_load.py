@@ -180,7 +180,23 @@ def _load(
                 empty[k] = f"{inp.path}: no rows ingested ({why_empty(inp)})"
             done += inp.size
             if progress:
-                progress("file", str(inp.path), done, total)
+                progress("file", str(inp.path), done + file_read(k, 0), total)
+
+        # the bytes read of each file being parsed (workers: ``RowsMsg.read``), so that the bar moves while
+        # one large file is: before, a 600 MB trace showed 0% for its whole parse
+        reading: dict[int, int] = {}
+        read_now = 0
+
+        def file_read(k: int, read: int) -> int:
+            """Source ``k`` has been read up to ``read`` bytes (0: it is done): the bytes read of the files
+            being parsed, after this; reported as "read" progress while the file is parsed."""
+            nonlocal read_now
+            read_now += read - reading.pop(k, 0)
+            if read:
+                reading[k] = read
+                if progress:
+                    progress("read", str(sources[k][0].path), done + read_now, total)
+            return read_now
 
         files_left = Counter(rank_id for _inp, rank_id, _sid in sources)
 
@@ -214,7 +230,7 @@ def _load(
 
         with _rank_files_named(sources, rank_ids, fresh):
             if parsers is not None:
-                _parse_in_workers(writer, inputs, sources, parsers, merged, file_done)
+                _parse_in_workers(writer, inputs, sources, parsers, merged, file_done, file_read)
             cats: dict[tuple[str, str], str] = {}
             for index, (inp, rank_id, source_id) in enumerate(sources if parsers is None else []):
                 try:
@@ -391,6 +407,7 @@ def _parse_in_workers(
     parsers: ingest_workers.Parsers,
     merged: Callable[[int], None],
     file_done: Callable[[int, dict[str, int]], None],
+    file_read: Callable[[int, int], object],
 ) -> None:
     """Parse every source in the worker processes (forked over ``inputs``, whose numbers are their
     tasks'); this process inserts their rows (see ingest_workers). The workers learn here which inputs
@@ -402,7 +419,8 @@ def _parse_in_workers(
     files first, so the run's first file in ``sources`` order may finish late, and every timeline
     parsed meanwhile waited for it (at 4x the benchmark's long-counters input, the kernel traces of 25
     ranks: the ingest's peak grew 104 -> 158 MB). A rank's figures depend only on its own files, merged
-    in the same order as before."""
+    in the same order as before. ``file_read(its place in sources, bytes)`` hears how far a file's
+    worker has read it, with each batch of its rows."""
     number = {id(inp): i for i, inp in enumerate(inputs)}
     ids: list[tuple[int, int] | None] = [None] * len(inputs)
     at: dict[int, int] = {}  # task (input number) -> its place in sources
@@ -427,6 +445,8 @@ def _parse_in_workers(
         for msg in parsers.messages(writer.answer_names):
             if isinstance(msg, ingest_workers.RowsMsg):
                 writer.insert(msg.table, msg.rows)
+                if msg.read:
+                    file_read(at[msg.task], msg.read)
             else:
                 merge_ready(at[msg.task], msg.parsed)
     except ingest_workers.WorkerError as e:

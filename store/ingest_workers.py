@@ -185,6 +185,9 @@ class RowsMsg(NamedTuple):
     #: are tuples; "activity_columns" or "counter_columns": rows is one ``Columns`` dict of a batch
     table: str
     rows: Any
+    #: bytes of the task's file read when the batch was sent (``_ReadMeter``; 0: not known), so that a
+    #: progress bar moves while one large file is parsed, not only as files end
+    read: int = 0
 
 
 #: a batch as columns, for the writer: column name -> one value for every row (an SQL constant: None,
@@ -574,6 +577,38 @@ def batch_rows(columns: Columns) -> int:
     return len(columns["start_ns"] if "start_ns" in columns else columns["value"])
 
 
+def _bytes_read() -> int | None:
+    """The bytes this process has read so far (``rchar`` of Linux's ``/proc/self/io``: every read,
+    from the disk or its cache), or None where that cannot be told."""
+    try:
+        with open("/proc/self/io", "rb") as f:
+            for line in f:
+                if line.startswith(b"rchar:"):
+                    return int(line[6:])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+class _ReadMeter:
+    """How far a worker is in a task's file: the bytes it has read since it began the task (a worker
+    reads one file at a time; a gzip file's compressed bytes, as its size counts them; an SQLite file's
+    pages), at most the file's size; 0 where that cannot be told (``size`` 0: not measured, e.g. files
+    read together as a group)."""
+
+    __slots__ = ("size", "start")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.start = _bytes_read() if size else None
+
+    def __call__(self) -> int:
+        now = _bytes_read() if self.start is not None else None
+        if now is None or self.start is None:
+            return 0
+        return max(0, min(self.size, now - self.start))
+
+
 class _Names:
     """The worker's copy of the writer's name table, filled on demand."""
 
@@ -622,6 +657,7 @@ def _parse(
     nested = SelfTotals()
     nested_span, nested_key = nested.spans.append, nested.keys.append  # (SelfTotals.add, inlined)
     fold_nested = nested.compact  # (``nested`` is a flag in flush_acts' loop)
+    read = _ReadMeter(task.size if batches is None else 0)  # (a group's files were read together)
 
     def with_ids() -> None:
         """Records are read (a JSON trace parsed) before the store's ids come; their rows need them, and
@@ -687,7 +723,7 @@ def _parse(
             _fold(summary, key, first_cat[key], len(ds), sum(ds), min(ds), max(ds), sum(map(mul, f, f)))
             counts[key[1]] = counts.get(key[1], 0) + len(ds)
         fold_nested()  # (a large file's CPU ops: columns, not tuples)
-        conn.send(RowsMsg(task.index, "activity", rows))
+        conn.send(RowsMsg(task.index, "activity", rows, read()))
 
     def flush_ctrs() -> None:
         with_ids()
@@ -703,7 +739,7 @@ def _parse(
             rows = [(rank_id, source_id, ids[c.kernel], ids[c.name], c.dispatch_id, c.value, c.samples, c.min_value,
                      c.max_value) for c in ctrs]
         counts["counter"] = counts.get("counter", 0) + len(rows)
-        conn.send(RowsMsg(task.index, table, rows))
+        conn.send(RowsMsg(task.index, table, rows, read()))
 
     if column_reader is not None:
         # (no nesting, steps or aggregates among these kinds: self time is the total)
@@ -715,7 +751,7 @@ def _parse(
         columns = columnar.ColumnTimeline(task.info.time_base_ns)
         if batches is None:
             batches = column_reader.read_columns(task.path, task.info)
-        ingest_columns.parse_columns(task, batches, conn, cats, counts, by_name, done, columns)
+        ingest_columns.parse_columns(task, batches, conn, cats, counts, by_name, done, columns, read)
         named = list(done.values())
         named += by_name.rows(rank_id)
         if named:  # (a name's total over the file's batches: exact Python integers past 2**62)

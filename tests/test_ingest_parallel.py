@@ -697,6 +697,34 @@ def test_a_name_met_with_two_kinds_is_summed_per_kind(data: Path, tmp_path: Path
     assert [r[0] for r in sql(db, "select step from step_v order by step")] == steps
 
 
+def test_progress_moves_while_one_large_file_is_parsed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file's worker says how far it has read the file with each batch of rows ("read" events), so
+    that a bar moves during one large file's parse (a 600 MB trace sat at 0% for its 22 s). A real
+    trace of 67,217 complete events (HTA's rank 0 of 16: four batches), gzip: its compressed bytes,
+    as its size counts them."""
+    trace = ROOT / "tests/data/kineto/rank0.json.gz"
+    monkeypatch.setenv(ingest_workers.ENV_WORKERS, "1")
+    events: list[tuple[str, str, int, int]] = []
+    ingest.ingest_paths([trace], str(tmp_path / "p.db"), run="one", progress=lambda *e: events.append(e))
+    size = trace.stat().st_size
+    assert [e[0] for e in events if e[0] != "read"] == ["start", "file", "analysis"]
+    reads = [e[2] for e in events[: [e[0] for e in events].index("file")] if e[0] == "read"]
+    assert len(reads) >= 3 and all(e[1] == str(trace) for e in events if e[0] == "read")
+    assert reads == sorted(reads) and 0 < reads[0] < size and reads[-1] <= size, reads
+    assert len(set(reads)) >= 2  # (it moved during the parse, not only at its end)
+    assert [e[2] for e in events if e[0] == "file"] == [size] and all(e[3] == size for e in events)
+
+
+def test_a_file_read_meter_says_nothing_where_reads_cannot_be_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ingest_workers, "_bytes_read", lambda: None)
+    assert ingest_workers._ReadMeter(1000)() == 0
+    counts = iter([100, 250, 5000])
+    monkeypatch.setattr(ingest_workers, "_bytes_read", lambda: next(counts))
+    meter = ingest_workers._ReadMeter(1000)
+    assert (meter(), meter()) == (150, 1000)  # (at most the file's size)
+    assert ingest_workers._ReadMeter(0)() == 0  # (not measured: files read together)
+
+
 def test_progress_moves_as_the_workers_finish_files_not_at_the_end(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
