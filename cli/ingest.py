@@ -27,14 +27,23 @@ class _Bar:
         self.bar: Any = None
         self.done = 0
         self.drawn = 0.0
+        self.hashing = False  # (the bar is phase 1's hashing one)
 
     def __call__(self, event: str, path: str, done: int, total: int) -> None:
         if not sys.stderr.isatty():
             return
-        if event == "start":
-            self.bar = click.progressbar(length=max(total, 1), label="ingesting", file=sys.stderr, show_pos=False)
+        if event == "start" or (event == "hash" and not self.hashing):
+            # (phase 1's hashing, when the ingest waits for it, has a bar of its own; then the parse's)
+            if self.hashing and self.bar is not None:  # (every hash is in by the parse's start)
+                self.bar.update(self.bar.length - self.done)
+            self.close()
+            self.hashing = event == "hash"
+            label = "hashing inputs" if self.hashing else "ingesting"
+            self.bar = click.progressbar(length=max(total, 1), label=label, file=sys.stderr, show_pos=False)
             self.bar.__enter__()
-            return
+            self.done = 0
+            if event == "start":
+                return
         if self.bar is not None:
             # (the run's analysis after the last file: seconds on a large run, not a hang)
             if event == "analysis":
@@ -44,13 +53,15 @@ class _Bar:
             now = time.monotonic()
             if done < total and now - self.drawn < self.EVERY_S:
                 return
-            self.bar.label = click.format_filename(path, shorten=True)[:40]
+            name = click.format_filename(path, shorten=True)
+            self.bar.label = (f"hashing {name}" if self.hashing else name)[:40]
             self.bar.update(done - self.done)
             self.done, self.drawn = done, now
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.__exit__(None, None, None)
+            self.bar = None
 
 
 @click.command("ingest")

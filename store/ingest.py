@@ -22,9 +22,11 @@ from . import ingest_workers
 from .identity import IdentityFlags
 from .inputs import InputFile, Scan, derive_run_name, prepare
 
-#: progress(event, path, done_bytes, total_bytes): "start" once with total, "file" after each file, "read" as a
-#: file's parsing worker reads on (done_bytes: the files done and the bytes read of those being parsed),
-#: "analysis" (path: the run's name) as the run's collectives are analysed, after the last file
+#: progress(event, path, done_bytes, total_bytes): "hash" while phase 1 waits for large files' hashes (the
+#: bytes hashed of those files, and their total: ``inputs.Scan.digest``), then "start" once with the
+#: inputs' total, "file" after each file, "read" as a file's parsing worker reads on (done_bytes: the files
+#: done and the bytes read of those being parsed), "analysis" (path: the run's name) as the run's
+#: collectives are analysed, after the last file
 Progress = Callable[[str, str, int, int], None]
 
 
@@ -81,7 +83,7 @@ def ingest_paths(
     ``paths`` may be an ``inputs.Scan`` of them begun earlier (the CLI's, so hashing overlaps its imports)."""
     flags = flags or IdentityFlags()
     scan = paths if isinstance(paths, Scan) else Scan(paths, fmt, flags)
-    inputs, unknown, plan = prepare(scan, flags)
+    inputs, unknown, plan = prepare(scan, flags, progress=progress)
     run_name = run or derive_run_name(scan.paths, inputs)
     with ingest_workers.quiet_gc(), _early_workers(inputs) as parsers:
         from . import ingest_load  # (SQLAlchemy and the store's modules: imported while the workers parse)

@@ -10,6 +10,7 @@ import hashlib
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -209,12 +210,15 @@ LEGACY_ALGORITHM = "sha256"
 ALGORITHMS = (ALGORITHM, LEGACY_ALGORITHM)
 
 
-def digest_of(path: Path, algorithm: str = ALGORITHM) -> str:
-    """The file's digest as ``content_hash`` holds it (see ``ALGORITHMS``)."""
+def digest_of(path: Path, algorithm: str = ALGORITHM, hashed: list[int] | None = None) -> str:
+    """The file's digest as ``content_hash`` holds it (see ``ALGORITHMS``); ``hashed[0]``: the bytes
+    hashed so far, for another thread to read (``Scan.hashed``)."""
     h: Any = blake3.blake3() if algorithm == ALGORITHM else hashlib.new(algorithm)
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
+            if hashed is not None:
+                hashed[0] += len(chunk)  # (this thread alone writes it)
     return _written(h, algorithm)
 
 
@@ -239,6 +243,10 @@ def _written(h: Any, algorithm: str) -> str:
 INLINE_HASH_BYTES = 1 << 20
 #: a file's digest as ``Scan`` has it: known, or to come from a hashing thread (or to raise its error)
 Hash = str | Future[str]
+#: ``ingest.Progress``: (event, path, done bytes, total bytes)
+ProgressFn = Callable[[str, str, int, int], None]
+#: seconds between two progress reports while a file's hash is waited for
+HASH_PROGRESS_S = 0.1
 
 
 class Scan:
@@ -264,6 +272,8 @@ class Scan:
         # each, with its Condition, was ~1.3 kB a file made and dropped, on one core before the workers
         # fork: phase 1 on 2,048 small files 0.595 -> 0.545 s)
         hashing: dict[Path, Hash] = {}
+        #: each file hashed on a thread: its size, and the bytes hashed so far (``hashed``)
+        self._hashing: list[tuple[int, list[int]]] = []
 
         def hash_of(path: Path, digest: str | None) -> None:
             if path in hashing:
@@ -272,8 +282,11 @@ class Scan:
                 hashing[path] = digest
                 return
             data = whole_file(path)
-            if data is None and os.stat(path).st_size >= INLINE_HASH_BYTES:
-                hashing[path] = self._pool.submit(digest_of, path)
+            size = os.stat(path).st_size if data is None else 0
+            if size >= INLINE_HASH_BYTES:
+                hashed = [0]
+                self._hashing.append((size, hashed))
+                hashing[path] = self._pool.submit(digest_of, path, ALGORITHM, hashed)
                 return
             try:
                 hashing[path] = digest_of(path) if data is None else digest_of_bytes(data)
@@ -295,6 +308,24 @@ class Scan:
             raise
         self.hashes: list[Hash] = [hashing[path] for path, _ in self.files]
 
+    def hashed(self) -> tuple[int, int]:
+        """(bytes hashed so far, bytes to hash) of the files hashed on threads (the large ones: the
+        others are hashed as they are found)."""
+        return sum(h[0] for _size, h in self._hashing), sum(size for size, _h in self._hashing)
+
+    def digest(self, path: Path, h: Hash, progress: ProgressFn | None) -> str:
+        """``path``'s digest, waited for if a thread is still computing it: meanwhile ``progress("hash",
+        path, bytes hashed, bytes to hash)`` every ``HASH_PROGRESS_S`` (hashing reads every byte: 5 GB
+        of files not in the page cache took ~10 s before anything else was said)."""
+        if isinstance(h, str):
+            return h
+        while True:
+            try:
+                return h.result(timeout=HASH_PROGRESS_S if progress else None)
+            except FutureTimeout:
+                assert progress is not None
+                progress("hash", str(path), *self.hashed())
+
     def close(self) -> None:
         """Stop the helpers and the hashing, and let go of each file's hash (a digest, or a future: a
         future each was ~1.3 kB a file, which the CLI's scan held for the whole ingest: 11 MB of 8,192
@@ -303,6 +334,7 @@ class Scan:
             self.share.close()
         self._pool.shutdown(wait=True, cancel_futures=True)
         self.hashes = []
+        self._hashing = []
 
     def __enter__(self) -> Scan:
         return self
@@ -312,22 +344,24 @@ class Scan:
 
 
 def prepare(
-    paths: Sequence[str | Path] | Scan, flags: IdentityFlags, fmt: str | None = None
+    paths: Sequence[str | Path] | Scan, flags: IdentityFlags, fmt: str | None = None,
+    progress: ProgressFn | None = None,
 ) -> tuple[list[InputFile], list[Path], RankPlan]:
     """Phase 1 (see the module doc) over ``paths``, or over a ``Scan`` of them (``fmt`` then unused:
     the scan applied it). The scan is closed on return: no hashing thread outlives this phase (the
-    ingest's workers fork after it)."""
+    ingest's workers fork after it). ``progress``: told how the hashing goes while it is waited for
+    (``Scan.digest``)."""
     with paths if isinstance(paths, Scan) else Scan(paths, fmt, flags) as scan:
         # (each file's head is read once, not once per reader asked; each folder looked for a manifest
         # once; each hash is taken where it was computed before, so errors surface in the same order)
         with remembered_heads(), remembered_folders():
-            return _prepare(scan.files, scan.hashes, scan.unknown, flags, scan.share, scan.reals)
+            return _prepare(scan, flags, progress)
 
 
 def _prepare(
-    files: list[tuple[Path, Reader]], hashes: list[Hash], unknown: list[Path], flags: IdentityFlags,
-    share: _Share | None, reals: list[str],
+    scan: Scan, flags: IdentityFlags, progress: ProgressFn | None
 ) -> tuple[list[InputFile], list[Path], RankPlan]:
+    files, hashes, unknown, share, reals = scan.files, scan.hashes, scan.unknown, scan.share, scan.reals
     inputs: list[InputFile] = []
     manifests: dict[Path, RankManifest | None] = {}
     for (path, reader), digest_future, real in zip(files, hashes, reals):
@@ -336,7 +370,7 @@ def _prepare(
             info, size = inside.info, inside.size
         else:
             info, size = _inspected(path, reader, flags)
-        digest = digest_future if isinstance(digest_future, str) else digest_future.result()
+        digest = scan.digest(path, digest_future, progress)
         idents = inside.identities if inside is not None else _identities(path, reader, info, flags, manifests)
         sections = bool(info.ranks and has_rank_sections(reader))
         for index, ident in enumerate(idents):

@@ -389,3 +389,72 @@ def test_the_progress_bar_on_a_terminal_is_redrawn_at_most_every_tenth_of_a_seco
     assert 1 <= drawn <= 2 + took / bar.EVERY_S, (drawn, took)
     assert f"trace{files}.json" in out and "100%" in out
     assert "analysing run job" in out
+
+
+def test_the_terminal_shows_phase_ones_hashing_then_the_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While phase 1 waits for large files' hashes ("hash" events: every byte is read, ~10 s for 5 GB not
+    in the page cache, before anything was shown), the terminal has a hashing bar; it ends full when the
+    parse's bar begins."""
+    import io
+
+    from profdb.cli import ingest as cli_ingest
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    term = Terminal()
+    monkeypatch.setattr(cli_ingest.sys, "stderr", term)
+    monkeypatch.setattr(cli_ingest._Bar, "EVERY_S", 0.0)
+    bar = cli_ingest._Bar()
+    bar("hash", "rank0/big_kernel_trace.csv", 0, 4000)
+    bar("hash", "rank1/big_kernel_trace.csv", 1000, 4000)
+    hashing = term.getvalue()
+    bar("start", "", 0, 8000)
+    bar("file", "rank0/big_kernel_trace.csv", 4000, 8000)
+    bar.close()
+    out = term.getvalue()
+    assert "hashing inputs" in hashing and "hashing big_kernel_trace.csv" in hashing and "25%" in hashing
+    after = out[len(hashing):]
+    assert "100%" in after.split("ingesting")[0]  # (the hashing bar ends full)
+    assert "ingesting" in after and "50%" in after
+
+
+def test_phase_one_says_how_the_hashing_goes_while_it_waits(
+    tmp_path: Path, data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file hashed on a thread (at least INLINE_HASH_BYTES) and not hashed yet when phase 1 needs its
+    digest: "hash" events, the bytes hashed growing to the file's size, before the ingest's "start"; the
+    digest is the file's own. (The hashing thread is slowed here so that phase 1 waits for it.)"""
+    import time
+
+    from profdb.store import ingest, inputs
+
+    src = (data / "rocprofv3_csv" / "rocm-systems_2025-08" / "kernel_trace.csv").read_text().splitlines()
+    big = tmp_path / "rank0000" / "host" / "1234_kernel_trace.csv"
+    big.parent.mkdir(parents=True)
+    body = src[1:] * (3 * inputs.INLINE_HASH_BYTES // len("\n".join(src[1:])) + 1)
+    big.write_text("\n".join([src[0], *body]) + "\n")
+    real = inputs.digest_of
+
+    def slow(path: Path, algorithm: str = inputs.ALGORITHM, hashed: list[int] | None = None) -> str:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 19):
+                time.sleep(0.15)
+                if hashed is not None:
+                    hashed[0] += len(chunk)
+        return real(path, algorithm)
+
+    monkeypatch.setattr(inputs, "digest_of", slow)
+    events: list[tuple[str, str, int, int]] = []
+    ingest.ingest_paths([big], str(tmp_path / "h.db"), run="h", progress=lambda *e: events.append(e))
+    kinds = [e[0] for e in events]
+    hashes = [e for e in events[: kinds.index("start")] if e[0] == "hash"]
+    size = big.stat().st_size
+    assert len(hashes) >= 3 and all(e[1] == str(big) and e[3] == size for e in hashes), hashes
+    done = [e[2] for e in hashes]
+    assert done == sorted(done) and done[-1] <= size and len(set(done)) >= 2, done
+    assert "hash" not in kinds[kinds.index("start"):]
+    assert sql(tmp_path / "h.db", "select content_hash from source_file") == [(real(big),)]
+    counted = [0]
+    assert real(big, inputs.ALGORITHM, counted) == real(big) and counted == [size]  # (the real one counts too)

@@ -258,9 +258,9 @@ def test_a_scan_hashes_small_files_itself_and_large_ones_on_its_threads(tmp_path
     hashed: dict[Path, bool] = {}  # path -> hashed on the calling thread
     plain = inputs.digest_of
 
-    def recording(path: Path, algorithm: str = inputs.ALGORITHM) -> str:
+    def recording(path: Path, algorithm: str = inputs.ALGORITHM, counted: list[int] | None = None) -> str:
         hashed[path] = threading.current_thread() is threading.main_thread()
-        return plain(path, algorithm)
+        return plain(path, algorithm, counted)
 
     inputs.digest_of = recording  # type: ignore[assignment]
     try:
