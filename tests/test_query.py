@@ -210,13 +210,17 @@ def test_generated_steps_hotspots_and_memory(tmp_path: Path, db_path: Path, run_
     assert "largest step imbalance 1.00" in r.stderr and r.stderr.startswith("likely straggler: rank 5 ")
     assert [s["waited_on_rank"] for s in steps] == [5, 5, 5]
 
+    r = run_cli("query", "--stragglers", "--db", db_path, "--format", "json")
+    timeline = {x["global_rank"]: (x["busy_ns"], x["exposed_comm_ns"]) for x in json.loads(r.stdout)}
     r = run_cli("query", "--ranks", "--db", db_path, "--format", "json")
     for x in json.loads(r.stdout):
         g = x["global_rank"]
         assert x["compute_ns"] == gen.rank_total(g, COMPUTE_NAMES)
         assert x["communication_ns"] == gen.rank_total(g, [ALLREDUCE])
         assert x["memory_ns"] == gen.rank_total(g, ["Memcpy HtoD (Pageable -> Device)"]) > 0
-        assert x["busy_ns"] == x["compute_ns"] + x["communication_ns"] + x["memory_ns"]
+        # busy and exposed communication: the rank's timeline (unions), as --stragglers shows them
+        assert (x["busy_ns"], x["exposed_comm_ns"]) == timeline[g]
+        assert 0 < x["busy_ns"] + x["exposed_comm_ns"] <= x["compute_ns"] + x["communication_ns"] + x["memory_ns"]
         assert (x["hostname"], x["local_rank"]) == (gen.host_of(g), g % 4)
 
     r = run_cli("query", "--hotspots", "--db", db_path, "--name", "FLASH_fwd", "--format", "json")
