@@ -33,6 +33,11 @@ class Other:
     beside: str = ""
 
 
+#: what to do with rocprofv3's own outputs that profdb does not read
+_ROCPD_INSTEAD = (
+    "with rocprofv3, ingest its default rocpd output (<pid>_results.db) or record with --output-format csv or json"
+)
+
 OTHERS = (
     Other(
         (".nsys-rep", ".qdrep"), "an Nsight Systems report", "Nsight Systems reports",
@@ -44,16 +49,9 @@ OTHERS = (
         "per-kernel metrics without a timeline, which profdb does not read; profile the job with Nsight Systems "
         "(`nsys profile`) and ingest its SQLite export",
     ),
-    Other(
-        (".pftrace", ".perfetto-trace"), "a Perfetto trace", "Perfetto traces",
-        "profdb does not read Perfetto traces; with rocprofv3, ingest its default rocpd output (<pid>_results.db) "
-        "or record with --output-format csv or json", ".db",
-    ),
-    Other(
-        (".otf2",), "an OTF2 trace", "OTF2 traces",
-        "profdb does not read OTF2; with rocprofv3, ingest its default rocpd output (<pid>_results.db) or record "
-        "with --output-format csv or json", ".db",
-    ),
+    Other((".pftrace", ".perfetto-trace"), "a Perfetto trace", "Perfetto traces",
+          f"profdb does not read Perfetto traces; {_ROCPD_INSTEAD}", ".db"),
+    Other((".otf2",), "an OTF2 trace", "OTF2 traces", f"profdb does not read OTF2; {_ROCPD_INSTEAD}", ".db"),
 )  # fmt: skip
 
 
