@@ -242,7 +242,8 @@ def test_outputs_profdb_does_not_read_say_what_to_do(
     notes = [line for line in r.stderr.splitlines() if "skipped: " in line]
     assert notes == [f"note: skipped: 2 Nsight Systems reports (e.g. {job / 'rank0' / 'report.nsys-rep'}): profdb reads "
                      f"its SQLite export: run `nsys export --type sqlite -o {job / 'rank0' / 'report'}.sqlite "
-                     f"{job / 'rank0' / 'report.nsys-rep'}`, then ingest {job / 'rank0' / 'report'}.sqlite"], r.stderr
+                     f"{job / 'rank0' / 'report.nsys-rep'}`, then ingest {job / 'rank0' / 'report'}.sqlite (`nsys profile "
+                     "--export=sqlite` writes it as it profiles)"], r.stderr
     assert sql(tmp_path / "job.db", "select count(*) from rank") == [(2,)]
     # an Nsight Systems job, one report exported: that rank is read, the other's report named
     nsys = tmp_path / "nsys"
@@ -255,7 +256,8 @@ def test_outputs_profdb_does_not_read_say_what_to_do(
     assert [line for line in r.stderr.splitlines() if "skipped: " in line] == [
         f"note: skipped: an Nsight Systems report ({nsys / 'rank0' / 'report.nsys-rep'}): profdb reads its SQLite "
         f"export: run `nsys export --type sqlite -o {nsys / 'rank0' / 'report'}.sqlite "
-        f"{nsys / 'rank0' / 'report.nsys-rep'}`, then ingest {nsys / 'rank0' / 'report'}.sqlite"], r.stderr
+        f"{nsys / 'rank0' / 'report.nsys-rep'}`, then ingest {nsys / 'rank0' / 'report'}.sqlite (`nsys profile "
+        "--export=sqlite` writes it as it profiles)"], r.stderr
     assert sql(tmp_path / "nsys.db", "select global_rank from rank") == [(1,)]
     _fails(run_cli, tmp_path / "nsys.db", file_bytes(tmp_path / "nsys.db"), nsys / "rank1" / "report.nsys-rep",
            match=f"report.nsys-rep: an Nsight Systems report: profdb does not read it; ingest {export}, beside it")

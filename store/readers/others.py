@@ -42,7 +42,7 @@ OTHERS = (
     Other(
         (".nsys-rep", ".qdrep"), "an Nsight Systems report", "Nsight Systems reports",
         "profdb reads its SQLite export: run `nsys export --type sqlite -o {stem}.sqlite {path}`, then ingest "
-        "{stem}.sqlite", ".sqlite",
+        "{stem}.sqlite (`nsys profile --export=sqlite` writes it as it profiles)", ".sqlite",
     ),
     Other(
         (".ncu-rep",), "an Nsight Compute report", "Nsight Compute reports",
