@@ -366,6 +366,17 @@ def _rank_split_svg(data: ReportData) -> str:
         else:
             ax.fill_between(x, bottom, [b + y for b, y in zip(bottom, ys)], label=label, color=color, step="mid")
         bottom = [b + y for b, y in zip(bottom, ys)]
+    # the three are durations added up: where communication runs beside compute their stack is taller than
+    # the time the rank had anything running (busy + exposed communication, unions: ``queries.rank_split``)
+    active = [None if r[h["busy_ns"]] is None else (r[h["busy_ns"]] + r[h["exposed_comm_ns"]]) / 1e6 for r in res.rows]
+    if any(a is not None for a in active):
+        shown = [(i, a) for i, a in enumerate(active) if a is not None]
+        label = "any of them running (busy + exposed comm)"
+        if len(ranks) <= MANY_RANKS:
+            ax.scatter([i for i, _ in shown], [a for _, a in shown], marker="_", s=300, color="black", label=label,
+                       zorder=3)
+        else:
+            ax.plot([i for i, _ in shown], [a for _, a in shown], color="black", linewidth=0.8, label=label)
     _rank_ticks(ax, ranks)
     if data.straggler is not None and data.straggler in ranks:
         i = ranks.index(data.straggler)

@@ -224,3 +224,26 @@ def test_docs_screenshot(torchrun_report: Path) -> None:
     done = run_chromium(torchrun_report, f"--screenshot={out}", "--window-size=1200,1500")
     assert done.returncode == 0, done.stderr[-2000:]
     assert out.stat().st_size < 300_000
+
+
+def test_the_per_rank_chart_marks_the_time_anything_ran(data: Path, tmp_path: Path, run_cli: Invoke) -> None:
+    """The per-rank bars stack compute, communication and memory as durations added up; on the real
+    DeepSeek-V3 rank, whose DeepEP kernels run beside compute, the stack (244 ms) is taller than the
+    profile (129 ms). A mark shows busy + exposed communication (unions, ``--ranks``' columns), at
+    128.5 ms; with kinds other than the timeline's there is none (no such figure)."""
+    (tmp_path / "ds").mkdir()
+    shutil.copy(data / "kineto" / "deepseek_train_rank0.json.gz", tmp_path / "ds")
+    db = tmp_path / "ds.db"
+    run_cli("ingest", "--db", db, "--run", "ds", tmp_path / "ds")
+    out = tmp_path / "ds.html"
+    run_cli("report", "--db", db, "-o", out)
+    text = out.read_text()
+    chart = text[text.index('id="rank-split"'):]
+    chart = chart[: chart.index("</svg>")]
+    assert "any of them running (busy + exposed comm)" in chart
+    assert '<g id="PathCollection_1">' in chart  # (the mark, and its legend's)
+    run_cli("report", "--db", db, "--kind", "cpu_op", "-o", tmp_path / "cpu.html")
+    cpu = (tmp_path / "cpu.html").read_text()
+    cpu = cpu[cpu.index('id="rank-split"'):]
+    cpu = cpu[: cpu.index("</svg>")]
+    assert "any of them running" not in cpu and "PathCollection" not in cpu
