@@ -3,11 +3,12 @@ readers recognises is looked up here by its name's ending, so that the error (a 
 command line, a folder with nothing else) or the note (files skipped in a folder) says what the file
 is and how to get what profdb reads, instead of only "not a profiler output".
 
-The commonest case: Nsight Systems writes a binary report (``.nsys-rep``; ``.qdrep`` before 2021.4),
-and profdb reads its SQLite export, which ``nsys export --type sqlite`` writes next to it (NVIDIA's
-exporter documentation: ``nsys export --type sqlite -o OUT.sqlite REPORT``; without ``-o`` the output
-is the report's name with ``.sqlite``). rocprofv3 can also write Perfetto (``--output-format
-pftrace``) and OTF2 traces, which hold no more than its default rocpd database, which profdb reads.
+The commonest case: Nsight Systems writes a binary report (``.nsys-rep``; ``.qdrep`` in older versions),
+and profdb reads its SQLite export: ``nsys export --type sqlite -o OUT.sqlite REPORT`` (NVIDIA's exporter
+documentation; the advice names ``-o``, so where the export lands is not left to the version's default),
+or ``nsys profile --export=sqlite``, which writes it beside the report as it profiles. rocprofv3 can also
+write Perfetto (``--output-format pftrace``) and OTF2 traces, which hold no more than its default rocpd
+database, which profdb reads.
 
 Only the name is looked at, and only for files no reader recognised by their content: a real export
 renamed ``.nsys-rep`` is still read as what it is."""
