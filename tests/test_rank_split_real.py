@@ -19,6 +19,7 @@ import shutil
 from pathlib import Path
 
 from conftest import Invoke
+from pg_fixtures import *  # noqa: F401,F403  (store_url: a fresh store on SQLite and on PostgreSQL)
 
 #: HTA 0.5.0, get_temporal_breakdown(): compute_time(us) + non_compute_time(us), per rank
 HTA_DLRM_ACTIVE_US = {0: 1034 + 5556, 1: 1246 + 11075, 2: 1068 + 3236, 3: 1240 + 9468, 4: 1126 + 6576,
@@ -26,7 +27,7 @@ HTA_DLRM_ACTIVE_US = {0: 1034 + 5556, 1: 1246 + 11075, 2: 1068 + 3236, 3: 1240 +
 HTA_DEEPSEEK_ACTIVE_US = 128500 + 15
 
 
-def _ranks(run_cli: Invoke, db: Path, *args: object) -> list[dict[str, object]]:
+def _ranks(run_cli: Invoke, db: Path | str, *args: object) -> list[dict[str, object]]:
     r = run_cli("query", "--ranks", "--db", db, "--format", "json", *args)
     rows: list[dict[str, object]] = json.loads(r.stdout)
     return rows
@@ -41,9 +42,10 @@ def _gpu_durations(trace: dict[str, object]) -> int:
 
 
 def test_dlrm_busy_and_exposed_communication_are_htas_temporal_breakdown(
-    dlrm_files: list[Path], tmp_path: Path, run_cli: Invoke
+    dlrm_files: list[Path], store_url: str, run_cli: Invoke
 ) -> None:
-    db = tmp_path / "dlrm.db"
+    """On both engines."""
+    db = store_url
     run_cli("ingest", "--db", db, "--run", "dlrm", *dlrm_files)
     rows = {int(str(x["global_rank"])): x for x in _ranks(run_cli, db)}
     assert sorted(rows) == list(range(8))
