@@ -13,21 +13,14 @@ This module imports no SQLAlchemy, numpy or pyarrow (``tests/test_startup.py``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import ingest_workers
 from .identity import IdentityFlags
-from .inputs import InputFile, Scan, derive_run_name, prepare
-
-#: progress(event, path, done_bytes, total_bytes): "hash" while phase 1 waits for large files' hashes (the
-#: bytes hashed of those files, and their total: ``inputs.Scan.digest``), then "start" once with the
-#: inputs' total, "file" after each file, "read" as a file's parsing worker reads on (done_bytes: the files
-#: done and the bytes read of those being parsed), "analysis" (path: the run's name) as the run's
-#: collectives are analysed, after the last file
-Progress = Callable[[str, str, int, int], None]
+from .inputs import InputFile, Progress, Scan, derive_run_name, prepare
 
 
 @dataclass(slots=True)

@@ -19,8 +19,8 @@ from . import bulk, classify, collectives, ingest_workers, reclassify, runs, tim
 from .db import display_url, load_target, resolve_url
 from .errors import InputError, ProfdbError
 from .identity import Identity, IdentityFlags, RankPlan, missing_ranks
-from .ingest import FileResult, IngestReport, Progress, task_of
-from .inputs import ALGORITHM, ALGORITHMS, InputFile, algorithm_of, digest_of
+from .ingest import FileResult, IngestReport, task_of
+from .inputs import ALGORITHM, ALGORITHMS, InputFile, Progress, algorithm_of, digest_of
 from .manifest import RankEnd, rank_end
 from .models import SourceFile
 from .readers import others

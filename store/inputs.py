@@ -243,8 +243,12 @@ def _written(h: Any, algorithm: str) -> str:
 INLINE_HASH_BYTES = 1 << 20
 #: a file's digest as ``Scan`` has it: known, or to come from a hashing thread (or to raise its error)
 Hash = str | Future[str]
-#: ``ingest.Progress``: (event, path, done bytes, total bytes)
-ProgressFn = Callable[[str, str, int, int], None]
+#: an ingest's progress(event, path, done_bytes, total_bytes): "hash" while phase 1 waits for large files'
+#: hashes (the bytes hashed of those files, and their total: ``Scan.digest``), then "start" once with the
+#: inputs' total, "file" after each file, "read" as a file's parsing worker reads on (done_bytes: the files
+#: done and the bytes read of those being parsed), "analysis" (path: the run's name) as the run's
+#: collectives are analysed, after the last file (``ingest.ingest_paths``)
+Progress = Callable[[str, str, int, int], None]
 #: seconds between two progress reports while a file's hash is waited for
 HASH_PROGRESS_S = 0.1
 
@@ -313,7 +317,7 @@ class Scan:
         others are hashed as they are found)."""
         return sum(h[0] for _size, h in self._hashing), sum(size for size, _h in self._hashing)
 
-    def digest(self, path: Path, h: Hash, progress: ProgressFn | None) -> str:
+    def digest(self, path: Path, h: Hash, progress: Progress | None) -> str:
         """``path``'s digest, waited for if a thread is still computing it: meanwhile ``progress("hash",
         path, bytes hashed, bytes to hash)`` every ``HASH_PROGRESS_S`` (hashing reads every byte: 5 GB
         of files not in the page cache took ~10 s before anything else was said)."""
@@ -345,7 +349,7 @@ class Scan:
 
 def prepare(
     paths: Sequence[str | Path] | Scan, flags: IdentityFlags, fmt: str | None = None,
-    progress: ProgressFn | None = None,
+    progress: Progress | None = None,
 ) -> tuple[list[InputFile], list[Path], RankPlan]:
     """Phase 1 (see the module doc) over ``paths``, or over a ``Scan`` of them (``fmt`` then unused:
     the scan applied it). The scan is closed on return: no hashing thread outlives this phase (the
@@ -359,7 +363,7 @@ def prepare(
 
 
 def _prepare(
-    scan: Scan, flags: IdentityFlags, progress: ProgressFn | None
+    scan: Scan, flags: IdentityFlags, progress: Progress | None
 ) -> tuple[list[InputFile], list[Path], RankPlan]:
     files, hashes, unknown, share, reals = scan.files, scan.hashes, scan.unknown, scan.share, scan.reals
     inputs: list[InputFile] = []
