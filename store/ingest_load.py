@@ -163,11 +163,15 @@ def _load(
         # each source's result, in ``sources`` order whatever order the files are done in
         results: list[FileResult | None] = [None] * len(sources)
         empty: dict[int, str] = {}
+        # the bytes read of each file being parsed (workers: ``RowsMsg.read``), so that the bar moves while
+        # one large file is: before, a 600 MB trace showed 0% for its whole parse
+        reading: dict[int, int] = {}
+        read_now = 0
 
         def file_done(k: int, counts: dict[str, int]) -> None:
             """Source ``k`` is read and merged (workers: as each file is, so the progress bar moves
             during the parse, not at its end)."""
-            nonlocal done
+            nonlocal done, read_now
             inp, _rank_id, source_id = sources[k]
             assert inp.claim is not None
             rows = sum(counts.values())
@@ -179,24 +183,18 @@ def _load(
             if rows == 0:
                 empty[k] = f"{inp.path}: no rows ingested ({why_empty(inp)})"
             done += inp.size
+            read_now -= reading.pop(k, 0)  # (its bytes are in ``done`` now)
             if progress:
-                progress("file", str(inp.path), done + file_read(k, 0), total)
+                progress("file", str(inp.path), done + read_now, total)
 
-        # the bytes read of each file being parsed (workers: ``RowsMsg.read``), so that the bar moves while
-        # one large file is: before, a 600 MB trace showed 0% for its whole parse
-        reading: dict[int, int] = {}
-        read_now = 0
-
-        def file_read(k: int, read: int) -> int:
-            """Source ``k`` has been read up to ``read`` bytes (0: it is done): the bytes read of the files
-            being parsed, after this; reported as "read" progress while the file is parsed."""
+        def file_read(k: int, read: int) -> None:
+            """Source ``k``'s worker has read ``read`` bytes of it: "read" progress, the files done and the
+            bytes read of those being parsed."""
             nonlocal read_now
-            read_now += read - reading.pop(k, 0)
-            if read:
-                reading[k] = read
-                if progress:
-                    progress("read", str(sources[k][0].path), done + read_now, total)
-            return read_now
+            read_now += read - reading.get(k, 0)
+            reading[k] = read
+            if progress:
+                progress("read", str(sources[k][0].path), done + read_now, total)
 
         files_left = Counter(rank_id for _inp, rank_id, _sid in sources)
 
@@ -407,7 +405,7 @@ def _parse_in_workers(
     parsers: ingest_workers.Parsers,
     merged: Callable[[int], None],
     file_done: Callable[[int, dict[str, int]], None],
-    file_read: Callable[[int, int], object],
+    file_read: Callable[[int, int], None],
 ) -> None:
     """Parse every source in the worker processes (forked over ``inputs``, whose numbers are their
     tasks'); this process inserts their rows (see ingest_workers). The workers learn here which inputs

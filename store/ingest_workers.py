@@ -603,10 +603,10 @@ class _ReadMeter:
         self.start = _bytes_read() if size else None
 
     def __call__(self) -> int:
-        now = _bytes_read() if self.start is not None else None
-        if now is None or self.start is None:
+        if self.start is None:
             return 0
-        return max(0, min(self.size, now - self.start))
+        now = _bytes_read()
+        return 0 if now is None else max(0, min(self.size, now - self.start))
 
 
 class _Names:
