@@ -4,8 +4,9 @@ gives per rank ``compute_time(us)`` (the union of its computation kernels) and `
 rest of the union of all its kernels, copies and sets); their sum is the time the rank had any of them
 running. profdb's ``busy_ns`` (the union of the rank's work) plus ``exposed_comm_ns`` (its communication
 not overlapped by work) is that same time. HTA's figures were computed once on these files (the DLRM job
-of tests/data/kineto/dlrm_8rank, unpacked; the DeepSeek-V3 rank of tests/data/kineto) and are written here
-with that origin; the sums of durations are checked against the raw files.
+of tests/data/kineto/dlrm_8rank, unpacked; the DeepSeek-V3 rank of tests/data/kineto; HTA's own 2-rank set,
+also in ../shared/samples) and are written here with that origin; the sums of durations, and on the 2-rank
+set the union itself, are checked against the raw files.
 
 Until session 43, ``busy_ns`` of ``--ranks`` was compute + communication + memory, durations added up:
 DeepSeek's DeepEP all-to-all kernels run beside its compute (DualPipe), and that "busy" was 244 ms in a
@@ -91,3 +92,35 @@ def test_other_kinds_than_the_timelines_show_no_busy_time(dlrm_files: list[Path]
     assert "not shown for other kinds" in r.stderr
     same = _ranks(run_cli, db, "--kind", "kernel,memcpy,memset")
     assert all(x["busy_ns"] is not None for x in same)  # (the default kinds named: shown)
+
+
+#: HTA 0.5.0, TraceAnalysis(trace_dir, include_last_profiler_step=True).get_temporal_breakdown() on the 2-rank
+#: set of tests/data/kineto/hta_trace_filter_2ranks (its default leaves the last ProfilerStep out, which this
+#: sampled trace's window mostly is): compute_time(us), non_compute_time(us) per rank
+HTA_2RANKS_US = {0: (210320, 337336), 1: (271973, 308077)}
+
+
+def test_htas_two_ranks_busy_time_is_the_raw_files_union(data: Path, tmp_path: Path, run_cli: Invoke) -> None:
+    """The union of each rank's kernels, copies and sets, computed here from the raw file with exact decimals,
+    is busy + exposed_comm, and HTA's compute + non-compute time; compute_ns is HTA's compute_time."""
+    from decimal import Decimal
+
+    folder = data / "kineto" / "hta_trace_filter_2ranks"
+    db = tmp_path / "hta.db"
+    run_cli("ingest", "--db", db, "--run", "hta", folder)
+    rows = {int(str(x["global_rank"])): x for x in _ranks(run_cli, db)}
+    for g, (compute_us, other_us) in HTA_2RANKS_US.items():
+        raw = json.loads(gzip.decompress((folder / f"sampled_rank-{g}.json.gz").read_bytes()), parse_float=Decimal)
+        spans = sorted((round(Decimal(e["ts"]) * 1000), round(Decimal(e["ts"]) * 1000) + round(Decimal(e["dur"]) * 1000))
+                       for e in raw["traceEvents"] if e.get("ph") == "X"
+                       and str(e.get("cat", "")).lower() in ("kernel", "gpu_memcpy", "gpu_memset"))
+        union, end = 0, None
+        for s, e in spans:
+            if end is None or s > end:
+                union, end = union + e - s, e
+            elif e > end:
+                union, end = union + e - end, e
+        x = rows[g]
+        busy, exposed = int(str(x["busy_ns"])), int(str(x["exposed_comm_ns"]))
+        assert busy + exposed == union == (compute_us + other_us) * 1000, (g, busy, exposed, union)
+        assert int(str(x["compute_ns"])) == compute_us * 1000
