@@ -42,10 +42,12 @@ def _new_run(name: str, plan: RankPlan, inputs: list[InputFile]) -> runs.NewRun:
     )
 
 
-def _world_conflict(name: str) -> runs.WorldConflict:
+def _world_conflict(name: str, inputs: list[InputFile]) -> runs.WorldConflict:
     def message(stored: int, incoming: int) -> str:
+        saying = [str(i.path) for i in inputs if i.claim and i.claim.identity.world_size == incoming]
+        which = f" ({saying[0]}{f' and {len(saying) - 1} more' if len(saying) > 1 else ''})" if saying else ""
         return (
-            f"run {name!r} has world size {stored} but these inputs say {incoming}; "
+            f"run {name!r} has world size {stored} but these inputs say {incoming}{which}; "
             "they come from another job: pick another name with --run"
         )
 
@@ -125,7 +127,7 @@ def _load(
     new_run = _new_run(run_name, plan, inputs)
 
     def find_or_create(c: Connection) -> tuple[int, bool]:
-        return runs.find_or_create_run(c, new_run, _world_conflict(run_name))
+        return runs.find_or_create_run(c, new_run, _world_conflict(run_name, inputs))
 
     # PostgreSQL: the run is made and committed first, then held with this ingest's ranks (bulk.hold_run)
     with bulk.run_scope(engine, find_or_create) as early_id, bulk.load_transaction(

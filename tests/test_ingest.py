@@ -206,7 +206,9 @@ def test_bad_inputs_leave_store_unchanged(tmp_path: Path, data: Path, db_path: P
         match="distributed_info_not_found.json.gz: cannot tell which rank wrote this file",
     )
     # a file of another job into the same run: world size conflict
-    _fails(run_cli, db_path, seeded, "--run", "torchrun4_cpu", data / "kineto" / "nccl_data.json.gz", match="world size")
+    _fails(run_cli, db_path, seeded, "--run", "torchrun4_cpu", data / "kineto" / "nccl_data.json.gz",
+           match=f"has world size 4 but these inputs say 2 ({data / 'kineto' / 'nccl_data.json.gz'}); they come from "
+           "another job")
 
 
 def test_outputs_profdb_does_not_read_say_what_to_do(
