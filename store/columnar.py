@@ -9,7 +9,7 @@ numpy array (``Ints``: int64 values and, when some cells are empty, a mask of th
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import sub
@@ -327,22 +327,108 @@ def self_time_sums(chunks: list[I64], out: list[int]) -> None:
     joined columns, the sort's order and lexsort's own work, ~7 int64s a range)."""
     cols = np.concatenate(chunks, axis=1) if len(chunks) > 1 else chunks[0]
     chunks.clear()
-    lane, start, negative, slot = cols
-    np.maximum(negative, 0, out=negative)  # (a negative duration nests as a zero one)
-    np.negative(negative, out=negative)  # (the longer first; ends are start - negative)
-    # lexsort sorts key by key with numpy's stable sort, so equal keys keep input order
-    order = np.lexsort((negative, start, lane))
+    _sort_and_walk(cols, out, _one_stack())
+
+
+def _one_stack() -> Callable[[int], list[tuple[int, int]]]:
+    """``stack_of`` for ranges that come lane after lane (each lane's together): one stack, emptied
+    when the lane changes."""
     stack: list[tuple[int, int]] = []
     last = None  # the lane the stack belongs to
 
-    def stack_of(this: int) -> list[tuple[int, int]]:  # (one stack: a lane's ranges come together)
+    def stack_of(this: int) -> list[tuple[int, int]]:
         nonlocal last
         if this != last:
             stack.clear()
             last = this
         return stack
 
+    return stack_of
+
+
+def _sort_and_walk(cols: I64, out: list[int], stack_of: Callable[[int], list[tuple[int, int]]]) -> None:
+    """Walks ``span_columns`` ranges (reused: durations become -durations) in stack order, one sort."""
+    lane, start, negative, _slot = cols
+    np.maximum(negative, 0, out=negative)  # (a negative duration nests as a zero one)
+    np.negative(negative, out=negative)  # (the longer first; ends are start - negative)
+    # lexsort sorts key by key with numpy's stable sort, so equal keys keep input order
+    order = np.lexsort((negative, start, lane))
     _walk_sorted(cols, order, out, stack_of)
+
+
+#: ranges a file given out of order sorts at once at its end (``walk_kept``; ~7 int64s a range while
+#: sorted): more are put in order piece by piece, so memory does not grow with the file's ranges
+END_WALK = 1 << 18
+#: keys sampled to cut the ranges into those pieces
+_SAMPLE = 1 << 16
+
+
+def walk_kept(kept: _Kept, out: list[int]) -> None:
+    """``self_time_sums`` of every chunk ``kept`` holds, in memory bounded by ``END_WALK`` ranges.
+
+    Out of order, each lane's ranges must be sorted whole before the walk (rpd_tracer writes a ROCTx
+    range when it ends, so an outer range comes after its children, up to the whole trace later): the
+    sort of them all at once held ~60 bytes a range (1.2M ROCTx ranges: +70 MB). So, when the chunks
+    are in a temporary file and more than ``END_WALK``: the (lane, start) keys are sampled (one read),
+    cut into pieces of about ``END_WALK / 2`` ranges, each range written to its piece's place in a
+    second temporary file (one read, one write), and the pieces sorted and walked in key order on one
+    stack. Ranges of one key stay in one piece, in input order, so the walk is the one sort's: the same
+    sums. Where that cannot be done (no file, a full disk, keys beyond 62 bits) all are sorted at once."""
+    n = kept.ranges()
+    if kept.file is None or n <= END_WALK:
+        self_time_sums(kept.chunks(), out)
+        return
+    step = max(1, n // _SAMPLE)
+    lanes: list[I64] = []
+    starts: list[I64] = []
+    lo: int | None = None
+    hi: int | None = None
+    top = 0
+    for c in kept.each():
+        if c.shape[1]:
+            lanes.append(c[0, ::step])
+            starts.append(c[1, ::step])
+            top = max(top, int(c[0].max()))
+            lo = int(c[1].min()) if lo is None else min(lo, int(c[1].min()))
+            hi = int(c[1].max()) if hi is None else max(hi, int(c[1].max()))
+    assert lo is not None and hi is not None
+    span = hi - lo + 1
+    if (top + 1) * span >= 1 << 62:  # (a key per range is lane * span + start - lo: within int64)
+        self_time_sums(kept.chunks(), out)
+        return
+    sample = np.sort(np.concatenate(lanes) * span + (np.concatenate(starts) - lo))
+    pieces = -(-2 * n // END_WALK)
+    bounds = np.unique(sample[(np.arange(1, pieces) * len(sample)) // pieces])
+    try:
+        spill = tempfile.TemporaryFile(prefix="profdb-ranges-")
+    except OSError:
+        self_time_sums(kept.chunks(), out)
+        return
+    with spill:
+        places: list[list[tuple[int, int]]] = [[] for _ in range(len(bounds) + 1)]  # (offset, ranges)
+        try:
+            for c in kept.each():
+                if not c.shape[1]:
+                    continue
+                piece = np.searchsorted(bounds, c[0] * span + (c[1] - lo), side="right")
+                order = np.argsort(piece, kind="stable")  # (each piece's ranges in input order)
+                c, piece = c[:, order], piece[order]
+                cuts = (np.flatnonzero(piece[1:] != piece[:-1]) + 1).tolist()
+                for a, b in zip([0, *cuts], [*cuts, len(piece)]):
+                    places[int(piece[a])].append((spill.tell(), b - a))
+                    spill.write(np.ascontiguousarray(c[:, a:b]).tobytes())
+        except OSError:  # (a full disk)
+            self_time_sums(kept.chunks(), out)
+            return
+        kept.close()
+        stack_of = _one_stack()
+        for where in places:
+            parts = []
+            for at, count in where:
+                spill.seek(at)
+                parts.append(np.fromfile(spill, dtype=np.int64, count=4 * count).reshape(4, count))
+            if parts:
+                _sort_and_walk(np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0], out, stack_of)
 
 
 def _walk_sorted(ranges: I64, order: I64 | None, out: list[int],
@@ -386,7 +472,8 @@ class SelfWalk:
     kept back again. A range that sorts before one already walked on its lane (a file in another order)
     would change what was walked: then nothing more is walked, and ``finish`` sorts and walks all the
     ranges as ``self_time_sums`` does, from the chunks kept (``_Kept``: a temporary file, or memory
-    where no file can be written). So is a file of more than ``MAX_LANES`` lanes."""
+    where no file can be written), at most ``END_WALK`` of them sorted at once (``walk_kept``). So is a
+    file of more than ``MAX_LANES`` lanes."""
 
     def __init__(self) -> None:
         self.sums: list[int] = []
@@ -450,7 +537,7 @@ class SelfWalk:
     def finish(self, out: list[int]) -> None:
         """Adds every range's self time to ``out[slot]`` (the end of it: the kept chunks are let go)."""
         if not self.in_order:
-            self_time_sums(self.kept.chunks(), out)
+            walk_kept(self.kept, out)
             return
         self.kept.close()
         self._walk(self.back)
@@ -484,14 +571,25 @@ class _Kept:
         assert self.memory is not None
         self.memory.append(chunk)
 
+    def ranges(self) -> int:
+        """The ranges of every chunk given."""
+        return sum(self.sizes) if self.file is not None else sum(c.shape[1] for c in self.memory or ())
+
+    def each(self) -> Iterator[I64]:
+        """Every chunk given, one at a time (read back from the file, which stays open)."""
+        if self.file is None:
+            yield from self.memory or ()
+            return
+        self.file.seek(0)
+        for n in self.sizes:
+            yield np.fromfile(self.file, dtype=np.int64, count=4 * n).reshape(4, n)
+
     def chunks(self) -> list[I64]:
         """Every chunk given (the file read back, and closed)."""
         if self.file is None:
             return self.memory if self.memory is not None else []
-        f, self.file = self.file, None
-        f.seek(0)
-        out = [np.fromfile(f, dtype=np.int64, count=4 * n).reshape(4, n) for n in self.sizes]
-        f.close()
+        out = list(self.each())
+        self.close()
         return out
 
     def close(self) -> None:

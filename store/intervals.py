@@ -139,7 +139,8 @@ class SelfTotals:
     their integers) until there are ``FOLD`` of them, then folded into int64 columns (``compact``) and
     walked at once (``columnar.SelfWalk``): self time needs a lane's ranges in stack order, which real
     traces give, or nearly, so a file of millions of CPU ops holds a fold, not all of them. A file in
-    another order is walked at its end, from the folds kept in a temporary file (32 bytes a range).
+    another order (rpd_tracer's ROCTx ranges, written as they end) is walked at its end, from the folds
+    kept in a temporary file (32 bytes a range), sorted a piece at a time (``columnar.walk_kept``).
     numpy is loaded by the first fold only: smaller files take the plain-integer path."""
 
     __slots__ = ("_lanes", "_slots", "_walk", "keys", "spans")

@@ -8,6 +8,7 @@ import json
 from collections import defaultdict
 from math import comb
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,7 @@ from profdb.store.intervals import Coverage, merge, self_times, union_length
 from profdb.store.metrics import p_at_least
 from profdb.store.readers import kineto_json
 from profdb.store.records import Activity
+from conftest import Invoke, sql
 
 
 def test_nested_ranges_keep_only_their_own_time() -> None:
@@ -168,6 +170,52 @@ def test_self_totals_folded_as_columns_are_the_plain_ones(data: Path, name: str,
     assert _self_totals_walked(spans, 16, 7, monkeypatch, hold=1)[0] == plain
 
 
+def test_self_walk_of_a_real_rpd_trace_out_of_order_sorts_in_pieces(
+        data: Path, monkeypatch: pytest.MonkeyPatch, run_cli: Invoke, tmp_path: Path) -> None:
+    """rpd_tracer writes a ROCTx range when it ends, so its ranges come out of stack order (the real
+    rocmProfileData sample: 11,884 ranges, one lane, 4,038 of them given after a later-starting one, one
+    11,883 places late). Folded every 256 and sorted at most 1,024 at a time at the end, they get the
+    self times the plain path gives; the same through an ingest (every annotation's self time)."""
+    from profdb.store import columnar, intervals
+    from profdb.store.readers import detect
+    from profdb.store.records import NESTED_KINDS
+
+    path = data / "legacy_rpd/mytrace.rpd.gz"
+    reader = detect(path)
+    assert reader is not None
+    acts = [a for a in reader.read(path, reader.inspect(path)) if isinstance(a, Activity) and a.kind in NESTED_KINDS]
+    assert len(acts) == 11884
+    spans: list[tuple[object, int, int, object]] = [
+        ((a.kind, a.pid, a.tid, a.device), a.start_ns, a.duration_ns, (a.name, a.kind)) for a in acts]
+    plain, folded_before = _self_totals(spans, 1 << 40, 1 << 16, monkeypatch)
+    sorted_at_once: list[int] = []
+    orig = columnar._sort_and_walk
+
+    def sort_and_walk(cols: Any, *a: Any) -> None:
+        sorted_at_once.append(cols.shape[1])
+        orig(cols, *a)
+
+    monkeypatch.setattr(columnar, "_sort_and_walk", sort_and_walk)
+    monkeypatch.setattr(columnar, "END_WALK", 1024)
+    folded, folded_now, in_order = _self_totals_walked(spans, 256, 7, monkeypatch)
+    assert (folded_before, folded_now, in_order) == (False, True, False)
+    assert folded == plain and sum(v for _k, v in plain) > 0
+    assert sum(sorted_at_once) == len(spans) and len(sorted_at_once) >= 12 and max(sorted_at_once) <= 1024
+
+    def self_ns(db: Path) -> list[tuple[Any, ...]]:
+        return sql(db, "SELECT n.value, s.calls, s.total_ns, s.self_ns FROM summary s JOIN name n ON n.id = s.name_id "
+                       "WHERE s.kind = 'annotation' ORDER BY n.value")
+
+    sorted_at_once.clear()
+    run_cli("ingest", path, "--db", tmp_path / "walked.db", "--rank", 0)  # (in this process: a small input)
+    assert sum(sorted_at_once) == len(spans) and len(sorted_at_once) >= 12
+    walked = self_ns(tmp_path / "walked.db")
+    monkeypatch.setattr(intervals, "FOLD", 1 << 40)
+    run_cli("ingest", path, "--db", tmp_path / "plain.db", "--rank", 0)
+    assert walked == self_ns(tmp_path / "plain.db") and len(walked) > 10
+    assert any(own < total for _n, _c, total, own in walked)
+
+
 def test_self_totals_folded_at_the_edges(monkeypatch: pytest.MonkeyPatch) -> None:
     """Folded columns keep the plain path's rules where they are easy to get wrong: equal starts (the
     longer, then the first given, is the parent), zero and negative durations (nothing), a child past its
@@ -247,6 +295,58 @@ def test_self_walk_takes_ranges_in_order_as_they_come(monkeypatch: pytest.Monkey
             assert t._walk.back.shape[1] <= 3 * 4
     assert t._walk.in_order and t._walk.kept.memory is None
     assert list(t.totals().items()) == want
+
+
+def test_self_walk_out_of_order_sorts_in_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Out of order, the end walk sorts the ranges piece by piece (at most about ``END_WALK`` at once),
+    not all of them: the pieces are cut by (lane, start), each range goes to its piece in input order,
+    so the totals are the one sort's. Also with one start shared by many ranges (a piece cannot cut
+    them: it is larger), and where the pieces cannot be made (no second temporary file; keys past 62
+    bits) all are sorted at once, as before."""
+    import tempfile
+
+    from profdb.store import columnar
+
+    spans = _unordered_spans()
+    want = _plain_totals(spans)
+    sorted_at_once: list[int] = []
+    orig = columnar._sort_and_walk
+
+    def sort_and_walk(cols: object, *a: object) -> None:
+        sorted_at_once.append(cols.shape[1])  # type: ignore[attr-defined]
+        orig(cols, *a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(columnar, "_sort_and_walk", sort_and_walk)
+    monkeypatch.setattr(columnar, "END_WALK", 512)
+    got, folded, in_order = _self_totals_walked(spans, 64, 9, monkeypatch, hold=4)
+    assert (got, folded, in_order) == (want, True, False)
+    assert sum(sorted_at_once) == len(spans) and len(sorted_at_once) >= 10 and max(sorted_at_once) <= 512
+    # many ranges of one lane and start (a tie the pieces keep together), and a lane out of order
+    # (interleaved with the others, so that each chunk's ranges are moved to their pieces)
+    tied = [r for i, s in enumerate(spans) for r in ((("a", 500, i % 11 * 30, i % 7), s) if i < 2000 else (s,))]
+    sorted_at_once.clear()
+    assert _self_totals_walked(tied, 64, 9, monkeypatch, hold=4)[0] == _plain_totals(tied)
+    assert sum(sorted_at_once) == len(tied) and max(sorted_at_once) >= 2000
+    # keys past 62 bits: one sort of them all
+    wide = [(lane, start if i % 2 else start + (1 << 61), d, key) for i, (lane, start, d, key) in enumerate(spans)]
+    sorted_at_once.clear()
+    assert _self_totals_walked(wide, 64, 9, monkeypatch, hold=4)[0] == _plain_totals(wide)
+    assert sorted_at_once == [len(wide)]
+    # no second temporary file (the first one, for the chunks, is made): one sort of them all
+    real = tempfile.TemporaryFile
+    made: list[int] = []
+
+    def only_one(*a: object, **k: object) -> object:
+        made.append(1)
+        if len(made) > 1:
+            raise OSError(28, "No space left on device")
+        return real(*a, **k)
+
+    sorted_at_once.clear()
+    with monkeypatch.context() as m:
+        m.setattr(tempfile, "TemporaryFile", only_one)
+        assert _self_totals_walked(spans, 64, 9, m, hold=4)[0] == want
+    assert sorted_at_once == [len(spans)] and len(made) == 2
 
 
 def test_self_walk_of_too_many_lanes_is_done_at_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
