@@ -386,8 +386,8 @@ def walk_kept(kept: _Kept, out: list[int]) -> None:
     top = 0
     for c in kept.each():
         if c.shape[1]:
-            lanes.append(c[0, ::step])
-            starts.append(c[1, ::step])
+            lanes.append(c[0, ::step].copy())  # (copies: a view would keep the whole chunk)
+            starts.append(c[1, ::step].copy())
             top = max(top, int(c[0].max()))
             lo = int(c[1].min()) if lo is None else min(lo, int(c[1].min()))
             hi = int(c[1].max()) if hi is None else max(hi, int(c[1].max()))
