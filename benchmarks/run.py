@@ -71,10 +71,13 @@ class Sizes:
     rocprof_json_copies: int = 3
     #: benchmark 4's one-trace Kineto shape: one rank's trace of this many MB, and of 4x as many
     kineto_one_mb: float = 150.0
+    #: benchmark 4's one-trace RPD shape: the real sample's tables this many times in one rank's file (its
+    #: ROCTx ranges come out of stack order: ~300k of them, sorted at the file's end), and 4x as many
+    rpd_one_copies: int = 25
 
 
 FULL = Sizes(1_000_000, 32, 4, 8, 300.0, 10_000_000, 5)
-QUICK = Sizes(20_000, 8, 2, 4, 8.0, 200_000, 3, 16, 4.0, 2, 2, 1, 1, 4.0)
+QUICK = Sizes(20_000, 8, 2, 4, 8.0, 200_000, 3, 16, 4.0, 2, 2, 1, 1, 4.0, 2)
 
 
 # --------------------------------------------------------------------------- measuring
@@ -704,6 +707,7 @@ def bench_rss(b: Bench, ingest1: Measured) -> None:
         f"1x {ingest1.tree_peak_mb:.0f} MB tree ({ingest1.max_rss_mb:.0f} MB max process), {ingest1.wall_s:.1f} s",
         f"{' '.join(cmd4[:5])} {c4}/rank*"))
     bench_kineto_rss(b)
+    bench_rpd_rss(b)
     bench_files_rss(b)
 
 
@@ -747,6 +751,24 @@ def bench_kineto_rss(b: Bench) -> None:
     _flat_row(b, "ingest_kineto_one", f"4. ingest peak RSS, one Kineto trace 4x / 1x ({4 * mb:,.0f} MB vs "
               f"{mb:,.0f} MB of JSON)", runs[1.0], runs[4.0],
               f"profdb ingest --db DB {trace}  (and the 1x trace beside it)")
+
+
+def bench_rpd_rss(b: Bench) -> None:
+    """4. Peak memory of ``profdb ingest`` of one RPD trace with 4x the ROCTx ranges of another. rpd_tracer
+    writes a range when it ends, so an outer range comes after its children: the ranges are not in stack
+    order, and self time needs them sorted (at the file's end, a piece at a time)."""
+    runs: dict[int, Measured] = {}
+    for times in (1, 4):
+        copies = b.sizes.rpd_one_copies * times
+        out = b.base / f"rpd-one-{times}x"
+        gen = ensure(out, dict(format="rpd", ranks=1, copies=copies, version=generate.SQLITE_VERSION),
+                     lambda out=out, copies=copies: generate.generate_sqlite(out, "rpd", ranks=1, copies=copies), b.log)
+        db = b.base / "ingest-rpd-one.db"
+        runs[times] = _peak(b, f"one RPD trace ({gen['bytes'] / 1e6:,.0f} MB)", [
+            b.profdb, "ingest", "--db", str(db), "--run", f"rpd-one-{times}x", *ranks_of(out)], db)
+    _flat_row(b, "ingest_rpd_one", f"4. ingest peak RSS, one RPD trace 4x / 1x ({4 * b.sizes.rpd_one_copies} vs "
+              f"{b.sizes.rpd_one_copies} copies of the sample's tables)", runs[1], runs[4],
+              f"profdb ingest --db DB {b.base / 'rpd-one-4x'}/rank*  (and the 1x trace)")
 
 
 def bench_files_rss(b: Bench) -> None:
