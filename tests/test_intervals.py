@@ -348,6 +348,39 @@ def test_self_walk_out_of_order_sorts_in_pieces(monkeypatch: pytest.MonkeyPatch)
         assert _self_totals_walked(spans, 64, 9, m, hold=4)[0] == want
     assert sorted_at_once == [len(spans)] and len(made) == 2
 
+    # the disk fills while the pieces are written: the kept chunks are sorted at once
+    class FillsSecond:
+        """The second temporary file: full after ten pieces."""
+
+        made = 0
+
+        def __init__(self, *a: object, **k: object) -> None:
+            FillsSecond.made += 1
+            self.second = FillsSecond.made > 1
+            self.f = real(*a, **k)
+            self.writes = 0
+
+        def write(self, b: bytes) -> int:
+            self.writes += 1
+            if self.second and self.writes > 10:
+                raise OSError(28, "No space left on device")
+            return int(self.f.write(b))
+
+        def __enter__(self) -> object:
+            return self
+
+        def __exit__(self, *a: object) -> None:
+            self.f.close()
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.f, name)
+
+    sorted_at_once.clear()
+    with monkeypatch.context() as m:
+        m.setattr(tempfile, "TemporaryFile", FillsSecond)
+        assert _self_totals_walked(spans, 64, 9, m, hold=4)[0] == want
+    assert sorted_at_once == [len(spans)] and FillsSecond.made == 2
+
 
 def test_self_walk_out_of_order_holds_a_piece_not_the_file() -> None:
     """The end walk's memory: 409,600 ranges out of order, sorted all at once, take ~60 bytes each
