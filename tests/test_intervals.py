@@ -214,6 +214,18 @@ def test_self_walk_of_a_real_rpd_trace_out_of_order_sorts_in_pieces(
     run_cli("ingest", path, "--db", tmp_path / "plain.db", "--rank", 0)
     assert walked == self_ns(tmp_path / "plain.db") and len(walked) > 10
     assert any(own < total for _n, _c, total, own in walked)
+    # and from the raw file: on one lane the self times add up to the union of the ranges
+    import sqlite3
+
+    raw = tmp_path / "mytrace.rpd"
+    raw.write_bytes(gzip.decompress(path.read_bytes()))
+    con = sqlite3.connect(raw)
+    ranges = sorted(con.execute("SELECT a.start, a.end FROM rocpd_api a JOIN rocpd_string s ON s.id = a.apiName_id "
+                                "WHERE s.string = 'UserMarker'").fetchall())
+    con.close()
+    lanes = {(a.pid, a.tid) for a in acts}
+    assert len(ranges) == len(acts) and len(lanes) == 1
+    assert sum(own for _n, _c, _t, own in walked) == union_length(ranges) == 456_763_032
 
 
 def test_self_totals_folded_at_the_edges(monkeypatch: pytest.MonkeyPatch) -> None:
