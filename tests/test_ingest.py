@@ -178,6 +178,28 @@ def _fails(run_cli: Invoke, db_path: Path, before: bytes | None, *args: object, 
     assert file_bytes(db_path) == before
 
 
+def test_gzip_cut_early_is_named_not_skipped(tmp_path: Path, data: Path, db_path: Path, run_cli: Invoke,
+                                             seeded: bytes) -> None:
+    """A .gz profile cut within the first bytes its format is told by (an interrupted copy): the
+    decompressed part still names the format, so the ingest stops on the reader's error naming the file
+    (a truncated stream, re-copy it), even in a folder beside readable ranks. It read as no profiler
+    output before: in a folder skipped with a note, the rank missing, exit 0."""
+    rpd = data / "legacy_rpd" / "mytrace.rpd.gz"
+    kineto = data / "kineto" / "rank0.json.gz"
+    for src, cut, fix in ((rpd, 30_000, "decompress it with `gunzip`"), (kineto, 4_000, "decompress what is left")):
+        job = tmp_path / src.name.split(".")[0]
+        good, bad = job / "rank0000" / src.name, job / "rank0001" / src.name
+        for f in (good, bad):
+            f.parent.mkdir(parents=True)
+        good.write_bytes(src.read_bytes())
+        bad.write_bytes(src.read_bytes()[:cut])
+        for args in ((job,), (bad,)):
+            _fails(run_cli, db_path, seeded, "--run", "cut", *args,
+                   match=f"rank0001/{src.name}: the gzip stream is truncated or corrupt")
+            r = run_cli("ingest", "--db", db_path, "--run", "cut", *args, ok=False)
+            assert fix in r.stderr, r.stderr
+
+
 def test_bad_inputs_leave_store_unchanged(tmp_path: Path, data: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
     _fails(run_cli, db_path, seeded, tmp_path / "nope", match="nope: no such file or folder")
     empty = tmp_path / "empty"
