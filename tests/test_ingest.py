@@ -200,6 +200,26 @@ def test_gzip_cut_early_is_named_not_skipped(tmp_path: Path, data: Path, db_path
             assert fix in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("name", ["legacy_rpd/matmul_result.rpd", "nsys_sqlite/saxpy-mpi-cuda_nsys_perlmutter0.sqlite"])
+def test_sqlite_profile_cut_short_is_named_not_skipped(tmp_path: Path, data: Path, db_path: Path, run_cli: Invoke,
+                                                       seeded: bytes, name: str) -> None:
+    """An SQLite profile (RPD, Nsight Systems export) cut short: SQLite calls it malformed, so it read as
+    no profiler output (in a folder: skipped with a note, exit 0, its rank missing). Its header says
+    SQLite and its first pages name its tables, so it is known by them, and the ingest stops on the
+    error that names it and says to re-copy it, the store unchanged."""
+    src = data / name
+    job = tmp_path / "job"
+    good, bad = job / "rank0000" / src.name, job / "rank0001" / src.name
+    for f in (good, bad):
+        f.parent.mkdir(parents=True)
+    good.write_bytes(src.read_bytes())
+    bad.write_bytes(src.read_bytes()[: src.stat().st_size // 2])
+    for args in ((job,), (bad,)):
+        _fails(run_cli, db_path, seeded, "--run", "cut", *args, match=f"rank0001/{src.name}: ")
+        r = run_cli("ingest", "--db", db_path, "--run", "cut", *args, ok=False)
+        assert "malformed" in r.stderr and "re-copy" in r.stderr, r.stderr
+
+
 def test_bad_inputs_leave_store_unchanged(tmp_path: Path, data: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
     _fails(run_cli, db_path, seeded, tmp_path / "nope", match="nope: no such file or folder")
     empty = tmp_path / "empty"

@@ -209,8 +209,15 @@ def schema_mentions(path: Path, *names: str) -> set[str]:
         if is_gzip(path):
             blob = schema_head(path)
             return {n for n in names if n.encode() in blob}
-        with open_ro(path) as conn:
-            rel = relations(conn)
-    except (InputError, OSError, sqlite3.Error):
+        try:
+            with open_ro(path) as conn:
+                rel = relations(conn)
+        except (InputError, sqlite3.Error):
+            # a damaged database (a copy cut short, a page overwritten) whose header says SQLite: known by
+            # the names in its first pages, as a .gz copy is, so that its reader's error names it (it
+            # read as no profiler output before: in a folder, skipped with a note, its rank missing)
+            blob = schema_head(path)
+            return {n for n in names if n.encode() in blob}
+    except OSError:
         return set()
     return {n for n in names if has_relation(rel, n)}
