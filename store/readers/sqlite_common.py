@@ -201,23 +201,22 @@ def db_error(path: Path, e: sqlite3.Error) -> InputError:
 
 def schema_mentions(path: Path, *names: str) -> set[str]:
     """Which of ``names`` the database defines as a table or view (also with a ``_<uuid>``
-    suffix). Cheap: reads the schema only; for a .gz copy, searches the decompressed head
-    (the schema pages come first). Empty if the file is not an SQLite database."""
+    suffix). Cheap: reads the schema only; for a .gz copy, or a damaged database (a copy cut short, a
+    page overwritten: SQLite cannot list its tables), searches the decompressed head (the schema pages
+    come first), so that a damaged profile is still known and its reader's error names it (it read as
+    no profiler output before: in a folder, skipped with a note, its rank missing). Empty if the file is
+    not an SQLite database."""
     try:
         if not is_sqlite(path):
             return set()
-        if is_gzip(path):
-            blob = schema_head(path)
-            return {n for n in names if n.encode() in blob}
-        try:
-            with open_ro(path) as conn:
-                rel = relations(conn)
-        except (InputError, sqlite3.Error):
-            # a damaged database (a copy cut short, a page overwritten) whose header says SQLite: known by
-            # the names in its first pages, as a .gz copy is, so that its reader's error names it (it
-            # read as no profiler output before: in a folder, skipped with a note, its rank missing)
-            blob = schema_head(path)
-            return {n for n in names if n.encode() in blob}
+        if not is_gzip(path):
+            try:
+                with open_ro(path) as conn:
+                    rel = relations(conn)
+                return {n for n in names if has_relation(rel, n)}
+            except (InputError, sqlite3.Error):
+                pass  # (damaged: its first pages are searched, as a .gz copy's)
+        blob = schema_head(path)
     except OSError:
         return set()
-    return {n for n in names if has_relation(rel, n)}
+    return {n for n in names if n.encode() in blob}
