@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from click.testing import Result
 
 from conftest import Invoke, file_bytes, sql
 from gen_rocprof_run import generate
@@ -171,11 +172,12 @@ def seeded(data: Path, db_path: Path, run_cli: Invoke) -> bytes:
     return content
 
 
-def _fails(run_cli: Invoke, db_path: Path, before: bytes | None, *args: object, match: str) -> None:
+def _fails(run_cli: Invoke, db_path: Path, before: bytes | None, *args: object, match: str) -> Result:
     r = run_cli("ingest", "--db", db_path, *args, ok=False)
     assert r.exit_code == 1, r.output
     assert match in r.stderr, r.stderr
     assert file_bytes(db_path) == before
+    return r
 
 
 def test_gzip_cut_early_is_named_not_skipped(tmp_path: Path, data: Path, db_path: Path, run_cli: Invoke,
@@ -194,9 +196,8 @@ def test_gzip_cut_early_is_named_not_skipped(tmp_path: Path, data: Path, db_path
         good.write_bytes(src.read_bytes())
         bad.write_bytes(src.read_bytes()[:cut])
         for args in ((job,), (bad,)):
-            _fails(run_cli, db_path, seeded, "--run", "cut", *args,
-                   match=f"rank0001/{src.name}: the gzip stream is truncated or corrupt")
-            r = run_cli("ingest", "--db", db_path, "--run", "cut", *args, ok=False)
+            r = _fails(run_cli, db_path, seeded, "--run", "cut", *args,
+                       match=f"rank0001/{src.name}: the gzip stream is truncated or corrupt")
             assert fix in r.stderr, r.stderr
 
 
@@ -215,8 +216,7 @@ def test_sqlite_profile_cut_short_is_named_not_skipped(tmp_path: Path, data: Pat
     good.write_bytes(src.read_bytes())
     bad.write_bytes(src.read_bytes()[: src.stat().st_size // 2])
     for args in ((job,), (bad,)):
-        _fails(run_cli, db_path, seeded, "--run", "cut", *args, match=f"rank0001/{src.name}: ")
-        r = run_cli("ingest", "--db", db_path, "--run", "cut", *args, ok=False)
+        r = _fails(run_cli, db_path, seeded, "--run", "cut", *args, match=f"rank0001/{src.name}: ")
         assert "malformed" in r.stderr and "re-copy" in r.stderr, r.stderr
 
 

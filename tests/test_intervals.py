@@ -135,6 +135,21 @@ def _self_totals_walked(spans: list[tuple[object, int, int, object]], fold: int,
     return list(t.totals().items()), folded, in_order
 
 
+def _sorts_counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The ranges of each sort the end walk makes from now on (``columnar._sort_and_walk``, counted)."""
+    from profdb.store import columnar
+
+    counted: list[int] = []
+    orig = columnar._sort_and_walk
+
+    def sort_and_walk(cols: Any, *a: Any) -> None:
+        counted.append(cols.shape[1])
+        orig(cols, *a)
+
+    monkeypatch.setattr(columnar, "_sort_and_walk", sort_and_walk)
+    return counted
+
+
 #: real traces with nested ranges (CPU ops, annotations): Kineto GPU and CPU-only
 NESTED_REAL = ["kineto/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz", "kineto/deepseek_train_rank0.json.gz",
                "kineto/nccl_data.json.gz", "kineto/rank0.json.gz", "kineto/torchrun4_cpu/rank0_iter5_7.json.gz"]
@@ -188,14 +203,7 @@ def test_self_walk_of_a_real_rpd_trace_out_of_order_sorts_in_pieces(
     spans: list[tuple[object, int, int, object]] = [
         ((a.kind, a.pid, a.tid, a.device), a.start_ns, a.duration_ns, (a.name, a.kind)) for a in acts]
     plain, folded_before = _self_totals(spans, 1 << 40, 1 << 16, monkeypatch)
-    sorted_at_once: list[int] = []
-    orig = columnar._sort_and_walk
-
-    def sort_and_walk(cols: Any, *a: Any) -> None:
-        sorted_at_once.append(cols.shape[1])
-        orig(cols, *a)
-
-    monkeypatch.setattr(columnar, "_sort_and_walk", sort_and_walk)
+    sorted_at_once = _sorts_counted(monkeypatch)
     monkeypatch.setattr(columnar, "END_WALK", 1024)
     folded, folded_now, in_order = _self_totals_walked(spans, 256, 7, monkeypatch)
     assert (folded_before, folded_now, in_order) == (False, True, False)
@@ -321,14 +329,7 @@ def test_self_walk_out_of_order_sorts_in_pieces(monkeypatch: pytest.MonkeyPatch)
 
     spans = _unordered_spans()
     want = _plain_totals(spans)
-    sorted_at_once: list[int] = []
-    orig = columnar._sort_and_walk
-
-    def sort_and_walk(cols: object, *a: object) -> None:
-        sorted_at_once.append(cols.shape[1])  # type: ignore[attr-defined]
-        orig(cols, *a)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(columnar, "_sort_and_walk", sort_and_walk)
+    sorted_at_once = _sorts_counted(monkeypatch)
     monkeypatch.setattr(columnar, "END_WALK", 512)
     got, folded, in_order = _self_totals_walked(spans, 64, 9, monkeypatch, hold=4)
     assert (got, folded, in_order) == (want, True, False)
