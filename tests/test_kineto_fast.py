@@ -161,6 +161,9 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None] | TextEdit, str]] = [
     # (integers beyond 64 bits are read, as json.load reads them: yajl refuses them, ijson's Python
     # parser reads on from there; validate refuses one profdb keeps, test_an_integer_beyond_64_bits...)
     ("ts past 64 bits", _set_first_kernel(ts=10**20), "rows"),
+    # (a float that is infinite once in nanoseconds: named, where round() raised OverflowError)
+    ("ts infinite in ns", _set_first_kernel(ts=1.7e308), "error"),
+    ("dur infinite in ns", _set_first_kernel(dur=1e308), "error"),
     ("an arg past 64 bits", _set_first_kernel(args={"x": -(10**19)}), "rows"),
     ("a uint64 sentinel in an arg", _set_first_kernel(args={"External id": 2**64 - 1, "bytes": 2**64 - 1}), "rows"),
     ("19 digits inside 64 bits", _set_first_kernel(args={"x": 9 * 10**18, "bytes": 10**18}), "rows"),

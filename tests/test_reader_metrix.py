@@ -4,6 +4,7 @@ Expected values are computed here from the fixture's own numbers."""
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -194,3 +195,31 @@ def test_ragged_csv(tmp_path: Path) -> None:
 def test_other_json_is_not_metrix() -> None:
     data = Path(__file__).parent / "data" / "rocprof_json" / "908_results.json.gz"
     assert not metrix.detect(data)
+
+
+@pytest.mark.parametrize("duration", [(1.0, 1e308, 2.0), (1e306, 1e306, 1e306)], ids=["max", "all"])
+def test_a_duration_infinite_in_ns_names_the_file(tmp_path: Path, duration: tuple[float, float, float]) -> None:
+    """A duration finite in us but past 1.8e305 is infinite once in ns: the file is named with what is
+    wrong (round() raised an OverflowError that the ingest reported without the entry)."""
+    stats = [Stat("k_slow", rank=None, duration_us=duration)] + sample_stats(None)
+    for path in (write_json(tmp_path / "results.json", stats, rank_block(0, 1, "h")),
+                 write_csv(tmp_path / "results.csv", stats, {0: (0, 1, "h")})):
+        with pytest.raises(InputError, match=rf"{path.name}.*k_slow.*1e\+30[68] us, infinite in nanoseconds"):
+            list(metrix.read(path, metrix.inspect(path)))
+
+
+def test_rank_columns_that_are_infinite_read_as_no_number(tmp_path: Path) -> None:
+    """"inf" or "1e400" in a rank column is no rank, as text is (``int(float(...))`` raised an
+    OverflowError the ingest reported as an unreadable file)."""
+    path = write_csv(tmp_path / "results.csv", sample_stats(0), {0: (0, 1, "h")})
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        row["local_rank"], row["world_size"] = "inf", "1e400"
+    with path.open("w", newline="") as f:
+        out = csv.DictWriter(f, fieldnames=list(rows[0]))
+        out.writeheader()
+        out.writerows(rows)
+    info = metrix.inspect(path)
+    assert (info.hint.global_rank, info.hint.local_rank, info.hint.world_size) == (0, None, None)
+    assert _summary(list(metrix.read(path, info))) == _expected(sample_stats(0))

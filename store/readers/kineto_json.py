@@ -386,8 +386,14 @@ def _reference_events(path: Path, pid: int | None, skip: int, parser: Any) -> It
                         "args of type "
                         f"{type(args).__name__} (numbers and an object expected); {_DAMAGED}"
                     )
-                start = round(ts * 1000)
-                dur = round((ev.get("dur") or 0) * 1000)
+                try:
+                    start = round(ts * 1000)
+                    dur = round((ev.get("dur") or 0) * 1000)
+                except (OverflowError, ValueError):  # (a float past any clock: infinite in ns)
+                    raise InputError(
+                        f"{path}: event {str(ev.get('name'))[:80]!r} has ts {ts!r}, dur {ev.get('dur')!r} (us): "
+                        f"a time no clock gives, infinite in nanoseconds; {_DAMAGED}"
+                    ) from None
                 extra = None
                 if kind in ("kernel", "memcpy", "memset"):
                     grid = args.get("grid") or (None, None, None)

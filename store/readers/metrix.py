@@ -133,7 +133,7 @@ def _json_entry(path: Path, key: str, value: Any) -> _Entry | None:
         lo, hi, avg = _num(d.get("min")), _num(d.get("max")), _num(d.get("avg"))
         if avg is None:
             raise _bad(path, f"entry {key!r} has duration_us without an 'avg'")
-        duration = (lo if lo is not None else avg, hi if hi is not None else avg, avg)
+        duration = _duration(path, f"entry {key!r}", lo, hi, avg)
     elif d is not None:
         raise _bad(path, f"entry {key!r} has a duration_us that is not an object")
     calls = 1
@@ -186,11 +186,20 @@ def _csv_metrics(cols: list[str]) -> list[str]:
     return stems
 
 
+def _duration(path: Path, what: str, lo: float | None, hi: float | None, avg: float) -> tuple[float, float, float]:
+    """An entry's (min, max, avg) duration in us, a missing extreme taken as the average; one that is
+    infinite once in nanoseconds (finite in us, past 1.8e305: no clock gives it) is the file's error."""
+    duration = (lo if lo is not None else avg, hi if hi is not None else avg, avg)
+    if not all(math.isfinite(v * 1000) for v in duration):
+        raise _bad(path, f"{what} has a duration of {max(duration, key=abs)!r} us, infinite in nanoseconds")
+    return duration
+
+
 def _csv_int(row: dict[str, str], col: str) -> int | None:
     v = row.get(col, "").strip()
     try:
         return int(float(v)) if v else None
-    except ValueError:
+    except (ValueError, OverflowError):  # (not a number, or an infinite one: "inf", "1e400")
         return None
 
 
@@ -211,7 +220,7 @@ def _csv_entries(path: Path) -> Iterator[tuple[_Entry, dict[str, str]]]:
         if avg is None:
             raise _bad(path, f"row {row['dispatch_key']!r} has no numeric duration_avg_us")
         lo, hi = _num(row["duration_min_us"]), _num(row["duration_max_us"])
-        duration = (lo if lo is not None else avg, hi if hi is not None else avg, avg)
+        duration = _duration(path, f"row {row['dispatch_key']!r}", lo, hi, avg)
         metrics: dict[str, dict[str, float]] = {}
         for stem in stems:
             vals = {s: _num(row.get(f"{stem}_{s}")) for s in _STATS}
