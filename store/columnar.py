@@ -23,7 +23,7 @@ from .collectives import CollectiveCall, Covered, TimelineBuilder, call_name, cl
 from .errors import InputError
 from .intervals import walk_lane
 from .records import Activity, Counter
-from .validate import INT64_MAX, MAX_NAME_CHARS
+from .validate import INT64_MAX, MAX_NAME_CHARS, before_zero
 
 I64 = npt.NDArray[np.int64]
 #: below this float sum of a batch's durations its int64 sums cannot wrap (room for the float's rounding)
@@ -194,10 +194,14 @@ def check_names(path: Path, names: Sequence[str]) -> None:
         )
 
 
-def check_activities(b: ActivityColumns, path: Path) -> None:
-    """validate.activities on columns: int64 times are given by the column type; no negative duration."""
+def check_activities(b: ActivityColumns, path: Path, unsigned: bool = False) -> None:
+    """validate.activities on columns: int64 times are given by the column type; no negative duration;
+    with ``unsigned``, no start before the clock's zero (``validate.before_zero``)."""
     if not len(b):
         return
+    if unsigned and int(b.start_ns.min()) < 0:
+        i = int(np.argmax(b.start_ns < 0))
+        raise before_zero(path, b.kind, b.names[int(b.name_index[i])], int(b.start_ns[i]))
     d = b.duration_ns
     if int(d.min()) < 0:
         i = int(np.argmax(d < 0))

@@ -26,6 +26,7 @@ from .ingest_workers import (
     Task,
     _Channel,
     batch_rows,
+    unsigned_times,
 )
 
 
@@ -62,7 +63,7 @@ def parse_columns(
             counts["counter"] = counts.get("counter", 0) + len(b)
             conn.send(RowsMsg(task.index, "counter_columns", cols, read()))
             continue
-        columnar.check_activities(b, task.path)
+        columnar.check_activities(b, task.path, unsigned_times(task))
         kind = b.kind
         entry_cats = _categories(b, cats)
         grouped = columnar.group_durations(b.name_index, b.duration_ns, len(b.names))
@@ -123,7 +124,7 @@ def parse_group(
     if len(set(names)) != len(names):  # (two entries that decode to one name: merged per file, not here)
         return None
     try:
-        columnar.check_activities(b, tasks[0].path)
+        columnar.check_activities(b, tasks[0].path, unsigned_times(tasks[0]))
     except InputError:
         return None
     kind = b.kind

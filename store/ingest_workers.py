@@ -639,6 +639,11 @@ class _Names:
             self.asked = []
 
 
+def unsigned_times(task: Task) -> bool:
+    """Whether ``task``'s reader declares its producer's times unsigned (``UNSIGNED_TIMES``)."""
+    return bool(getattr(readers.by_name(task.reader), "UNSIGNED_TIMES", False))
+
+
 def _parse(
     task: Task, conn: _Channel, names: _Names, cats: dict[tuple[str, str], str], batches: Iterable[Any] | None = None
 ) -> None:
@@ -646,6 +651,7 @@ def _parse(
     read with other small files' by ``_read_group``; None: the reader reads the file)."""
     reader = readers.by_name(task.reader)
     column_reader = _column_reader(task)
+    unsigned = unsigned_times(task)
     rank_id, source_id = task.rank_id, task.source_id
     counts: dict[str, int] = {}
     summary: dict[tuple[int, str], Totals] = {}
@@ -670,7 +676,7 @@ def _parse(
 
     def flush_acts() -> None:
         with_ids()
-        validate.activities(acts, task.path, task.info.time_base_ns)
+        validate.activities(acts, task.path, task.info.time_base_ns, unsigned)
         shapes = list(map(_LAUNCH_SHAPE, acts))  # (bulk.SHAPE_COLS: device, stream, pid, tid, grid, block)
         names.ask({a[1] for a in acts} | set(shapes))
         timeline.add_many(acts)  # (needs no ids: done while the writer answers)

@@ -68,10 +68,12 @@ def _ints(path: Path, field: str, column: Sequence[Any], optional: bool) -> None
             raise _bad(path, f"{field} {low if low < INT64_MIN else high} does not fit in 64 bits")
 
 
-def activities(batch: Sequence[Activity], path: Path, time_base_ns: int = 0) -> None:
+def activities(batch: Sequence[Activity], path: Path, time_base_ns: int = 0, unsigned: bool = False) -> None:
     """Checks a batch of Activity records: integer times inside int64, no negative duration
     (an end before its start), every start and end on the file's clock (``time_base_ns`` added, as
-    timelines and exports add it) inside int64 too, string names, integer optional columns.
+    timelines and exports add it) inside int64 too, string names, integer optional columns. With
+    ``unsigned`` (the reader's ``UNSIGNED_TIMES``: its producer writes unsigned times), no start
+    before the clock's zero (``before_zero``).
     Column-wise C loops (``map``/``itemgetter``/``set``): no per-record Python code. ~0.9 us a record on a
     generated Kineto trace's batches (session 32, 81,676 records; more than half of it the 11 optional
     integers' check, whose values are scattered objects: building a set of the values instead is
@@ -89,7 +91,11 @@ def activities(batch: Sequence[Activity], path: Path, time_base_ns: int = 0) -> 
             f"{a.kind} {shown(a.name)} at {a.start_ns} ns ends {-a.duration_ns} ns before it starts "
             "(negative duration)",
         )
-    if time_base_ns + max(map(add, starts, durations)) > INT64_MAX or time_base_ns + min(starts) < INT64_MIN:
+    first = min(starts)
+    if unsigned and time_base_ns + first < 0:
+        a = next(a for a in batch if time_base_ns + a.start_ns < 0)
+        raise before_zero(path, a.kind, a.name, a.start_ns, time_base_ns)
+    if time_base_ns + max(map(add, starts, durations)) > INT64_MAX or time_base_ns + first < INT64_MIN:
         a = next(a for a in batch if not INT64_MIN <= time_base_ns + a.start_ns <= time_base_ns + a.start_ns
                  + a.duration_ns <= INT64_MAX)
         raise _bad(path, f"{a.kind} {shown(a.name)} at {a.start_ns} ns, {a.duration_ns} ns long, ends past what "
@@ -102,6 +108,16 @@ def activities(batch: Sequence[Activity], path: Path, time_base_ns: int = 0) -> 
     if not set(map(type, optional)) <= {int} or (optional and (min(optional) < INT64_MIN or max(optional) > INT64_MAX)):
         for i in range(_INT_FIELDS_FROM, 16):  # find the culprit (rare: costs what it costs)
             _ints(path, Activity._fields[i], [a[i] for a in batch], optional=True)
+
+
+def before_zero(path: Path, kind: str, name: object, start_ns: int, time_base_ns: int = 0) -> InputError:
+    """A start before its clock's zero in a file whose producer writes unsigned times (rocprofv3,
+    rpd_tracer: ns of CLOCK_BOOTTIME or CLOCK_MONOTONIC): no profiler wrote it. Stored, the one
+    record spanned from there to its end (a kernel of 17 hours in a damaged rocprofv3 JSON whose
+    start_timestamp was -5), and led the hotspots."""
+    base = f" (time base {time_base_ns} ns)" if time_base_ns else ""
+    return _bad(path, f"{kind} {shown(name)} starts at {start_ns} ns{base}, before its clock's zero, which the "
+                "profiler that wrote this format never gives (its times are unsigned)")
 
 
 def summed(path: Path, total_ns: int) -> None:

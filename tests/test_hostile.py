@@ -722,3 +722,70 @@ def test_real_path_with_remembered_folders_is_realpath(tmp_path: Path, monkeypat
     for p in names + names:  # the second time from the remembered folders
         assert real_path(p, folders) == os.path.realpath(p), p
     assert len({real_path(p, folders) for p in names[:5]}) == 1
+
+
+def _csv_with(name: str, column: str, value: str) -> bytes:
+    """The real 2025 sample ``name`` with ``column`` of its third row set to ``value``."""
+    lines = (ROCM25 / name).read_text().splitlines()
+    header = next(csv.reader([lines[0]]))
+    row = next(csv.reader([lines[3]]))
+    row[header.index(column)] = value
+    buf = io.StringIO()
+    csv.writer(buf, quoting=csv.QUOTE_MINIMAL, lineterminator="").writerow(row)
+    lines[3] = buf.getvalue()
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _rocprof_json_starting_at(tmp_path: Path, data: Path, start: int) -> Path:
+    trace = json.loads(gzip.decompress((data / "rocprof_json" / "908_results.json.gz").read_bytes()))
+    trace["rocprofiler-sdk-tool"][0]["buffer_records"]["kernel_dispatch"][0]["start_timestamp"] = start
+    return _rank_file(tmp_path, "908_results.json", json.dumps(trace).encode())
+
+
+def _rpd_starting_at(tmp_path: Path, data: Path, start: int) -> Path:
+    import sqlite3
+
+    f = _rank_file(tmp_path, "mytrace.rpd", gzip.decompress((data / "legacy_rpd" / "mytrace.rpd.gz").read_bytes()))
+    with sqlite3.connect(f) as c:
+        c.execute("UPDATE rocpd_op SET start = ? WHERE rowid = (SELECT MIN(rowid) FROM rocpd_op)", (start,))
+    c.close()
+    return f
+
+
+@pytest.mark.parametrize("workers", ["0", "1"])
+@pytest.mark.parametrize("case", ["csv kernels (columns)", "csv copies (rows)", "csv kernels read as a group",
+                                  "rocprofv3 json", "rpd"])
+def test_a_start_before_the_clock_zero(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes, data: Path,
+                                       monkeypatch: pytest.MonkeyPatch, case: str, workers: str) -> None:
+    """rocprofv3 and rpd_tracer write unsigned ns: a negative start is damage. A rocprofv3 JSON whose
+    first start_timestamp was -5 ingested, its kernel 63,858 s long on the store's clock, and
+    --hotspots put it first at 99.99% of the run's kernel time. Refused now, naming the file and the
+    record, in each path that reads these formats, in workers and without."""
+    monkeypatch.setenv(ENV_WORKERS, workers)
+    args: list[object] = ["--run", "x", "--rank", "0"]
+    if case == "csv kernels (columns)":
+        f = _rank_file(tmp_path, "kernel_trace.csv", _csv_with("kernel_trace.csv", "Start_Timestamp", "-7"))
+    elif case == "csv copies (rows)":
+        f = _rank_file(tmp_path, "memory_copy_trace.csv", _csv_with("memory_copy_trace.csv", "Start_Timestamp", "-7"))
+    elif case == "csv kernels read as a group":  # (small files of one kind, several ranks: read together in a worker)
+        f = tmp_path / "job"
+        for r in range(3):
+            raw = _csv_with("kernel_trace.csv", "Start_Timestamp", "-7" if r == 1 else "1")
+            (f / f"rank{r}").mkdir(parents=True)
+            (f / f"rank{r}" / "kernel_trace.csv").write_bytes(raw)
+        args = ["--run", "x"]
+    elif case == "rocprofv3 json":
+        f = _rocprof_json_starting_at(tmp_path, data, -5)
+    else:
+        f = _rpd_starting_at(tmp_path, data, -3)
+    err = _fails(run_cli, db_path, seeded, *args, f, match="before its clock's zero")
+    assert f"{f / 'rank1' / 'kernel_trace.csv' if case.endswith('group') else f}: " in err, err
+    assert "starts at -" in err and "unsigned" in err, err
+
+
+def test_a_start_at_the_clock_zero_is_read(tmp_path: Path, db_path: Path, run_cli: Invoke, data: Path) -> None:
+    """A start of 0 ns is a time the producers can give: the bound is 0, not 1. (Kineto's times, signed
+    floats relative to its base, are read as before: test_a_trace_whose_activity_spans_past_64_bits.)"""
+    f = _rocprof_json_starting_at(tmp_path, data, 0)
+    run_cli("ingest", "--db", db_path, "--run", "x", "--rank", "0", f)
+    assert sql(db_path, "SELECT MIN(start_ns) FROM activity") == [(0,)]

@@ -34,6 +34,8 @@ from .sqlite_common import columns, db_error, open_ro, quote_ident, relations, s
 
 NAME = "rocpd"
 DESCRIPTION = "rocprofv3 rocpd SQLite (<pid>_results.db): kernels, memory copies, API/ROCTx regions, counters"
+#: the producer writes times as unsigned ns (a start before 0 is damage: readers.base)
+UNSIGNED_TIMES = True
 
 _MARKS = ("rocpd_info_process", "rocpd_kernel_dispatch")
 _ENV_ORIGIN = "rocpd_info_process.environment"

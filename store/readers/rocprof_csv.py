@@ -55,6 +55,8 @@ DESCRIPTION = (
     "rocprofv3 CSV: kernel_trace, counter_collection, memory_copy_trace, memory_allocation_trace, "
     "scratch_memory_trace, hip/hsa/marker/rccl/rocdecode/rocjpeg API traces"
 )
+#: the producer writes times as unsigned ns (a start before 0 is damage: readers.base)
+UNSIGNED_TIMES = True
 
 _PID_IN_NAME = re.compile(r"^(\d+)_")
 

@@ -35,6 +35,8 @@ from .json_guard import guarded
 
 NAME = "rocprof-json"
 DESCRIPTION = "rocprofv3 JSON (--output-format json, rocprofiler-sdk-tool): kernel dispatches, memory copies"
+#: the producer writes times as unsigned ns (a start before 0 is damage: readers.base)
+UNSIGNED_TIMES = True
 
 _ROOT_KEY = "rocprofiler-sdk-tool"
 _ITEM = _ROOT_KEY + ".item"

@@ -40,6 +40,8 @@ from .sqlite_common import columns, db_error, open_ro, relations, schema_mention
 
 NAME = "rpd"
 DESCRIPTION = "legacy RPD / rocm-trace-lite SQLite (.rpd, .db, .rpd.gz): GPU ops (kernels, copies), HIP API, ROCTx"
+#: the producer writes times as unsigned ns (a start before 0 is damage: readers.base)
+UNSIGNED_TIMES = True
 
 _KERNEL_OPS = {"KernelExecution", "Task"}
 _SKIP_OPS = re.compile(r"^(Barrier|Marker)", re.IGNORECASE)
