@@ -15,6 +15,10 @@ from pathlib import Path
 
 from gen_rocprof_run import KERNEL_HEADER
 
+#: the common clock when the ranks start: days after boot, so that each host's clock (``clock_ns``: seconds
+#: apart) is past zero too, as BOOTTIME always is (a start before zero is damage to the ingest)
+BOOT_NS = 3 * 86_400 * 10**9
+
 GEMM = "void gemm_kernel<float, 128, 128>(float const*, float const*, float*, int, int, int)"
 ALLREDUCE = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 
@@ -51,7 +55,7 @@ def generate(
     offsets = {hosts[n]: (clock_ns or {}).get(n, n * 1_507_000_000) for n in range(nodes)}
     run = CollectiveRun(root, hosts, {g: hosts[g // gpus_per_node] for g in range(world)}, offsets)
     rows: dict[int, list[list[object]]] = {g: [] for g in range(world)}
-    t = [10_000_000] * world  # common-clock time each rank is ready for its next step
+    t = [BOOT_NS] * world  # common-clock time each rank is ready for its next step
     dispatch = [0] * world
     for _ in range(steps):
         arrival = {}

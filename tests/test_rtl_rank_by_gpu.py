@@ -140,6 +140,11 @@ CREATE TABLE rocpd_metadata (id INTEGER PRIMARY KEY, tag TEXT, value TEXT);
 """
 
 
+#: the processes' clock at their first record (rtl writes unsigned ns of CLOCK_MONOTONIC: a time before
+#: zero is damage to the ingest, validate.activities)
+T0 = 1_000_000
+
+
 def _rtl_process(path: Path, pid: int, gpu: int, kernels: int) -> None:
     """One process's trace_<pid>.db as rtl writes it (HSA-intercepted kernels, a ROCTx range, its pid)."""
     conn = sqlite3.connect(path)
@@ -151,13 +156,13 @@ def _rtl_process(path: Path, pid: int, gpu: int, kernels: int) -> None:
         name = f"gemm_{gpu}" if i % 2 else "allreduce_kernel"
         conn.execute(
             "INSERT INTO rocpd_op (gpuId, queueId, sequenceId, start, end, description_id, opType_id) VALUES (?, 1, 0, ?, ?, ?, ?)",
-            (gpu, 1000 * i, 1000 * i + 100 + gpu, sid[name], sid["KernelExecution"]),
+            (gpu, T0 + 1000 * i, T0 + 1000 * i + 100 + gpu, sid[name], sid["KernelExecution"]),
         )
         conn.execute("INSERT INTO rocpd_api (pid, tid, start, end, apiName_id, args_id) VALUES (?, ?, ?, ?, ?, 1)",
-                     (pid, pid, 1000 * i - 50, 1000 * i - 40, sid["hipLaunchKernel"]))
+                     (pid, pid, T0 + 1000 * i - 50, T0 + 1000 * i - 40, sid["hipLaunchKernel"]))
         conn.execute("INSERT INTO rocpd_api_ops (api_id, op_id) VALUES (?, ?)", (i + 1, i + 1))
     conn.execute("INSERT INTO rocpd_op (gpuId, queueId, sequenceId, start, end, description_id, opType_id) "
-                 "VALUES (-1, 0, 0, 0, 50000, ?, ?)", (sid["step"], sid["UserMarker"]))
+                 "VALUES (-1, 0, 0, ?, ?, ?, ?)", (T0, T0 + 50000, sid["step"], sid["UserMarker"]))
     conn.execute("INSERT INTO rocpd_metadata (tag, value) VALUES ('pid', ?)", (str(pid),))
     conn.commit()
     conn.close()
