@@ -199,9 +199,6 @@ def check_activities(b: ActivityColumns, path: Path, unsigned: bool = False) -> 
     with ``unsigned``, no start before the clock's zero (``validate.before_zero``)."""
     if not len(b):
         return
-    if unsigned and int(b.start_ns.min()) < 0:
-        i = int(np.argmax(b.start_ns < 0))
-        raise before_zero(path, b.kind, b.names[int(b.name_index[i])], int(b.start_ns[i]))
     d = b.duration_ns
     if int(d.min()) < 0:
         i = int(np.argmax(d < 0))
@@ -210,6 +207,9 @@ def check_activities(b: ActivityColumns, path: Path, unsigned: bool = False) -> 
             f"{b.kind} {b.names[int(b.name_index[i])]!r} at {int(b.start_ns[i])} ns ends {-int(d[i])} ns before "
             "it starts (negative duration)",
         )
+    if unsigned and int(b.start_ns.min()) < 0:  # (after the durations, as validate.activities)
+        i = int(np.argmax(b.start_ns < 0))
+        raise before_zero(path, b.kind, b.names[int(b.name_index[i])], int(b.start_ns[i]))
     check_names(path, b.names)
 
 

@@ -297,6 +297,18 @@ def _rank_file(tmp_path: Path, name: str, content: bytes) -> Path:
     return out
 
 
+def _csv_with(name: str, column: str, value: str) -> bytes:
+    """The real 2025 sample ``name`` with ``column`` of its third row (line 4) set to ``value``."""
+    lines = (ROCM25 / name).read_text().splitlines()
+    header = next(csv.reader([lines[0]]))
+    row = next(csv.reader([lines[3]]))
+    row[header.index(column)] = value
+    buf = io.StringIO()
+    csv.writer(buf, quoting=csv.QUOTE_MINIMAL, lineterminator="").writerow(row)
+    lines[3] = buf.getvalue()
+    return ("\n".join(lines) + "\n").encode()
+
+
 def test_csv_cut_inside_its_last_field(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
     """The memcpy whose End_Timestamp lost its last digits would last -1,057,962 s."""
     raw = (ROCM25 / "memory_copy_trace.csv").read_bytes().rstrip(b"\n")
@@ -441,14 +453,7 @@ def test_csv_number_cell_that_is_no_integer(
     """A number cell of the real 2025 sample that is no integer (infinite, NaN, text) names the file,
     its line and the value, on the columnar path (kernels) and the row path (copies): 'inf' was an
     OverflowError without a line."""
-    lines = (ROCM25 / name).read_text().splitlines()
-    header = next(csv.reader([lines[0]]))
-    row = next(csv.reader([lines[3]]))
-    row[header.index(column)] = cell
-    buf = io.StringIO()
-    csv.writer(buf, quoting=csv.QUOTE_MINIMAL, lineterminator="").writerow(row)
-    lines[3] = buf.getvalue()
-    f = _rank_file(tmp_path, name, ("\n".join(lines) + "\n").encode())
+    f = _rank_file(tmp_path, name, _csv_with(name, column, cell))
     err = _fails(run_cli, db_path, seeded, "--run", "x", f, match=f"'{cell}' is not an integer")
     assert f"{f}: line 4: " in err
 
@@ -457,12 +462,7 @@ def test_csv_number_cell_that_is_no_integer(
 def test_a_huge_cell_is_quoted_cut(tmp_path: Path, db_path: Path, run_cli: Invoke, seeded: bytes, name: str) -> None:
     """A 70,000-character timestamp cell: the message quotes its start and says how long it is (the
     row path quoted it whole, in Python's own words: "invalid literal for int() with base 10")."""
-    lines = (ROCM25 / name).read_text().splitlines()
-    header = next(csv.reader([lines[0]]))
-    row = next(csv.reader([lines[3]]))
-    row[header.index("Start_Timestamp")] = "a" * 70_000
-    lines[3] = ",".join(f'"{v}"' if "," in v else v for v in row)
-    f = _rank_file(tmp_path, name, ("\n".join(lines) + "\n").encode())
+    f = _rank_file(tmp_path, name, _csv_with(name, "Start_Timestamp", "a" * 70_000))
     err = _fails(run_cli, db_path, seeded, "--run", "x", f, match=f"{f}: line 4: ")
     assert "'aaaa" in err and "(70,002 characters) is not an integer" in err and len(err) < 1_000, err[:2_000]
 
@@ -722,18 +722,6 @@ def test_real_path_with_remembered_folders_is_realpath(tmp_path: Path, monkeypat
     for p in names + names:  # the second time from the remembered folders
         assert real_path(p, folders) == os.path.realpath(p), p
     assert len({real_path(p, folders) for p in names[:5]}) == 1
-
-
-def _csv_with(name: str, column: str, value: str) -> bytes:
-    """The real 2025 sample ``name`` with ``column`` of its third row set to ``value``."""
-    lines = (ROCM25 / name).read_text().splitlines()
-    header = next(csv.reader([lines[0]]))
-    row = next(csv.reader([lines[3]]))
-    row[header.index(column)] = value
-    buf = io.StringIO()
-    csv.writer(buf, quoting=csv.QUOTE_MINIMAL, lineterminator="").writerow(row)
-    lines[3] = buf.getvalue()
-    return ("\n".join(lines) + "\n").encode()
 
 
 def _rocprof_json_starting_at(tmp_path: Path, data: Path, start: int) -> Path:

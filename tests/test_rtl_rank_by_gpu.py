@@ -140,7 +140,7 @@ CREATE TABLE rocpd_metadata (id INTEGER PRIMARY KEY, tag TEXT, value TEXT);
 """
 
 
-#: the processes' clock at their first record (rtl writes unsigned ns of CLOCK_MONOTONIC: a time before
+#: the processes' clock at their first record (rtl writes unsigned ns, as rpd_tracer does: a time before
 #: zero is damage to the ingest, validate.activities)
 T0 = 1_000_000
 

@@ -39,8 +39,8 @@ Optional, for kinds read as columns (rocprofv3 kernel and counter CSV; ``store/c
 ``GROUP_FILE_BYTES``, ``GROUP_BYTES``   the largest file ``read_group`` takes, and the most bytes in all
 (``ColumnReader``)
 
-Optional, for formats whose producer writes times as unsigned integers (rocprofv3's and rpd_tracer's
-ns of CLOCK_BOOTTIME / CLOCK_MONOTONIC):
+Optional, for formats whose producer writes times as unsigned integers (rocprofv3's ns of CLOCK_BOOTTIME,
+rpd_tracer's of CLOCK_MONOTONIC):
 ``UNSIGNED_TIMES = True``   a start before the clock's zero is then damage (``validate.activities``)
 Readers know nothing of the database. They raise ``InputError`` naming the file on bad input.
 Helpers here are shared by readers: opening .gz transparently, peeking at a file's head.
