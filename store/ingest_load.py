@@ -24,6 +24,7 @@ from .inputs import ALGORITHM, ALGORITHMS, InputFile, Progress, algorithm_of, di
 from .manifest import RankEnd, rank_end
 from .models import SourceFile
 from .readers import others
+from .scope import copies_across_ranks, copies_notes
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -253,6 +254,8 @@ def _load(
                              row_counts)
             save_ready()
             writer.finish()
+            copies = copies_across_ranks(conn, run_id)  # (this load's files and those stored before)
+            report.notes += [f"note: {n}" for n in copies_notes(run_name, copies)]
             bulk.check_summed(conn, set(rank_ids.values()) - set(fresh))  # (stored rows added to in SQL)
         assert not writer.timelines  # (each rank's were stored as its last file was merged: merged())
         bulk.rebuild_indexes(conn, recreate)  # (temporary storage is in files meanwhile: bulk.load_transaction)

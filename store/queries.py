@@ -34,7 +34,7 @@ from .findings import RunVerdict, run_findings, run_verdict, window_notes
 from .metrics import Spread, ratio, spread
 from .reader import Db, RawSqlite, chunks, in_list
 from .records import KINDS, NESTED_KINDS
-from .scope import RankRef, RunScope, digest_notes, scope_of, with_ranks
+from .scope import RankRef, RunScope, copies_notes, digest_notes, scope_of, with_ranks
 from .units import fmt_ns
 from .verdict import RankTotal
 
@@ -299,7 +299,7 @@ def _scope_notes(scope: RunScope) -> list[str]:
             f"run {scope.name!r}: world_size {scope.world_size} but {len(missing)} rank(s) have no data "
             f"and are not in these figures: {shown}"
         )
-    return notes + end_notes(scope) + digest_notes(scope)
+    return notes + end_notes(scope) + digest_notes(scope) + copies_notes(scope.name, scope.copies)
 
 
 def end_notes(scope: RunScope) -> list[str]:

@@ -63,6 +63,8 @@ class RunScope:
     ranks: tuple[RankRef, ...]
     #: digests of the classification rules its files were classified with (None: not recorded)
     rule_digests: tuple[str | None, ...] = ()
+    #: files of one content stored for several ranks (``copies_across_ranks``)
+    copies: tuple[tuple[tuple[int, str], ...], ...] = ()
 
     def ended_abnormally(self) -> list[RankRef]:
         """Ranks whose command failed, was killed or never ended: their profiles may be cut short."""
@@ -105,7 +107,47 @@ def resolve_run(db: Db, run: str | None = None) -> RunScope:
         world_size=world_size,
         ranks=tuple(RankRef(*r) for r in ranks),
         rule_digests=tuple(sorted(digests, key=lambda d: (d is None, d or ""))),
+        copies=copies_across_ranks(db, run_id),
     )
+
+
+def copies_across_ranks(db: Db, run_id: int) -> tuple[tuple[tuple[int, str], ...], ...]:
+    """Files of one content stored for several ranks of the run, each with rows: per content, its
+    (global rank, path) in rank order. Two processes' profiles are never byte-identical (their pids,
+    times and counts differ), so such a file was copied to a rank it is not from, and every cross-rank
+    answer counts one process's work twice. Left out: files with no rows (a header alone, as a rank
+    that ran no kernel writes: alike by nature), and one file of several ranks' sections (a merged
+    Metrix file, a rocpd database of several processes: one path)."""
+    found = rows(
+        db,
+        "SELECT s.content_hash, r.global_rank, s.path FROM source_file s JOIN rank r ON r.id = s.rank_id "
+        "WHERE s.run_id = :run AND s.content_hash IN (SELECT s2.content_hash FROM source_file s2 JOIN rank r2 "
+        "ON r2.id = s2.rank_id WHERE s2.run_id = :run AND s2.rows > 0 GROUP BY s2.content_hash "
+        "HAVING COUNT(DISTINCT r2.global_rank) > 1 AND COUNT(DISTINCT s2.path) > 1) "
+        "ORDER BY s.content_hash, r.global_rank, s.path",
+        {"run": run_id},
+    )
+    out: dict[str, list[tuple[int, str]]] = {}
+    for digest, g, path in found:
+        out.setdefault(str(digest), []).append((int(g), str(path)))
+    return tuple(sorted(tuple(c) for c in out.values()))
+
+
+def copies_notes(run_name: str, copies: tuple[tuple[tuple[int, str], ...], ...]) -> list[str]:
+    """A note when run ``run_name`` stores byte-identical files for different ranks
+    (``copies_across_ranks``): the first few, and what to do. The ingest says it, and every question."""
+    if not copies:
+        return []
+    shown = "; ".join(
+        f"ranks {', '.join(str(g) for g, _p in c[:4])}{' ...' if len(c) > 4 else ''}: {c[0][1]} and {c[1][1]}"
+        for c in copies[:3]
+    )
+    more = f" (and {len(copies) - 3} more contents)" if len(copies) > 3 else ""
+    return [
+        f"run {run_name!r} stores byte-identical files for different ranks ({shown}){more}. Two processes' "
+        "profiles never are: one was copied to a rank it is not from, and the cross-rank figures count its work "
+        "twice. Ingest each rank's own files into a new run (--run NAME)"
+    ]
 
 
 def scope_of(db: Db, run: str | RunScope | None) -> RunScope:
