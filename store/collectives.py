@@ -1353,10 +1353,54 @@ def analyze_matched(
     if spread is not None and duration is not None and not ends_line_up(spread, duration):
         apart = (f"collective ends do not line up (median end spread {fmt_ns(spread)} over {len(spreads)} "
                  "instances: clocks not comparable or collectives not blocking); their median duration is "
-                 f"{fmt_ns(duration)}, so arrival order and waits are not evidence of a straggler")
+                 f"{fmt_ns(duration)}, so arrival order and waits are not evidence of a straggler"
+                 + _odd_one_out(insts, shift, hosts))
         notes.append(apart)
     steps = _steps(timelines, results, hosts, clocks)
     return Analysis(matching.family, results, ranks_out, steps, clocks, tuple(notes), spread, duration, apart)
+
+
+#: at most about this many instances are looked at for the one rank apart (``_odd_one_out``), evenly
+#: spaced: a Python step each
+ODD_ONE_INSTANCES = 10_000
+
+
+def _odd_one_out(insts: Instances, shift: Mapping[int, int], hosts: Mapping[int, str]) -> str:
+    """When the ends do not line up: the one rank whose calls end apart from the others' (which line up
+    without it) in most instances, if there is one and it shares its host's clock with another rank of
+    those instances. Then that clock is not the cause: its file was recorded at another time (another
+    run, another profiling window) or its time base is wrong. "" otherwise. Read only when the ends do
+    not line up."""
+    far: dict[int, list[int]] = {}
+    n = 0
+    step = max(1, len(insts.who) // ODD_ONE_INSTANCES)
+    for k in range(0, len(insts.who), step):
+        rk = insts.parts[insts.who[k]]
+        if len(rk) < 3:  # (of two, neither is the odd one)
+            continue
+        n += 1
+        a, b = insts.bounds[k], insts.bounds[k + 1]
+        leave = [e - shift[r] for e, r in zip(insts.ends[a:b], rk)]
+        mid = sorted(leave)[len(leave) // 2]
+        i = max(range(len(leave)), key=lambda j: abs(leave[j] - mid))
+        others = leave[:i] + leave[i + 1:]
+        longest = max(map(operator.sub, insts.ends[a:b], insts.starts[a:b]))
+        if ends_line_up(max(others) - min(others), longest):  # (else no single rank is apart)
+            far.setdefault(rk[i], []).append(abs(leave[i] - mid))
+    if not far:
+        return ""
+    rank, gaps = max(far.items(), key=lambda kv: len(kv[1]))
+    mates = sorted(r for r in shift if r != rank and hosts.get(r) == hosts.get(rank) and hosts.get(rank))
+    if 2 * len(gaps) <= n or not mates:
+        return ""
+    looked = " looked at" if step > 1 else ""
+    return (f"; rank {rank} ends {fmt_ns(int(statistics.median(gaps)))} from the others in {len(gaps)} of {n} "
+            f"instances{looked}, on the one clock of host {hosts[rank]} that rank(s) {_ranks_text(mates)} share: "
+            "its file is likely from another run or profiling window, or its time base is wrong")
+
+
+def _ranks_text(ranks: Sequence[int]) -> str:
+    return ", ".join(map(str, ranks[:6])) + (" ..." if len(ranks) > 6 else "")
 
 
 def _steps(timelines: Sequence[RankTimeline], results: InstanceResults, hosts: Mapping[int, str],

@@ -158,24 +158,34 @@ def test_torchrun4_cpu_names_rank2_with_a_compute_cause(data: Path) -> None:
     assert v.work_ratio is not None and v.work_ratio >= 1.5
 
 
-def test_a_same_host_rank_on_a_broken_clock_names_no_rank(data: Path) -> None:
-    # the real torchrun job, rank 0's timestamps shifted by 5 s as a clock of its own would: it shares
-    # host "vm" with the others, so no offset is estimated for it, and it now enters every collective last
-    paths = sorted((data / "kineto/torchrun4_cpu").glob("*.json.gz"))
+def _torchrun_shifted(data: Path, shifted: set[int]) -> tuple[list[RankTimeline], dict[int, RankIdentity]]:
+    """The real torchrun job's timelines, the ranks ``shifted`` 5 s later (all on host "vm")."""
     timelines, ids = [], {}
-    for p in paths:
+    for p in sorted((data / "kineto/torchrun4_cpu").glob("*.json.gz")):
         info = kineto_json.inspect(p)
         rank = info.hint.global_rank
         assert rank is not None
         acts = [a for a in kineto_json.read(p, info) if isinstance(a, Activity)]
-        timelines.append(summarize_rank(rank, acts, info.time_base_ns + (5_000_000_000 if rank == 0 else 0)))
+        timelines.append(summarize_rank(rank, acts, info.time_base_ns + (5_000_000_000 if rank in shifted else 0)))
         ids[rank] = RankIdentity(info.hint.hostname or "", rank)
+    return timelines, ids
+
+
+def test_a_same_host_rank_on_a_broken_clock_names_no_rank(data: Path) -> None:
+    # the real torchrun job, rank 0's timestamps shifted by 5 s as a clock of its own would: it shares
+    # host "vm" with the others, so no offset is estimated for it, and it now enters every collective last
+    paths = sorted((data / "kineto/torchrun4_cpu").glob("*.json.gz"))
+    timelines, ids = _torchrun_shifted(data, {0})
     a = analyze(timelines, ids)
     assert [i.last_rank for i in a.instances] == [0, 0, 0]  # the broken timeline, taken at face value
     assert a.end_spread_ns is not None and a.end_spread_ns >= 4_900_000_000
     assert a.apart is not None and a.apart in a.notes
     assert a.apart.startswith("collective ends do not line up (median end spread 5.00 s over 3 instances: clocks not "
                               "comparable or collectives not blocking)")
+    # the one rank apart, on the clock its host's other ranks share: which, and the likely causes
+    assert a.apart.endswith("; rank 0 ends 5.00 s from the others in 3 of 3 instances, on the one clock of host vm "
+                            "that rank(s) 1, 2, 3 share: its file is likely from another run or profiling window, or "
+                            "its time base is wrong"), a.apart
     v = straggler_verdict(a, ids)
     assert v.rank is None and v.line.startswith("no clear straggler: collective ends do not line up"), v.line
     # with totals too: nothing is named from a timeline that cannot be trusted
@@ -184,6 +194,24 @@ def test_a_same_host_rank_on_a_broken_clock_names_no_rank(data: Path) -> None:
     # the same run on its own clocks: the ends line up, and the verdict is the one above
     good = analyze(_load(paths)[0], ids)
     assert good.apart is None and good.end_spread_ns is not None and good.end_spread_ns < 5_000_000
+
+
+def test_the_odd_one_is_found_in_a_sample_of_many_instances(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run of many instances is looked at evenly spaced (``ODD_ONE_INSTANCES``), and says so."""
+    from profdb.store import collectives
+
+    monkeypatch.setattr(collectives, "ODD_ONE_INSTANCES", 1)  # (3 instances: every third one, 1 looked at)
+    a = analyze(*_torchrun_shifted(data, {0}))
+    assert a.apart is not None and "; rank 0 ends 5.00 s from the others in 1 of 1 instances looked at, " in a.apart
+
+
+def test_two_ranks_apart_are_not_named_as_the_odd_one(data: Path) -> None:
+    """Ranks 0 and 1 both 5 s late: no single rank is apart (the others do not line up without either),
+    so none is named as from another run; the ends still do not line up, and no straggler is named."""
+    timelines, ids = _torchrun_shifted(data, {0, 1})
+    a = analyze(timelines, ids)
+    assert a.apart is not None and "from the others" not in a.apart, a.apart
+    assert straggler_verdict(a, ids).rank is None
 
 
 # --- HTA's 2-rank set (2 of 128 ranks of one NCCL job) -----------------------------------------------
