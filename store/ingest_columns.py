@@ -51,6 +51,7 @@ def parse_columns(
     kind) keys was met before in the file (a small file is one batch), built in C; otherwise it is
     added to ``summary``'s running sums (numpy columns). ``read()``: the bytes of the file read so far,
     sent with each batch (``RowsMsg.read``)."""
+    unsigned = unsigned_times(task)
     for b in batches:
         if isinstance(b, columnar.CounterColumns):
             columnar.check_counters(b, task.path)
@@ -63,7 +64,7 @@ def parse_columns(
             counts["counter"] = counts.get("counter", 0) + len(b)
             conn.send(RowsMsg(task.index, "counter_columns", cols, read()))
             continue
-        columnar.check_activities(b, task.path, unsigned_times(task))
+        columnar.check_activities(b, task.path, unsigned)
         kind = b.kind
         entry_cats = _categories(b, cats)
         grouped = columnar.group_durations(b.name_index, b.duration_ns, len(b.names))
