@@ -1,4 +1,4 @@
--- profdb SQLite store at revision 0013 (generated: python -m profdb.store.db --write-schema)
+-- profdb SQLite store at revision 0014 (generated: python -m profdb.store.db --write-schema)
 BEGIN TRANSACTION;
 CREATE TABLE "activity" (
 	id INTEGER NOT NULL, 
@@ -20,7 +20,7 @@ CREATE TABLE alembic_version (
 	version_num VARCHAR(32) NOT NULL, 
 	CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)
 );
-INSERT INTO "alembic_version" VALUES('0013');
+INSERT INTO "alembic_version" VALUES('0014');
 CREATE TABLE classification_rules (
 	id INTEGER NOT NULL, 
 	digest VARCHAR(64) NOT NULL, 
@@ -202,7 +202,7 @@ CREATE TABLE source_file (
 	rows BIGINT NOT NULL, 
 	time_base_ns BIGINT NOT NULL, 
 	identity_origin TEXT, 
-	ingested_at DATETIME NOT NULL, rules_id INTEGER, 
+	ingested_at DATETIME NOT NULL, rules_id INTEGER, unread_json TEXT, 
 	CONSTRAINT pk_source_file PRIMARY KEY (id), 
 	CONSTRAINT fk_source_file_rank_id_rank FOREIGN KEY(rank_id) REFERENCES rank (id) ON DELETE CASCADE, 
 	CONSTRAINT fk_source_file_run_id_run FOREIGN KEY(run_id) REFERENCES run (id) ON DELETE CASCADE, 

@@ -24,7 +24,7 @@ from .inputs import ALGORITHM, ALGORITHMS, InputFile, Progress, algorithm_of, di
 from .manifest import RankEnd, rank_end
 from .models import SourceFile
 from .readers import others
-from .scope import copies_across_ranks, copies_notes
+from .scope import copies_across_ranks, copies_notes, unread_notes
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -162,7 +162,9 @@ def _load(
         sources = _add_sources(conn, run_id, todo, rank_ids, rules)
         if named is not None:
             named.update((source_id, str(inp.path)) for inp, _rank_id, source_id in sources)
-        row_counts: list[dict[str, int]] = []  # (written in one statement once every file is read)
+        # (written in one statement once every file is read): its rows, and the events not read
+        row_counts: list[dict[str, Any]] = []
+        unread: dict[str, tuple[int, list[str]]] = {}  # what -> events, files
         # each source's result, in ``sources`` order whatever order the files are done in
         results: list[FileResult | None] = [None] * len(sources)
         empty: dict[int, str] = {}
@@ -171,14 +173,20 @@ def _load(
         reading: dict[int, int] = {}
         read_now = 0
 
-        def file_done(k: int, counts: dict[str, int]) -> None:
+        def file_done(k: int, parsed: ingest_workers.Parsed) -> None:
             """Source ``k`` is read and merged (workers: as each file is, so the progress bar moves
             during the parse, not at its end)."""
             nonlocal done, read_now
             inp, _rank_id, source_id = sources[k]
             assert inp.claim is not None
+            counts = parsed.counts
             rows = sum(counts.values())
-            row_counts.append({"sid": source_id, "n": rows})
+            row_counts.append({"sid": source_id, "n": rows,
+                               "u": json.dumps(parsed.unread, sort_keys=True) if parsed.unread else None})
+            for what, n in (parsed.unread or {}).items():
+                events, paths = unread.get(what, (0, []))
+                paths.append(str(inp.path))
+                unread[what] = (events + n, paths)
             for kind, v in counts.items():
                 report.rows_by_kind[kind] = report.rows_by_kind.get(kind, 0) + v
             results[k] = FileResult(str(inp.path), inp.info.format, inp.info.kind, inp.claim.identity.global_rank,
@@ -246,12 +254,13 @@ def _load(
                 _fits(inp, parsed)
                 writer.merge(rank_id, source_id, parsed)
                 merged(rank_id)
-                file_done(index, parsed.counts)
+                file_done(index, parsed)
             report.files += [r for r in results if r is not None]  # (each source's: file_done was called for all)
             report.empty += [empty[k] for k in sorted(empty)]
             if row_counts:
-                conn.execute(update(SourceFile).where(SourceFile.id == bindparam("sid")).values(rows=bindparam("n")),
-                             row_counts)
+                conn.execute(update(SourceFile).where(SourceFile.id == bindparam("sid"))
+                             .values(rows=bindparam("n"), unread_json=bindparam("u")), row_counts)
+            report.notes += [f"note: {n}" for n in unread_notes(unread)]
             save_ready()
             writer.finish()
             copies = copies_across_ranks(conn, run_id)  # (this load's files and those stored before)
@@ -409,7 +418,7 @@ def _parse_in_workers(
     sources: list[tuple[InputFile, int, int]],
     parsers: ingest_workers.Parsers,
     merged: Callable[[int], None],
-    file_done: Callable[[int, dict[str, int]], None],
+    file_done: Callable[[int, ingest_workers.Parsed], None],
     file_read: Callable[[int, int], None],
 ) -> None:
     """Parse every source in the worker processes (forked over ``inputs``, whose numbers are their
@@ -440,7 +449,7 @@ def _parse_in_workers(
             _fits(sources[i][0], p)
             writer.merge(rank_id, sources[i][2], p)
             merged(rank_id)
-            file_done(i, p.counts)
+            file_done(i, p)
             files += 1
 
     parsers.send_ids(ids)

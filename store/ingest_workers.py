@@ -172,6 +172,8 @@ class Parsed(NamedTuple):
     timeline: RankTimeline | None = None
     #: the summary rows carry names where their ids go (NamedSummaryRow)
     named: bool = False
+    #: events the reader did not read, by what they are (``base.BatchReader``; None: none)
+    unread: dict[str, int] | None = None
 
 
 class NamesMsg(NamedTuple):
@@ -765,8 +767,9 @@ def _parse(
         conn.send(DoneMsg(task.index, Parsed(counts, named, steps, columns.file_timeline(), named=True)))
         return
     batches_of = getattr(reader, "activity_batches", None)
+    unread: dict[str, int] = {}
     if batches_of is not None:  # (lists of Activity records, taken whole: BatchReader)
-        for batch in batches_of(task.path, task.info, task.section):
+        for batch in batches_of(task.path, task.info, task.section, unread):
             at = 0
             while at < len(batch):
                 room = BATCH - len(acts)
@@ -814,7 +817,7 @@ def _parse(
         validate.summed(task.path, max(t.total_ns for t in summary.values()))
     rows = [t.row(rank_id, nid, kind, own.get((nid, kind), t.total_ns) if kind in NESTED_KINDS else t.total_ns)
             for (nid, kind), t in summary.items()]
-    conn.send(DoneMsg(task.index, Parsed(counts, rows, steps, timeline.file_timeline())))
+    conn.send(DoneMsg(task.index, Parsed(counts, rows, steps, timeline.file_timeline(), unread=unread or None)))
 
 
 class _Here:

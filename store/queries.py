@@ -34,7 +34,7 @@ from .findings import RunVerdict, run_findings, run_verdict, window_notes
 from .metrics import Spread, ratio, spread
 from .reader import Db, RawSqlite, chunks, in_list
 from .records import KINDS, NESTED_KINDS
-from .scope import RankRef, RunScope, copies_notes, digest_notes, scope_of, with_ranks
+from .scope import RankRef, RunScope, copies_notes, digest_notes, scope_of, unread_notes, with_ranks
 from .units import fmt_ns
 from .verdict import RankTotal
 
@@ -175,8 +175,10 @@ def select_kinds(
     if any(k in present for k in default):
         return default, []
     fallback = tuple(k for k in FALLBACK_KINDS if k in present) or tuple(sorted(present))
+    # (a run whose device events profdb does not read, another accelerator's, is not called CPU-only)
+    none = "no GPU activity profdb reads" if scope.unread else "no GPU activity"
     return fallback, [
-        f"run {scope.name!r} has no GPU activity ({'/'.join(default)}); showing {'/'.join(fallback)} "
+        f"run {scope.name!r} has {none} ({'/'.join(default)}); showing {'/'.join(fallback)} "
         "instead (pass --kind to choose)"
     ]
 
@@ -299,7 +301,8 @@ def _scope_notes(scope: RunScope) -> list[str]:
             f"run {scope.name!r}: world_size {scope.world_size} but {len(missing)} rank(s) have no data "
             f"and are not in these figures: {shown}"
         )
-    return notes + end_notes(scope) + digest_notes(scope) + copies_notes(scope.name, scope.copies)
+    return (notes + end_notes(scope) + digest_notes(scope) + copies_notes(scope.name, scope.copies)
+            + unread_notes(scope.unread))
 
 
 def end_notes(scope: RunScope) -> list[str]:

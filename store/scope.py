@@ -5,6 +5,7 @@ rank catalog, creates, lists, tags and merges runs."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from .errors import QueryError
@@ -52,6 +53,10 @@ class RankRef:
         return f"rank {self.global_rank}" + (f" ({where})" if where else "")
 
 
+#: events not read, by what they are: (what, events, paths of the files holding them), most events first
+Unread = tuple[tuple[str, int, tuple[str, ...]], ...]
+
+
 @dataclass(frozen=True)
 class RunScope:
     """A resolved run: what every question takes instead of a run name."""
@@ -65,6 +70,8 @@ class RunScope:
     rule_digests: tuple[str | None, ...] = ()
     #: files of one content stored for several ranks (``copies_across_ranks``)
     copies: tuple[tuple[tuple[int, str], ...], ...] = ()
+    #: events of the run's files their readers did not read (``unread_in_run``)
+    unread: Unread = ()
 
     def ended_abnormally(self) -> list[RankRef]:
         """Ranks whose command failed, was killed or never ended: their profiles may be cut short."""
@@ -108,7 +115,47 @@ def resolve_run(db: Db, run: str | None = None) -> RunScope:
         ranks=tuple(RankRef(*r) for r in ranks),
         rule_digests=tuple(sorted(digests, key=lambda d: (d is None, d or ""))),
         copies=copies_across_ranks(db, run_id),
+        unread=unread_in_run(db, run_id),
     )
+
+
+def unread_in_run(db: Db, run_id: int) -> Unread:
+    """What the run's files hold that their readers did not read (``source_file.unread_json``): e.g.
+    the device events of a Kineto trace of another accelerator."""
+    found = rows(db, "SELECT path, unread_json FROM source_file WHERE run_id = :run AND unread_json IS NOT NULL "
+                     "ORDER BY path", {"run": run_id})
+    by_what: dict[str, tuple[int, list[str]]] = {}
+    for path, text in found:
+        for what, n in json.loads(text).items():
+            events, paths = by_what.get(what, (0, []))
+            paths.append(str(path))
+            by_what[what] = (events + int(n), paths)
+    return unread_of(by_what)
+
+
+def unread_of(by_what: dict[str, tuple[int, list[str]]]) -> Unread:
+    """``by_what`` (what -> events, paths) as ``Unread``: most events first."""
+    return tuple(sorted(((w, n, tuple(p)) for w, (n, p) in by_what.items()), key=lambda u: (-u[1], u[0])))
+
+
+def unread_notes(unread: Unread | dict[str, tuple[int, list[str]]]) -> list[str]:
+    """A note naming the events the readers did not read, how many and in which files, so that a run
+    whose device events profdb does not read (another accelerator's) is not taken for a CPU-only one.
+    The ingest says it, and every question."""
+    if isinstance(unread, dict):
+        unread = unread_of(unread)
+    if not unread:
+        return []
+    parts = [f"{events:,} {what}" for what, events, _paths in unread[:4]]
+    if len(unread) > 4:
+        parts.append(f"{sum(u[1] for u in unread[4:]):,} more of {len(unread) - 4} other kinds")
+    paths = sorted({p for u in unread for p in u[2]})
+    shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+    return [
+        f"not read, in no figure: {'; '.join(parts)}; in {len(paths)} file{'s' if len(paths) > 1 else ''}: "
+        f"{shown}. profdb reads the kernels, copies and sets of CUDA and ROCm GPUs and the host's operators, "
+        "annotations and runtime calls"
+    ]
 
 
 def copies_across_ranks(db: Db, run_id: int) -> tuple[tuple[tuple[int, str], ...], ...]:

@@ -250,7 +250,7 @@ def _file_values(f: Any, run_id: int, rank_id: int) -> dict[str, Any]:
     return dict(
         run_id=run_id, rank_id=rank_id, path=f.path, content_hash=f.content_hash, size_bytes=f.size_bytes,
         format=f.format, content_kind=f.content_kind, rows=f.rows, time_base_ns=f.time_base_ns,
-        identity_origin=f.identity_origin, ingested_at=f.ingested_at,
+        identity_origin=f.identity_origin, ingested_at=f.ingested_at, unread_json=f.unread_json,
     )
 
 

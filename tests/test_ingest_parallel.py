@@ -491,9 +491,9 @@ def wait(self):
     plain_wait(self)
     came.append(True)
 
-def activity_batches(path, info, index):
+def activity_batches(path, info, index, unread=None):
     first = True
-    for batch in plain_batches(path, info, index):
+    for batch in plain_batches(path, info, index, unread):
         if first:
             (seen / Path(path).name).write_text("late" if came else "early")
             first = False

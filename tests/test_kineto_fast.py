@@ -41,10 +41,11 @@ def samples(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return found
 
 
-def _fast(path: Path, pid: int | None = None) -> list[Activity]:
+def _fast(path: Path, pid: int | None = None, unread: dict[str, int] | None = None) -> list[Activity]:
     """The fast path alone (raises Fallback if it cannot read the file itself)."""
     with open_binary(path) as f:
-        return [a for batch in kineto_fast.activities(f, kineto_json._CATS, pid) for a in batch]
+        return [a for batch in kineto_fast.activities(f, kineto_json._CATS, pid, {} if unread is None else unread)
+                for a in batch]
 
 
 def _sized(monkeypatch: pytest.MonkeyPatch, size: tuple[int, int]) -> None:
@@ -331,9 +332,9 @@ def test_integers_beyond_64_bits_are_read_as_json_reads_them(
     calls: list[tuple[int, bool]] = []
     events = kineto_json._reference_events
 
-    def spy(path: Path, pid: int | None, skip: int, parser: Any) -> Iterator[Activity]:
+    def spy(path: Path, pid: int | None, skip: int, parser: Any, unread: dict[str, int]) -> Iterator[Activity]:
         calls.append((skip, parser is kineto_json._PYTHON_PARSER))
-        return events(path, pid, skip, parser)
+        return events(path, pid, skip, parser, unread)
 
     monkeypatch.setattr(kineto_json, "_reference_events", spy)
     ref = list(kineto_json._read_reference(path, None))

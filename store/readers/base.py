@@ -84,9 +84,13 @@ class MultiRankReader(Reader, Protocol):
 
 
 class BatchReader(Reader, Protocol):
-    """A reader whose Activity records come in lists (``activity_batches``, see the module doc)."""
+    """A reader whose Activity records come in lists (``activity_batches``, see the module doc). It
+    counts the events it does not read into ``unread`` (what -> events; e.g. Kineto's categories of
+    another device), which the ingest names and stores with the file."""
 
-    def activity_batches(self, path: Path, info: SourceInfo, index: int | None) -> Iterator[list[Activity]]: ...
+    def activity_batches(
+        self, path: Path, info: SourceInfo, index: int | None, unread: dict[str, int] | None = None
+    ) -> Iterator[list[Activity]]: ...
 
 
 #: records per list when a BatchReader's records come one by one (its reference reader's)

@@ -138,9 +138,13 @@ def int_or_none(v: Any) -> int | None:
     return None
 
 
-def activities(f: IO[bytes], cats: dict[str, str], pid: int | None) -> Iterator[list[Activity]]:
+def activities(
+    f: IO[bytes], cats: dict[str, str], pid: int | None, unread: dict[str, int]
+) -> Iterator[list[Activity]]:
     """The records of the events of a Kineto trace open as ``f`` (decompressed bytes), a list per
-    slice; raises ``Fallback`` (see the module doc) where the reference reader must go on."""
+    slice; raises ``Fallback`` (see the module doc) where the reference reader must go on. The
+    complete events of categories not read (but ``SILENT``) are counted into ``unread`` by category,
+    a slice's once it is turned into records whole (those after a Fallback: by the reference)."""
     buf = b""
     while True:
         m = _START.search(buf)
@@ -184,7 +188,7 @@ def activities(f: IO[bytes], cats: dict[str, str], pid: int | None) -> Iterator[
                 last = _REST_DECODER.decode(text).traceEvents
             except (msgspec.DecodeError, RecursionError):
                 raise Fallback(done, "the last slice or the end of the file does not decode") from None
-            yield _records(last, cats, pid, done, kept_cache)
+            yield _records(last, cats, pid, done, kept_cache, unread)
             return
         events, cut = _decode_slice(buf, done)
         if events is None:
@@ -193,7 +197,7 @@ def activities(f: IO[bytes], cats: dict[str, str], pid: int | None) -> Iterator[
             chunks, size = [buf], len(buf)  # read on: an event longer than the slice, or odd cuts
             want = 2 * size  # (doubling: a long run without a boundary costs linear time)
             continue
-        yield _records(events, cats, pid, done, kept_cache)
+        yield _records(events, cats, pid, done, kept_cache, unread)
         done += len(events)
         rest = buf[cut:]
         chunks, size, want = [rest], len(rest), SLICE
@@ -233,17 +237,24 @@ def _decode_slice(buf: bytes, done: int) -> tuple[list[_Event] | None, int]:
 
 
 _GPU_KINDS = frozenset(("kernel", "memcpy", "memset"))
+#: categories of complete events profdb leaves out on purpose, not counted as unread (kineto_json's
+#: ``UNREAD_WHAT`` says what the others are): the profiler's own span of the trace ("Trace"), its
+#: overhead, and the GPU's waits on synchronisation (stream, event and context syncs: not work)
+SILENT = frozenset(("Trace", "overhead", "cuda_sync", "cuda_event", "xpu_sync"))
 #: distinct kept-args texts remembered (kernels repeat a few register/shared-memory pairs; message
 #: sizes of collectives vary): cleared past this many, so memory stays flat
 _KEPT_CACHE = 4096
 
 
 def _records(
-    events: list[_Event], cats: dict[str, str], pid: int | None, done: int, kept_cache: dict[Any, str | None]
+    events: list[_Event], cats: dict[str, str], pid: int | None, done: int, kept_cache: dict[Any, str | None],
+    unread: dict[str, int],
 ) -> list[Activity]:
     """kineto_json's per-event rules (the reference: kineto_json._read_events), on decoded structs.
-    Anything the reference would reject or read otherwise raises Fallback at this slice's start."""
+    Anything the reference would reject or read otherwise raises Fallback at this slice's start; the
+    slice's events of categories not read are added to ``unread`` only once it is read whole."""
     out: list[Activity] = []
+    skipped: dict[str, int] = {}
     append = out.append
     new = activity_of  # (Activity(...) handles keywords and defaults in Python, per record)
     if len(kept_cache) > _KEPT_CACHE:
@@ -256,6 +267,8 @@ def _records(
             cat = ev.cat
             kind = cats.get(cat) if type(cat) is str else None
             if kind is None:
+                if type(cat) is str and cat not in SILENT:
+                    skipped[cat] = skipped.get(cat, 0) + 1
                 continue
             ts = ev.ts
             if ts is None:
@@ -300,6 +313,8 @@ def _records(
         raise
     except Exception as e:  # whatever the reference makes of it (its error, or its reading)
         raise Fallback(done, f"{type(e).__name__}: {e}") from None
+    for cat, n in skipped.items():
+        unread[cat] = unread.get(cat, 0) + n
     return out
 
 

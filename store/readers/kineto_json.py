@@ -3,7 +3,9 @@ slices by kineto_fast (msgspec); ijson streams the file (``_read_reference``) wh
 
 Reads complete events (``ph: "X"``): GPU kernels, memcpy, memset, CPU ops, user annotations
 (``ProfilerStep#N``, ``nccl:all_reduce``), GPU annotations, runtime/driver calls, python functions.
-CUDA and ROCm variants, old capitalised categories (``Kernel``, ``Runtime``). Times: ``ts``/``dur``
+CUDA and ROCm variants, old capitalised categories (``Kernel``, ``Runtime``). The complete events of
+other categories (another accelerator's device work, ``mtia_ccp_events``...) are counted, not read
+(``UNREAD_WHAT``; the ingest names them and stores their counts with the file). Times: ``ts``/``dur``
 are microseconds (floats); converted to integer ns once here. Newer traces have relative ``ts`` and a
 top-level ``baseTimeNanoseconds`` (returned as ``SourceInfo.time_base_ns``); older ones are epoch us.
 
@@ -70,6 +72,30 @@ _CATS = {
     "Driver": "api",
     "python_function": "python",
 }
+
+#: what the categories of complete events Kineto writes and profdb does not read are (ingest and the
+#: questions name them, with their counts, so that a trace of another device is never taken for a
+#: CPU-only one). From Kineto's ActivityType names; a category not listed is named as it is.
+UNREAD_WHAT = {
+    "mtia_ccp_events": "MTIA device events",
+    "mtia_runtime": "MTIA runtime calls",
+    "mtia_insight": "MTIA insight events",
+    "hpu_op": "Gaudi (HPU) device operations",
+    "cuda_profiler_range": "kernels replayed by the CUPTI range profiler, whose spans are not kernel times",
+    "xpu_runtime": "Intel XPU runtime calls",
+    "xpu_driver": "Intel XPU driver calls",
+    "privateuse1_runtime": "runtime calls of a PrivateUse1 device",
+    "privateuse1_driver": "driver calls of a PrivateUse1 device",
+    "glow_runtime": "Glow runtime events",
+    "collective_comm": "collective communication events",
+}
+
+
+def unread_what(category: str) -> str:
+    """What the events of ``category`` are, as the ingest and the store name them."""
+    what = UNREAD_WHAT.get(category)
+    return f"events of category {category} ({what})" if what else f"events of category {category}"
+
 
 #: kernel/collective args worth keeping (everything else is dropped to keep rows small)
 _KEEP_ARGS = kineto_fast.KEEP_ARGS
@@ -302,27 +328,35 @@ def read_rank(path: Path, info: SourceInfo, index: int) -> Iterator[Record]:
     return _read(path, info.ranks[index].pid)
 
 
-def activity_batches(path: Path, info: SourceInfo, index: int | None) -> Iterator[list[Activity]]:
-    """``read`` (``index`` None) or ``read_rank`` in lists, as they are decoded (base.BatchReader)."""
-    return _batches(path, None if index is None else info.ranks[index].pid)
+def activity_batches(
+    path: Path, info: SourceInfo, index: int | None, unread: dict[str, int] | None = None
+) -> Iterator[list[Activity]]:
+    """``read`` (``index`` None) or ``read_rank`` in lists, as they are decoded (base.BatchReader);
+    the complete events of categories not read are counted into ``unread``, by ``unread_what``."""
+    by_category: dict[str, int] = {}
+    yield from _batches(path, None if index is None else info.ranks[index].pid, by_category)
+    if unread is not None:
+        for category, n in by_category.items():
+            what = unread_what(category)
+            unread[what] = unread.get(what, 0) + n
 
 
 def _read(path: Path, pid: int | None) -> Iterator[Activity]:
-    return chain.from_iterable(_batches(path, pid))
+    return chain.from_iterable(_batches(path, pid, {}))
 
 
-def _batches(path: Path, pid: int | None) -> Iterator[list[Activity]]:
+def _batches(path: Path, pid: int | None, unread: dict[str, int]) -> Iterator[list[Activity]]:
     """Every event (``pid`` None), or those of process ``pid``: decoded in slices by kineto_fast, and
     from where it stops (an odd layout, a damaged file), streamed by the reference reader."""
     try:
         with open_binary(path) as f:
-            yield from kineto_fast.activities(f, _CATS, pid)
+            yield from kineto_fast.activities(f, _CATS, pid, unread)
         return
     except kineto_fast.Fallback as e:
         done = e.done
     except (OSError, EOFError, zlib.error) as e:
         raise InputError(f"{path}: cannot read the file ({e}); it is damaged: re-copy it") from e
-    yield from in_lists(_read_reference(path, pid, done))  # (kineto_fast's lists are its slices)
+    yield from in_lists(_read_reference(path, pid, done, unread))  # (kineto_fast's lists are its slices)
 
 
 #: ijson's parser in Python, for a trace holding an integer beyond 64 bits: yajl (ijson's C parser)
@@ -341,18 +375,26 @@ class _Overflow(Exception):
         self.entries = entries
 
 
-def _read_reference(path: Path, pid: int | None, skip: int = 0) -> Iterator[Activity]:
+def _read_reference(
+    path: Path, pid: int | None, skip: int = 0, unread: dict[str, int] | None = None
+) -> Iterator[Activity]:
     """Every event (``pid`` None), or those of process ``pid``, streamed with ijson through the depth
     guard, from entry ``skip`` of traceEvents on (the entries before are read by kineto_fast); from an
-    integer beyond 64 bits on, by ijson's Python parser (``_PYTHON_PARSER``)."""
+    integer beyond 64 bits on, by ijson's Python parser (``_PYTHON_PARSER``). The complete events of
+    categories not read (but ``kineto_fast.SILENT``) are counted into ``unread`` by category."""
+    if unread is None:
+        unread = {}
     try:
-        yield from _reference_events(path, pid, skip, ijson)
-    except _Overflow as e:
-        yield from _reference_events(path, pid, e.entries, _PYTHON_PARSER)
+        yield from _reference_events(path, pid, skip, ijson, unread)
+    except _Overflow as e:  # (the entries before e.entries are read and counted)
+        yield from _reference_events(path, pid, e.entries, _PYTHON_PARSER, unread)
 
 
-def _reference_events(path: Path, pid: int | None, skip: int, parser: Any) -> Iterator[Activity]:
+def _reference_events(
+    path: Path, pid: int | None, skip: int, parser: Any, unread: dict[str, int]
+) -> Iterator[Activity]:
     cats = _CATS
+    silent = kineto_fast.SILENT
     keep = _KEEP_ARGS
     entry = skip  # (the entry being parsed)
     try:
@@ -371,6 +413,8 @@ def _reference_events(path: Path, pid: int | None, skip: int, parser: Any) -> It
                 cat = ev.get("cat", "")
                 kind = cats.get(cat) if type(cat) is str else None
                 if kind is None:
+                    if type(cat) is str and cat not in silent:
+                        unread[cat] = unread.get(cat, 0) + 1
                     continue
                 ts = ev.get("ts")
                 if ts is None:

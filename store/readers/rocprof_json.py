@@ -195,9 +195,12 @@ def read(path: Path, info: SourceInfo) -> Iterator[Record]:
     return chain.from_iterable(activity_batches(path, info, None))
 
 
-def activity_batches(path: Path, info: SourceInfo, index: int | None) -> Iterator[list[Activity]]:
+def activity_batches(
+    path: Path, info: SourceInfo, index: int | None, unread: dict[str, int] | None = None
+) -> Iterator[list[Activity]]:
     """The file's records in lists (base.BatchReader): decoded in slices by rocprof_json_fast when
-    its first pass proves it reads the file as the reference does, else streamed by the reference."""
+    its first pass proves it reads the file as the reference does, else streamed by the reference.
+    (``unread``: this reader counts nothing there.)"""
     from . import rocprof_json_fast as fast
 
     try:

@@ -1,0 +1,142 @@
+"""Events profdb does not read are named, never dropped without a word. Real Kineto traces from
+HolisticTraceAnalysis's test data (tests/data/SOURCES.txt): one of Meta's MTIA accelerator, whose device
+work is in categories mtia_ccp_events and mtia_runtime, and one recorded by the CUPTI range profiler,
+whose kernels are cuda_profiler_range replays. Before, both ingested without a note and every question
+said the run "has no GPU activity", answering about its CPU operators. The counts asserted are the
+raw files' own (json.load here), and the fast path (kineto_fast) and the reference (ijson) agree on
+them, also when the fast path hands over to the reference halfway through a file."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import tarfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import Invoke, sql
+from profdb.store.readers import kineto_fast, kineto_json
+from profdb.store.records import SourceInfo
+
+KINETO = Path(__file__).parent / "data" / "kineto"
+MTIA = KINETO / "mtia_inference_rank_0.json.gz"
+CUPTI = KINETO / "cupti_profiler_benchmark_result_924719_1679055439_trace.json.gz"
+_NO_INFO = SourceInfo(format="kineto", kind="trace")
+
+
+def _complete_events(path: Path) -> Counter[str]:
+    """The file's complete events (ph X) by category, as json.load reads it."""
+    with gzip.open(path) as f:
+        events = json.load(f)["traceEvents"]
+    return Counter(e["cat"] for e in events if e.get("ph") == "X")
+
+
+def test_the_samples_hold_device_events_of_categories_profdb_does_not_read() -> None:
+    """What the raw files hold (the other tests' expectations rest on it)."""
+    assert _complete_events(MTIA) == {"cpu_op": 10346, "user_annotation": 1696, "mtia_ccp_events": 1313,
+                                      "mtia_runtime": 823, "Trace": 1}
+    assert _complete_events(CUPTI) == {"cuda_runtime": 1862, "cpu_op": 375, "cuda_profiler_range": 77,
+                                       "user_annotation": 8, "Trace": 2}
+
+
+def test_the_ingest_and_every_question_name_the_mtia_device_events(db_path: Path, run_cli: Invoke) -> None:
+    raw = _complete_events(MTIA)
+    r = run_cli("ingest", "--db", db_path, "--run", "mtia", MTIA)
+    device = f"{raw['mtia_ccp_events']:,} events of category mtia_ccp_events (MTIA device events)"
+    runtime = f"{raw['mtia_runtime']:,} events of category mtia_runtime (MTIA runtime calls)"
+    assert f"note: not read, in no figure: {device}; {runtime}; in 1 file: {MTIA}." in r.output, r.output
+    stored = sql(db_path, "SELECT unread_json FROM source_file")
+    assert [json.loads(u) for (u,) in stored] == [{
+        "events of category mtia_ccp_events (MTIA device events)": raw["mtia_ccp_events"],
+        "events of category mtia_runtime (MTIA runtime calls)": raw["mtia_runtime"],
+    }]
+    for question in ("--hotspots", "--ranks", "--imbalance"):
+        q = run_cli("query", "--db", db_path, question)
+        assert f"not read, in no figure: {device}; {runtime}; in 1 file: {MTIA}" in q.stderr, (question, q.stderr)
+        assert "has no GPU activity profdb reads (kernel" in q.stderr, (question, q.stderr)
+    # what is read is as before: the host's operators and annotations, every one
+    assert sql(db_path, "SELECT kind, SUM(calls) FROM summary GROUP BY kind ORDER BY kind") == [
+        ("annotation", raw["user_annotation"]), ("cpu_op", raw["cpu_op"])]
+
+
+def test_the_cupti_range_profiler_kernels_are_named(db_path: Path, run_cli: Invoke) -> None:
+    r = run_cli("ingest", "--db", db_path, "--run", "cupti", "--rank", "0", CUPTI)
+    said = ("77 events of category cuda_profiler_range (kernels replayed by the CUPTI range profiler, whose "
+            "spans are not kernel times)")
+    assert f"note: not read, in no figure: {said}; in 1 file: {CUPTI}." in r.output, r.output
+    q = run_cli("query", "--db", db_path, "--hotspots")
+    assert said in q.stderr and "has no GPU activity profdb reads" in q.stderr, q.stderr
+
+
+@pytest.fixture(scope="module")
+def dlrm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("dlrm")
+    with tarfile.open(KINETO / "dlrm_8rank" / "dlrm_kineto.tar.gz") as tar:
+        tar.extractall(out, filter="data")
+    return out / "dlrm_kineto"
+
+
+@pytest.mark.parametrize("inputs", [["torchrun4_cpu"], ["dlrm"], ["event_sync_trace.json.gz", "--rank", "0"],
+                                    ["nccl_data.json.gz"], ["deepseek_train_rank0.json.gz"]])
+def test_traces_whose_events_are_all_read_say_nothing(db_path: Path, run_cli: Invoke, dlrm: Path,
+                                                       inputs: list[str]) -> None:
+    """The profiler's own "Trace" span and the GPU's synchronisation waits (cuda_sync, in the event
+    sync trace) are left out on purpose: no note. So are the flows (ph s/f) and metadata (ph M)."""
+    path = dlrm if inputs[0] == "dlrm" else KINETO / inputs[0]
+    r = run_cli("ingest", "--db", db_path, "--run", "all", path, *inputs[1:])
+    assert "not read" not in r.output, r.output
+    assert sql(db_path, "SELECT COUNT(*) FROM source_file WHERE unread_json IS NOT NULL") == [(0,)]
+    q = run_cli("query", "--db", db_path, "--hotspots")
+    assert "not read" not in q.stderr and "profdb reads" not in q.stderr, q.stderr
+
+
+def _mtia_with(tmp_path: Path, edit: Any) -> tuple[Path, Counter[str]]:
+    """The MTIA sample decompressed, with ``edit`` applied to its events; its unread counts."""
+    with gzip.open(MTIA) as f:
+        trace = json.load(f)
+    edit(trace["traceEvents"])
+    tmp_path.mkdir()
+    path = tmp_path / "mtia_rank_0.json"
+    path.write_text(json.dumps(trace))
+    counts = Counter(e["cat"] for e in trace["traceEvents"]
+                     if e.get("ph") == "X" and e["cat"] in ("mtia_ccp_events", "mtia_runtime"))
+    return path, counts
+
+
+def _odd_args_halfway(events: list[dict[str, Any]]) -> None:
+    """The args of the device event halfway through made a list: no struct the fast path decodes (it
+    hands over to the reference there), an event the reference skips (a category it does not read)."""
+    device = [e for e in events if e.get("cat") == "mtia_ccp_events"]
+    device[len(device) // 2]["args"] = [1, 2]
+
+
+@pytest.mark.parametrize("size", [(kineto_fast.SLICE, kineto_fast.READ), (4096, 1000)], ids=["slice2M", "slice4096"])
+def test_the_fast_path_and_the_reference_count_alike(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     size: tuple[int, int]) -> None:
+    monkeypatch.setattr(kineto_fast, "SLICE", size[0])
+    monkeypatch.setattr(kineto_fast, "READ", size[1])
+    for path, raw in [_mtia_with(tmp_path / "plain", lambda events: None),
+                      _mtia_with(tmp_path / "odd", _odd_args_halfway)]:
+        ref: dict[str, int] = {}
+        records = list(kineto_json._read_reference(path, None, unread=ref))
+        assert ref == raw, path
+        handed: list[int] = []
+        reference = kineto_json._read_reference
+
+        def spy(path: Path, pid: int | None, skip: int = 0, unread: dict[str, int] | None = None) -> Any:
+            handed.append(skip)
+            return reference(path, pid, skip, unread)
+
+        monkeypatch.setattr(kineto_json, "_read_reference", spy)
+        got: dict[str, int] = {}
+        batches = list(kineto_json.activity_batches(path, _NO_INFO, None, got))
+        monkeypatch.setattr(kineto_json, "_read_reference", reference)
+        assert [a for b in batches for a in b] == records
+        assert got == {kineto_json.unread_what(c): n for c, n in raw.items()}, path
+        if "odd" in str(path):  # (handed over halfway: the slices read before and the rest, each counted once)
+            assert len(handed) == 1 and 0 < handed[0] < len(json.loads(path.read_text())["traceEvents"]), handed
+        else:  # (the fast path read it all)
+            assert handed == []
