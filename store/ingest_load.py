@@ -181,9 +181,12 @@ def _load(
             assert inp.claim is not None
             counts = parsed.counts
             rows = sum(counts.values())
-            row_counts.append({"sid": source_id, "n": rows,
-                               "u": json.dumps(parsed.unread, sort_keys=True) if parsed.unread else None})
+            # (what the reader did not read: known at inspect, or counted as it read)
+            left = dict(inp.info.unread)
             for what, n in (parsed.unread or {}).items():
+                left[what] = left.get(what, 0) + n
+            row_counts.append({"sid": source_id, "n": rows, "u": json.dumps(left, sort_keys=True) if left else None})
+            for what, n in left.items():
                 events, paths = unread.get(what, (0, []))
                 paths.append(str(inp.path))
                 unread[what] = (events + n, paths)

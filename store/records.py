@@ -124,3 +124,6 @@ class SourceInfo:
     time_base_ns: int = 0
     metadata: dict[str, Any] = field(default_factory=dict)
     ranks: list[RankHint] = field(default_factory=list)
+    #: what the file holds that the reader does not read, known from the cheap look (what -> count; e.g.
+    #: an Nsight Systems export's CUDA graph executions), as ``base.BatchReader``'s ``unread`` while reading
+    unread: dict[str, int] = field(default_factory=dict)

@@ -4,12 +4,14 @@ work is in categories mtia_ccp_events and mtia_runtime, and one recorded by the 
 whose kernels are cuda_profiler_range replays. Before, both ingested without a note and every question
 said the run "has no GPU activity", answering about its CPU operators. The counts asserted are the
 raw files' own (json.load here), and the fast path (kineto_fast) and the reference (ijson) agree on
-them, also when the fast path hands over to the reference halfway through a file."""
+them, also when the fast path hands over to the reference halfway through a file. Nsight Systems: the
+replays of CUDA graphs recorded as one span each, whose kernels are in no kernel row."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import sqlite3
 import tarfile
 from collections import Counter
 from pathlib import Path
@@ -71,6 +73,35 @@ def test_the_cupti_range_profiler_kernels_are_named(db_path: Path, run_cli: Invo
     assert said in q.stderr and "has no GPU activity profdb reads" in q.stderr, q.stderr
 
 
+NSYS = Path(__file__).parent / "data" / "nsys_sqlite" / "saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
+
+
+def test_cuda_graph_executions_nsys_recorded_as_one_span_are_named(tmp_path: Path, db_path: Path,
+                                                                   run_cli: Invoke) -> None:
+    """``nsys profile --cuda-graph-trace=graph`` records each replay of a CUDA graph as one row of
+    CUPTI_ACTIVITY_KIND_GRAPH_TRACE and none of its kernels in the kernel table: a job that runs its
+    steps as graphs looked idle. No public export with such rows was found; the real saxpy export
+    (tests/data/nsys_sqlite) is given the table, with CUPTI's CUpti_ActivityGraphTrace2 fields, and
+    three planted replays."""
+    path = tmp_path / "saxpy-graphs.sqlite"
+    path.write_bytes(NSYS.read_bytes())
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE (start INTEGER NOT NULL, end INTEGER NOT NULL, "
+                "deviceId INTEGER NOT NULL, streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER, "
+                "contextId INTEGER NOT NULL, graphId INTEGER NOT NULL)")
+    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_GRAPH_TRACE VALUES (?, ?, 0, 7, ?, 1, 1, 109)",
+                    [(1000 * k, 1000 * k + 800, k) for k in range(1, 4)])
+    con.commit()
+    con.close()
+    r = run_cli("ingest", "--db", db_path, "--run", "graphs", "--rank", "0", path)
+    said = ("3 rows of CUPTI_ACTIVITY_KIND_GRAPH_TRACE (CUDA graph executions, recorded as one span each "
+            "(--cuda-graph-trace=graph): their kernels are in no kernel row; profile with --cuda-graph-trace=node)")
+    assert f"note: not read, in no figure: {said}; in 1 file: {path}." in r.output, r.output
+    q = run_cli("query", "--db", db_path, "--hotspots")
+    assert said in q.stderr, q.stderr
+    assert "has no GPU activity" not in q.stderr  # (the export's own kernels are read)
+
+
 @pytest.fixture(scope="module")
 def dlrm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dlrm")
@@ -80,7 +111,9 @@ def dlrm(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("inputs", [["torchrun4_cpu"], ["dlrm"], ["event_sync_trace.json.gz", "--rank", "0"],
-                                    ["nccl_data.json.gz"], ["deepseek_train_rank0.json.gz"]])
+                                    ["nccl_data.json.gz"], ["deepseek_train_rank0.json.gz"],
+                                    ["../nsys_sqlite/saxpy-mpi-cuda_nsys_perlmutter0.sqlite", "--rank", "0"],
+                                    ["../nsys_sqlite/perlmutter-cloverleaf-cuda.sqlite", "--rank", "0"]])
 def test_traces_whose_events_are_all_read_say_nothing(db_path: Path, run_cli: Invoke, dlrm: Path,
                                                        inputs: list[str]) -> None:
     """The profiler's own "Trace" span and the GPU's synchronisation waits (cuda_sync, in the event

@@ -4,9 +4,12 @@ and 3.x (``META_DATA_EXPORT`` + ``META_DATA_CAPTURE``).
 Reads ``CUPTI_ACTIVITY_KIND_KERNEL`` (demangled names via ``StringIds``), ``..._MEMCPY`` (named
 ``[CUDA memcpy Host-to-Device]`` as nsys reports do, bytes and copyKind in args), ``..._MEMSET``,
 ``..._RUNTIME`` (CUDA API calls, kind ``api``) and NVTX push/pop and start/end ranges (kind
-``annotation``). ``deviceId`` is mapped to the CUDA ordinal through ``TARGET_INFO_GPU.cuDevice``
-when the export has it (``deviceId`` itself is not the ordinal). pid/tid come from the serialized
-``globalPid``/``globalTid`` (pid = (g >> 24) & 0xFFFFFF, tid = g & 0xFFFFFF).
+``annotation``). A CUDA graph's replays recorded as one span each (``--cuda-graph-trace=graph``:
+``CUPTI_ACTIVITY_KIND_GRAPH_TRACE``, whose kernels are then in no kernel row) are counted, not read
+(``SourceInfo.unread``: the ingest names them and what to do). ``deviceId`` is mapped to the CUDA
+ordinal through ``TARGET_INFO_GPU.cuDevice`` when the export has it (``deviceId`` itself is not the
+ordinal). pid/tid come from the serialized ``globalPid``/``globalTid`` (pid = (g >> 24) & 0xFFFFFF,
+tid = g & 0xFFFFFF).
 
 Timestamps are ns relative to the capture session; ``SourceInfo.time_base_ns`` is
 ``TARGET_INFO_SESSION_START_TIME.utcEpochNs`` (absolute = time_base_ns + start).
@@ -40,6 +43,14 @@ _MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
 _MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
 _RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 _NVTX = "NVTX_EVENTS"
+#: device work profdb does not read, counted at inspect and named by the ingest: a CUDA graph's replay
+#: recorded as one span (``nsys profile --cuda-graph-trace=graph``), whose kernels are then in no row of
+#: the kernel table (nor their launches in the runtime's)
+_UNREAD = {
+    "CUPTI_ACTIVITY_KIND_GRAPH_TRACE": "CUDA graph executions, recorded as one span each "
+    "(--cuda-graph-trace=graph): their kernels are in no kernel row; profile with --cuda-graph-trace=node",
+    "CUPTI_ACTIVITY_KIND_DEVICE_GRAPH_TRACE": "CUDA graphs launched from the device, recorded as one span each",
+}
 _ENV_ROW = re.compile(r"^PROCESS_(\d+):ENVIRONMENT_VARIABLE$")
 _ENV_VALUE = re.compile(r'^([A-Za-z_][A-Za-z0-9_]*)="?(.*?)"?$', re.DOTALL)
 
@@ -113,6 +124,11 @@ def inspect(path: Path) -> SourceInfo:
                         "('EXPORT_PRODUCT_VERSION', 'EXPORT_SCHEMA_VERSION')"
                     )
                 }
+            unread = {
+                f"rows of {table} ({what})": n
+                for table, what in _UNREAD.items()
+                if table in names and (n := conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+            }
             pids: list[int] = []
             if _KERNEL in names:
                 lo, hi = conn.execute(f"SELECT min(globalPid), max(globalPid) FROM {_KERNEL}").fetchone()
@@ -130,7 +146,7 @@ def inspect(path: Path) -> SourceInfo:
     if len(distinct) > 1:
         # Several launched processes with different ranks: say so, pick none.
         metadata["process_ranks"] = {p: h.global_rank for p, h in sorted(ranks.items())}
-    return SourceInfo(format=NAME, kind="nsys", hint=hint, time_base_ns=base, metadata=metadata)
+    return SourceInfo(format=NAME, kind="nsys", hint=hint, time_base_ns=base, metadata=metadata, unread=unread)
 
 
 def read(path: Path, info: SourceInfo) -> Iterator[Record]:
