@@ -21,6 +21,8 @@ TRACES = [
     "distributed_info_not_found.json.gz",
     "hta_trace_filter_2ranks/sampled_rank-0.json.gz",
     "torchrun4_cpu/rank2_iter5_7.json.gz",
+    # (a harness's 26 KB "metadata" object before traceEvents: found beyond the 16 KiB head)
+    "tracelens_mi300_gaunernst_bert-small-uncased__1016001.json.gz",
 ]
 KINDS = {
     "kernel": "kernel", "Kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cpu_op": "cpu_op",
@@ -65,6 +67,32 @@ def test_counts_and_durations_match_json(data: Path, name: str) -> None:
         if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation", "cuda_runtime", "Runtime")
     }
     assert info.hint.pid in host_pids and len(host_pids) == 1
+
+
+def test_the_events_array_is_looked_for_past_a_harness_block(tmp_path: Path, data: Path) -> None:
+    """Past the head, the events array is looked for in the first MiB: the real TraceLens trace with its
+    "metadata" block grown to 200 KB is found and read whole; grown past the MiB it is not found, and
+    ``--format kineto`` says where it looked. A JSON object with a large block and no events array is no
+    Kineto trace."""
+    plain = tmp_path / "results.json"
+    plain.write_text(json.dumps({"metadata": {"notes": "x" * 40000}, "events": [{"ph": "X"}]}))
+    assert detect(plain) is None
+    source = data / "kineto" / "tracelens_mi300_gaunernst_bert-small-uncased__1016001.json.gz"
+    counts, durs, doc = _expected(source)
+    for size, found in ((200_000, True), (2 << 20, False)):
+        doc["metadata"]["padding"] = "y" * size
+        path = tmp_path / f"padded{size}.json"
+        path.write_text(json.dumps(doc))
+        if found:
+            assert detect(path) is kineto_json
+            got: dict[str, int] = {}
+            for r in kineto_json.read(path, kineto_json.inspect(path)):
+                got[r.kind] = got.get(r.kind, 0) + 1
+            assert got == counts
+        else:
+            assert detect(path) is None
+            with pytest.raises(InputError, match=r'no "traceEvents" list in its first 1 MiB or its last 64 KiB'):
+                kineto_json.inspect(path)
 
 
 def test_kernel_args(data: Path) -> None:
