@@ -110,7 +110,7 @@ def dlrm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out / "dlrm_kineto"
 
 
-@pytest.mark.parametrize("inputs", [["torchrun4_cpu"], ["dlrm"], ["event_sync_trace.json.gz", "--rank", "0"],
+@pytest.mark.parametrize("inputs", [["torchrun4_cpu"], ["dlrm"], ["event_sync_trace.json.gz"],
                                     ["nccl_data.json.gz"], ["deepseek_train_rank0.json.gz"],
                                     ["../nsys_sqlite/saxpy-mpi-cuda_nsys_perlmutter0.sqlite", "--rank", "0"],
                                     ["../nsys_sqlite/perlmutter-cloverleaf-cuda.sqlite", "--rank", "0"]])
@@ -173,3 +173,54 @@ def test_the_fast_path_and_the_reference_count_alike(tmp_path: Path, monkeypatch
             assert len(handed) == 1 and 0 < handed[0] < len(json.loads(path.read_text())["traceEvents"]), handed
         else:  # (the fast path read it all)
             assert handed == []
+
+
+ROCPROF_JSON = Path(__file__).parent / "data" / "rocprof_json" / "908_results.json.gz"
+
+
+def _rocprof_with_api_records(tmp_path: Path) -> tuple[Path, dict[str, int]]:
+    """The real rocprofv3 JSON sample (empty API arrays: it was recorded with kernel tracing only) with
+    records planted in three of its buffer_records arrays, as rocprofv3 --sys-trace fills them."""
+    with gzip.open(ROCPROF_JSON) as f:
+        doc = json.load(f)
+    records = doc["rocprofiler-sdk-tool"][0]["buffer_records"]
+    assert records["hip_api"] == [] and records["marker_api"] == [] and records["rccl_api"] == []
+    call = {"size": 48, "kind": 2, "operation": 46, "correlation_id": {"internal": 12, "external": 0, "ancestor": 0},
+            "start_timestamp": 63860000000000, "end_timestamp": 63860000001000, "thread_id": 908}
+    planted = {"hip_api": 1200, "marker_api": 7, "rccl_api": 31}
+    for key, n in planted.items():
+        records[key] = [call] * n
+    path = tmp_path / "908_results.json"
+    path.write_text(json.dumps(doc))
+    return path, planted
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "reference"])
+def test_rocprof_json_api_records_are_counted_by_both_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           fast: bool) -> None:
+    from profdb.store.readers import rocprof_json, rocprof_json_fast
+
+    path, planted = _rocprof_with_api_records(tmp_path)
+    read = rocprof_json._read
+    used: list[str] = []
+    monkeypatch.setattr(rocprof_json, "_read", lambda *a: used.append("reference") or read(*a))
+    if not fast:  # (the skeleton, which holds the API arrays, past its bound: the reference reads it all)
+        monkeypatch.setattr(rocprof_json_fast, "SKELETON_MAX", 1000)
+    got: dict[str, int] = {}
+    rows = sum(len(b) for b in rocprof_json.activity_batches(path, SourceInfo(format="rocprof-json"), None, got))
+    assert used == ([] if fast else ["reference"])
+    assert rows == 43915  # (the sample's kernel dispatches, as before)
+    assert got == {rocprof_json.unread_what(k): n for k, n in planted.items()}
+
+
+def test_rocprof_json_api_records_are_named(tmp_path: Path, db_path: Path, run_cli: Invoke) -> None:
+    path, planted = _rocprof_with_api_records(tmp_path)
+    r = run_cli("ingest", "--db", db_path, "--run", "sys", "--rank", "0", path)
+    said = ("1,200 records of buffer_records.hip_api (HIP API calls; read from rocprofv3's CSV output); 31 records "
+            "of buffer_records.rccl_api (RCCL API calls; read from rocprofv3's CSV output); 7 records of "
+            "buffer_records.marker_api (ROCTx markers and ranges; read from rocprofv3's CSV output)")
+    assert f"note: not read, in no figure: {said}; in 1 file: {path}." in r.output, r.output
+    q = run_cli("query", "--db", db_path, "--hotspots")
+    assert said in q.stderr, q.stderr
+    plain = run_cli("ingest", "--db", db_path, "--run", "plain", "--rank", "0", ROCPROF_JSON)
+    assert "not read" not in plain.output, plain.output

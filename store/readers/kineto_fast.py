@@ -334,8 +334,9 @@ class _DeviceArgs(msgspec.Struct, gc=False):
 
 
 class _DeviceEvent(msgspec.Struct, gc=False):
-    """An event as device detection reads it: its category and its args' device."""
+    """An event as device detection reads it: its phase, its category and its args' device."""
 
+    ph: Any = None
     cat: Any = ""
     args: _DeviceArgs | None = None
 
@@ -387,6 +388,12 @@ def event_devices(blob: bytes, at_start: bool) -> set[int] | None:
     caller's pattern reads it then). ``at_start``: the blob starts right after ``"traceEvents"`` (a
     head); else it starts inside an event (a tail) and the events are read from the first event
     start that decodes."""
+    if not at_start:
+        # a tail that holds the whole file (a small trace) holds the events' start: read from there,
+        # not from the first "}, {", which may be between entries of deviceProperties
+        opening = blob.find(b'"traceEvents"')
+        if opening >= 0:
+            return event_devices(blob[opening + len(b'"traceEvents"') :], True)
     if at_start:
         m = _EVENTS_OPEN.match(blob)
         starts = [m.end()] if m is not None and blob[m.end() : m.end() + 1] == b"{" else []
@@ -394,6 +401,8 @@ def event_devices(blob: bytes, at_start: bool) -> set[int] | None:
         starts = [m.end() - 1 for _, m in zip(range(_DEVICE_TRIES), _NEXT_EVENT.finditer(blob))]
     for start in starts:
         events = _whole_events(blob[start:])
+        if events is not None and not all(type(ev.ph) is str for ev in events):
+            continue  # (objects of another array, deviceProperties' entries: no events)
         if events is not None:  # (cat and device typed Any: a list or a float is no GPU event's)
             return {
                 d for ev in events
