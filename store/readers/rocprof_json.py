@@ -48,6 +48,30 @@ _DISPATCH = _ITEM + ".buffer_records.kernel_dispatch.item"
 _COPY = _ITEM + ".buffer_records.memory_copy.item"
 _TABLES = {_META, _AGENT, _SYMBOL, _STRINGS}
 _RECORDS = {_DISPATCH, _COPY}
+#: (the dots of a buffer_records array's item prefix: ``<it>.<key>.item``)
+_BUFFER_DOTS = _DISPATCH.count(".")
+#: the prefix of the records of ``buffer_records`` arrays, ``<it>.<key>.item``
+_BUFFER = _ITEM + ".buffer_records."
+#: what the records of the other ``buffer_records`` arrays are, which this reader counts, not reads (a
+#: key not listed is named as it is); rocprofv3's CSV output (or rocpd) has the ones marked "CSV"
+UNREAD_WHAT = {
+    "hip_api": "HIP API calls; read from rocprofv3's CSV output",
+    "hsa_api": "HSA API calls; read from rocprofv3's CSV output",
+    "marker_api": "ROCTx markers and ranges; read from rocprofv3's CSV output",
+    "rccl_api": "RCCL API calls; read from rocprofv3's CSV output",
+    "memory_allocation": "memory allocations; read from rocprofv3's CSV output",
+    "scratch_memory": "scratch memory events; read from rocprofv3's CSV output",
+    "rocdecode_api": "rocDecode API calls; read from rocprofv3's CSV output",
+    "rocjpeg_api": "rocJPEG API calls; read from rocprofv3's CSV output",
+    "pc_sample_host_trap": "PC samples",
+    "pc_sample_stochastic": "PC samples",
+}
+
+
+def unread_what(key: str) -> str:
+    """What the records of ``buffer_records.<key>`` are, as the ingest and the store name them."""
+    what = UNREAD_WHAT.get(key)
+    return f"records of buffer_records.{key}" + (f" ({what})" if what else "")
 
 #: rocprofiler_memory_copy_operation_t, used when a file has no strings table
 _COPY_OPS = [
@@ -200,18 +224,21 @@ def activity_batches(
 ) -> Iterator[list[Activity]]:
     """The file's records in lists (base.BatchReader): decoded in slices by rocprof_json_fast when
     its first pass proves it reads the file as the reference does, else streamed by the reference.
-    (``unread``: this reader counts nothing there.)"""
+    The records of the other ``buffer_records`` arrays (API calls, markers...) are counted into
+    ``unread``, by ``unread_what``."""
     from . import rocprof_json_fast as fast
 
+    by_key: dict[str, int] = {}
     try:
         try:
             with open_binary(path) as f:
                 checked = fast.check(f)
         except fast.Fallback:
-            yield from in_lists(_read(path))  # (the fast path's lists are its slices)
-            return
-        with open_binary(path) as f:
-            yield from fast.records(f, checked)
+            yield from in_lists(_read(path, by_key))  # (the fast path's lists are its slices)
+        else:
+            with open_binary(path) as f:
+                yield from fast.records(f, checked)
+            by_key = checked.unread
     except fast.Fallback as e:  # (the second pass met what the first did not: the file changed meanwhile)
         raise InputError(
             f"{path}: the file changed while profdb read it ({e}); ingest it again once it is complete"
@@ -225,9 +252,17 @@ def activity_batches(
             f"{path}: a record lacks an expected field or holds another type there ({e!r}); the file is "
             "from an unsupported rocprofv3 version or damaged: re-export it with rocprofv3 --output-format json"
         ) from e
+    if unread is not None:
+        for key, n in by_key.items():
+            what = unread_what(key)
+            unread[what] = unread.get(what, 0) + n
 
 
-def _read(path: Path) -> Iterator[Activity]:
+def _read(path: Path, unread: dict[str, int] | None = None) -> Iterator[Activity]:
+    """The reference: every record, streamed; the records (objects) of the other ``buffer_records``
+    arrays are counted into ``unread`` by key."""
+    if unread is None:
+        unread = {}
     procs: list[_Tables] = []
     prepass: list[_Tables] | None = None
     builder: ijson.ObjectBuilder | None = None
@@ -268,6 +303,9 @@ def _read(path: Path) -> Iterator[Activity]:
                 elif prefix == _ITEM:
                     cur = _Tables()
                     procs.append(cur)
+                elif prefix.startswith(_BUFFER) and prefix.endswith(".item") and prefix.count(".") == _BUFFER_DOTS:
+                    key = prefix[len(_BUFFER) : -5]
+                    unread[key] = unread.get(key, 0) + 1
             elif event == "start_array":
                 if prefix == _ITEM + ".agents":
                     cur.has_agents = True

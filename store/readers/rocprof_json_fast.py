@@ -129,6 +129,7 @@ _DECODERS: dict[str, Any] = {
 }
 _RAW_OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _RAW_OBJECTS = msgspec.json.Decoder(list[dict[str, msgspec.Raw]])
+_RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _PLACE = msgspec.json.Decoder(list[int])
 _ANY = msgspec.json.Decoder()
 _TABLE_KEYS = ("metadata", "strings", "agents", "kernel_symbols")
@@ -254,10 +255,12 @@ class Checked:
     """What the first pass found: each process's tables, the process of each array (by number), and
     the skeleton it proved them by (the second pass must meet the same one)."""
 
-    def __init__(self, tables: list[_Tables], owner: dict[int, int], skeleton: bytes) -> None:
+    def __init__(self, tables: list[_Tables], owner: dict[int, int], skeleton: bytes, unread: dict[str, int]) -> None:
         self.tables = tables
         self.owner = owner
         self.skeleton = skeleton
+        #: the records (objects) of the other buffer_records arrays, by key (left in the skeleton)
+        self.unread = unread
 
 
 def check(f: IO[bytes]) -> Checked:
@@ -285,6 +288,7 @@ def check(f: IO[bytes]) -> Checked:
         raise Fallback("no process")
     owner: dict[int, int] = {}
     tables: list[_Tables] = []
+    unread: dict[str, int] = {}
     for i, proc in enumerate(procs):
         order = list(proc)
         br = _raw_object(proc.get("buffer_records"))
@@ -299,6 +303,14 @@ def check(f: IO[bytes]) -> Checked:
             for key in ("kernel_dispatch", "memory_copy"):
                 if key in br:
                     owner[_place(br[key], key, walk.keys)] = i
+            for key, raw in br.items():  # (the records the reference counts: objects in an array)
+                if key not in ("kernel_dispatch", "memory_copy"):
+                    try:
+                        n = sum(1 for r in _RAW_LIST.decode(raw) if bytes(r)[:1] == b"{")
+                    except msgspec.ValidationError:
+                        continue  # (not an array: no record)
+                    if n:
+                        unread[key] = unread.get(key, 0) + n
         try:
             if "metadata" in proc:
                 t.add(_META, _ANY.decode(proc["metadata"]))
@@ -333,7 +345,7 @@ def check(f: IO[bytes]) -> Checked:
         t = tables[owner[k]]
         if not t.has_symbols or not used <= t.symbols.keys():
             raise Fallback("dispatches without a kernel_symbols table, or of a kernel_id not in it")
-    return Checked(tables, owner, skeleton)
+    return Checked(tables, owner, skeleton, unread)
 
 
 def _raw_object(raw: msgspec.Raw | None) -> dict[str, msgspec.Raw] | None:
