@@ -14,7 +14,8 @@ tables (agents, strings, kernel_symbols) before ``buffer_records``; if a file ha
 first pass collects only those tables, and the main pass then streams the records.
 
 Counter collection (``callback_records.counter_collection``) and the API traces are not read here
-(use the CSV or rocpd output for those)."""
+(use the CSV or rocpd output for those); the records of every ``buffer_records`` array but kernel
+dispatches and copies are counted (``UNREAD_WHAT``), and the ingest names them."""
 
 from __future__ import annotations
 
