@@ -93,6 +93,13 @@ class BatchReader(Reader, Protocol):
     ) -> Iterator[list[Activity]]: ...
 
 
+def unread_label(kind: str, key: str, what: dict[str, str]) -> str:
+    """How the ingest and the store name records a reader did not read: ``kind`` + ``key`` (e.g.
+    "events of category " + "hpu_op"), and what they are when ``what`` knows ``key``."""
+    known = what.get(key)
+    return f"{kind}{key}" + (f" ({known})" if known else "")
+
+
 #: records per list when a BatchReader's records come one by one (its reference reader's)
 RECORDS_PER_LIST = 4096
 

@@ -35,7 +35,7 @@ import ijson
 from ..errors import InputError
 from ..records import Activity, RankHint, Record, SourceInfo
 from . import kineto_fast
-from .base import display_name, head, in_lists, open_binary, tail
+from .base import display_name, head, in_lists, open_binary, tail, unread_label
 from .json_guard import guarded
 
 NAME = "kineto"
@@ -93,8 +93,7 @@ UNREAD_WHAT = {
 
 def unread_what(category: str) -> str:
     """What the events of ``category`` are, as the ingest and the store name them."""
-    what = UNREAD_WHAT.get(category)
-    return f"events of category {category} ({what})" if what else f"events of category {category}"
+    return unread_label("events of category ", category, UNREAD_WHAT)
 
 
 #: kernel/collective args worth keeping (everything else is dropped to keep rows small)

@@ -31,7 +31,7 @@ import ijson
 
 from ..errors import InputError
 from ..records import Activity, RankHint, Record, SourceInfo
-from .base import head, in_lists, open_binary, tail
+from .base import head, in_lists, open_binary, tail, unread_label
 from .json_guard import guarded
 
 NAME = "rocprof-json"
@@ -71,8 +71,7 @@ UNREAD_WHAT = {
 
 def unread_what(key: str) -> str:
     """What the records of ``buffer_records.<key>`` are, as the ingest and the store name them."""
-    what = UNREAD_WHAT.get(key)
-    return f"records of buffer_records.{key}" + (f" ({what})" if what else "")
+    return unread_label("records of buffer_records.", key, UNREAD_WHAT)
 
 #: rocprofiler_memory_copy_operation_t, used when a file has no strings table
 _COPY_OPS = [
