@@ -126,10 +126,19 @@ def unread_in_run(db: Db, run_id: int) -> Unread:
                      "ORDER BY path", {"run": run_id})
     by_what: dict[str, tuple[int, list[str]]] = {}
     for path, text in found:
-        for what, n in json.loads(text).items():
+        try:
+            counts = json.loads(text)
+            if type(counts) is not dict or not all(type(n) is int for n in counts.values()):
+                raise ValueError("not an object of counts")
+        except ValueError as e:  # (profdb writes an object of integers: the store was edited or damaged)
+            raise QueryError(
+                f"source_file.unread_json of {path} is {str(text)[:80]!r}, not a JSON object of counts ({e}); "
+                "the store was edited or is damaged: set it to NULL, or ingest the file into a new store"
+            ) from None
+        for what, n in counts.items():
             events, paths = by_what.get(what, (0, []))
             paths.append(str(path))
-            by_what[what] = (events + int(n), paths)
+            by_what[what] = (events + n, paths)
     return unread_of(by_what)
 
 

@@ -64,6 +64,18 @@ def test_the_ingest_and_every_question_name_the_mtia_device_events(db_path: Path
         ("annotation", raw["user_annotation"]), ("cpu_op", raw["cpu_op"])]
 
 
+@pytest.mark.parametrize("value", ["not json", "[1, 2]", '{"events": "many"}'])
+def test_a_damaged_unread_cell_is_named_not_a_traceback(db_path: Path, run_cli: Invoke, value: str) -> None:
+    run_cli("ingest", "--db", db_path, "--run", "mtia", MTIA)
+    con = sqlite3.connect(db_path)
+    con.execute("UPDATE source_file SET unread_json = ?", (value,))
+    con.commit()
+    con.close()
+    q = run_cli("query", "--db", db_path, "--hotspots", ok=False)
+    assert q.exit_code == 1, q.output
+    assert f"source_file.unread_json of {MTIA} is {value!r}, not a JSON object of counts" in q.output, q.output
+
+
 def test_the_cupti_range_profiler_kernels_are_named(db_path: Path, run_cli: Invoke) -> None:
     r = run_cli("ingest", "--db", db_path, "--run", "cupti", "--rank", "0", CUPTI)
     said = ("77 events of category cuda_profiler_range (kernels replayed by the CUPTI range profiler, whose "
