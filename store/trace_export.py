@@ -45,7 +45,7 @@ from . import collectives, fact_spans, queries
 from .errors import QueryError
 from .identity import rank_ranges
 from .models import Activity, Launch, Name, Origin, Rank, SourceFile, Step, Summary
-from .scope import RankRef, RunScope, resolve_run, with_ranks
+from .scope import RankRef, RunScope, copies_notes, resolve_run, unread_notes, with_ranks
 from .timeline import calls_by_family, load_timelines, match_stored
 from .units import fmt_ns
 
@@ -195,7 +195,8 @@ def plan_export(conn: Connection, run: str | RunScope | None, window: Window) ->
         ranks = [r for r in ranks if r.global_rank in set(window.ranks)]
     kinds, _ = queries.select_kinds(conn, scope, None, ("kernel",))
     verdict = queries.straggler(conn, scope, kinds)
-    notes: list[str] = []
+    # (what the merged trace cannot show: events the readers did not read, a rank's copied file)
+    notes: list[str] = unread_notes(scope.unread) + copies_notes(scope.name, scope.copies)
     clocks = verdict.detail.findings.clocks if verdict.detail is not None else collectives.Clocks("", {})
     offsets = {h: (o.offset_ns, o.error_ns, o.samples) for h, o in clocks.offsets.items()}
     unplaced = sorted({r.hostname or "" for r in ranks} - set(offsets)) if len(

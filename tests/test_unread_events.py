@@ -59,6 +59,8 @@ def test_the_ingest_and_every_question_name_the_mtia_device_events(db_path: Path
         q = run_cli("query", "--db", db_path, question)
         assert f"not read, in no figure: {device}; {runtime}; in 1 file: {MTIA}" in q.stderr, (question, q.stderr)
         assert "has no GPU activity profdb reads (kernel" in q.stderr, (question, q.stderr)
+    t = run_cli("timeline", "--db", db_path, "-o", db_path.parent / "merged.json")
+    assert f"not read, in no figure: {device}; {runtime}" in t.output + t.stderr, t.output
     # what is read is as before: the host's operators and annotations, every one
     assert sql(db_path, "SELECT kind, SUM(calls) FROM summary GROUP BY kind ORDER BY kind") == [
         ("annotation", raw["user_annotation"]), ("cpu_op", raw["cpu_op"])]
