@@ -39,8 +39,15 @@ from ..records import Activity, activity_of
 from .json_guard import MAX_JSON_DEPTH, bad_before_cut, closed_inside, nesting
 from .rocprof_json import _AGENT, _META, _STRINGS, _Tables, copy_activity
 
-#: the arrays decoded in slices: records and the two large tables
-_ARRAYS = re.compile(rb'"(kernel_dispatch|memory_copy|agents|kernel_symbols)"[ \t\r\n]*:[ \t\r\n]*\[')
+#: the record arrays this reader does not read but counts (rocprof_json.UNREAD_WHAT), taken in slices
+#: like the others so that they stay out of the skeleton: --sys-trace's hip_api holds a record per HIP
+#: call (1M records, 213 MB, made the skeleton too large and the reference read the file: 8.9 s, not
+#: ~1.5). marker_api is not among them: ``strings`` has a marker_api array too (counted in the skeleton)
+_COUNTED = ("hip_api", "hsa_api", "rccl_api", "memory_allocation", "scratch_memory", "rocdecode_api", "rocjpeg_api",
+            "pc_sample_host_trap", "pc_sample_stochastic")
+#: the arrays decoded in slices: records, the two large tables, and the records only counted
+_ARRAYS = re.compile(rb'"(kernel_dispatch|memory_copy|agents|kernel_symbols|' + "|".join(_COUNTED).encode()
+                     + rb')"[ \t\r\n]*:[ \t\r\n]*\[')
 #: bytes of items decoded at once
 SLICE = 2 << 20
 #: bytes read per block
@@ -114,6 +121,10 @@ class _Copy(msgspec.Struct, gc=False):
     bytes: int | None = None
 
 
+class _Counted(msgspec.Struct, gc=False):
+    """A record only counted: an object, its fields skipped in C."""
+
+
 class _Symbol(msgspec.Struct, gc=False):
     kernel_id: Any = None
     formatted_kernel_name: Any = None
@@ -126,6 +137,7 @@ _DECODERS: dict[str, Any] = {
     "memory_copy": msgspec.json.Decoder(list[_Copy]),
     "agents": msgspec.json.Decoder(list[dict[str, Any]]),
     "kernel_symbols": msgspec.json.Decoder(list[_Symbol]),
+    **dict.fromkeys(_COUNTED, msgspec.json.Decoder(list[_Counted])),
 }
 _RAW_OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _RAW_OBJECTS = msgspec.json.Decoder(list[dict[str, msgspec.Raw]])
@@ -269,11 +281,14 @@ def check(f: IO[bytes]) -> Checked:
     walk = Walk(f)
     arrays: dict[int, list[Any]] = {}
     kernels: dict[int, set[int]] = {}  # (the kernel ids each dispatch array uses)
+    counted: dict[int, int] = {}  # (the records of each array only counted)
     for k, key, items in walk:
         if key in ("agents", "kernel_symbols"):
             arrays.setdefault(k, []).extend(items)
         elif key == "kernel_dispatch":
             kernels.setdefault(k, set()).update(d.dispatch_info.kernel_id for d in items)
+        elif key in _COUNTED:
+            counted[k] = counted.get(k, 0) + len(items)
     skeleton = walk.skeleton
     if b"\\u" in skeleton or _DOTTED_KEY.search(skeleton) is not None:
         raise Fallback("a key the reference's dotted prefixes might read otherwise")
@@ -300,11 +315,11 @@ def check(f: IO[bytes]) -> Checked:
             if key in proc:
                 owner[_place(proc[key], key, walk.keys)] = i
         if br is not None:
-            for key in ("kernel_dispatch", "memory_copy"):
+            for key in ("kernel_dispatch", "memory_copy", *_COUNTED):
                 if key in br:
                     owner[_place(br[key], key, walk.keys)] = i
             for key, raw in br.items():  # (the records the reference counts: objects in an array)
-                if key not in ("kernel_dispatch", "memory_copy"):
+                if key not in ("kernel_dispatch", "memory_copy", *_COUNTED):
                     try:
                         n = sum(1 for r in _RAW_LIST.decode(raw) if bytes(r)[:1] == b"{")
                     except msgspec.ValidationError:
@@ -341,6 +356,9 @@ def check(f: IO[bytes]) -> Checked:
                     t.add_symbol(s.kernel_id, s.formatted_kernel_name, s.demangled_kernel_name, s.kernel_name)
         except Exception as e:
             raise Fallback(f"{type(e).__name__}: {e}") from None
+    for k, n in counted.items():
+        if n:
+            unread[walk.keys[k]] = unread.get(walk.keys[k], 0) + n
     for k, used in kernels.items():
         t = tables[owner[k]]
         if not t.has_symbols or not used <= t.symbols.keys():
