@@ -12,7 +12,8 @@ kineto_fast cuts events; a cut inside an item cannot decode, so one that decodes
 items). The rest of the file, with array k's content replaced by the number k, is the *skeleton*
 (the metadata, strings and other small sections), decoded whole at the end. It proves where each
 array was: every number must sit exactly under ``rocprofiler-sdk-tool[i]`` as that process's
-``agents`` / ``kernel_symbols`` / ``buffer_records.kernel_dispatch`` / ``buffer_records.memory_copy``;
+``agents`` / ``kernel_symbols`` / ``buffer_records.kernel_dispatch`` / ``buffer_records.memory_copy``
+(or one of the record arrays only counted, ``_COUNTED``: ``buffer_records.hip_api``...);
 a key matched elsewhere, twice, or an array missed (an escaped key) leaves a number missing or
 misplaced. The file is read twice: the first pass checks everything and collects the tables, the
 second yields the records; ``Fallback`` is raised only in the first, before any record is yielded,
