@@ -48,7 +48,7 @@ from .metrics import spread
 from .models import Name, Rank, Run, Summary
 from .queries import COMM, Result, like_pattern
 from .runs import RunInfo, all_runs, find_run, matches, parse_filters
-from .scope import RankRef, RunScope, resolve_run
+from .scope import RankRef, RunScope, copies_notes, missing_notes, resolve_run, unread_notes
 from .units import fmt_ns
 
 _run = Run.__table__
@@ -208,7 +208,8 @@ def comparability_notes(
     conn: Connection, bases: Sequence[RunScope], new: RunScope, kinds: Sequence[str]
 ) -> list[str]:
     """What makes the two sides not like for like, and what the figures then mean: world sizes,
-    hosts, the kinds of rows each run holds, the rules that classified them, ranks that ended badly."""
+    hosts, the kinds of rows each run holds, the rules that classified them, ranks without data,
+    copied files and events not read, ranks that ended badly."""
     notes: list[str] = []
 
     def sides(f: Callable[[RunScope], str]) -> str:
@@ -258,6 +259,9 @@ def comparability_notes(
                 f"{', '.join(d or 'not recorded' for d in new.rule_digests) or 'none'}): busy and comm time may "
                 "differ for that reason alone; `profdb reclassify --run NAME` both with the same rules"
             )
+    for sc in [*bases, new]:  # (what each side's figures leave out: ranks without data, events not read)
+        notes += missing_notes(sc) + copies_notes(sc.name, sc.copies)
+        notes += [f"run {sc.name!r}: {n}" for n in unread_notes(sc.unread)]
     for sc in [*bases, new]:
         bad = sc.ended_abnormally()
         if bad:

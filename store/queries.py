@@ -34,7 +34,16 @@ from .findings import RunVerdict, run_findings, run_verdict, window_notes
 from .metrics import Spread, ratio, spread
 from .reader import Db, RawSqlite, chunks, in_list
 from .records import KINDS, NESTED_KINDS
-from .scope import RankRef, RunScope, copies_notes, digest_notes, scope_of, unread_notes, with_ranks
+from .scope import (
+    RankRef,
+    RunScope,
+    copies_notes,
+    digest_notes,
+    missing_notes,
+    scope_of,
+    unread_notes,
+    with_ranks,
+)
 from .units import fmt_ns
 from .verdict import RankTotal
 
@@ -293,15 +302,7 @@ def _time_note(kinds: Iterable[str], inclusive: bool) -> str:
 
 
 def _scope_notes(scope: RunScope) -> list[str]:
-    notes = []
-    missing = scope.missing_ranks()
-    if missing:
-        shown = ", ".join(map(str, missing[:20])) + (" ..." if len(missing) > 20 else "")
-        notes.append(
-            f"run {scope.name!r}: world_size {scope.world_size} but {len(missing)} rank(s) have no data "
-            f"and are not in these figures: {shown}"
-        )
-    return (notes + end_notes(scope) + digest_notes(scope) + copies_notes(scope.name, scope.copies)
+    return (missing_notes(scope) + end_notes(scope) + digest_notes(scope) + copies_notes(scope.name, scope.copies)
             + unread_notes(scope.unread))
 
 

@@ -119,6 +119,18 @@ def resolve_run(db: Db, run: str | None = None) -> RunScope:
     )
 
 
+def missing_notes(scope: RunScope) -> list[str]:
+    """A note naming the ranks of the run's world size with no data: no figure covers them."""
+    missing = scope.missing_ranks()
+    if not missing:
+        return []
+    shown = ", ".join(map(str, missing[:20])) + (" ..." if len(missing) > 20 else "")
+    return [
+        f"run {scope.name!r}: world_size {scope.world_size} but {len(missing)} rank(s) have no data "
+        f"and are not in these figures: {shown}"
+    ]
+
+
 def unread_in_run(db: Db, run_id: int) -> Unread:
     """What the run's files hold that their readers did not read (``source_file.unread_json``): e.g.
     the device events of a Kineto trace of another accelerator."""
