@@ -244,3 +244,13 @@ def test_rocprof_json_api_records_are_named(tmp_path: Path, db_path: Path, run_c
     assert said in q.stderr, q.stderr
     plain = run_cli("ingest", "--db", db_path, "--run", "plain", "--rank", "0", ROCPROF_JSON)
     assert "not read" not in plain.output, plain.output
+
+
+def test_both_engines_keep_and_say_the_events_not_read(store_url: str, run_cli: Invoke) -> None:
+    """SQLite and PostgreSQL: the column written by the ingest, read back by every question."""
+    run_cli("ingest", "--db", store_url, "--run", "mtia", MTIA)
+    q = run_cli("query", "--db", store_url, "--hotspots")
+    assert ("not read, in no figure: 1,313 events of category mtia_ccp_events (MTIA device events); 823 events "
+            "of category mtia_runtime (MTIA runtime calls)") in q.stderr, q.stderr
+    s = run_cli("sql", "--db", store_url, "--format", "json", "SELECT unread_json FROM source_file")
+    assert "mtia_ccp_events" in s.output and "1313" in s.output, s.output
