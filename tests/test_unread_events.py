@@ -254,3 +254,30 @@ def test_both_engines_keep_and_say_the_events_not_read(store_url: str, run_cli: 
             "of category mtia_runtime (MTIA runtime calls)") in q.stderr, q.stderr
     s = run_cli("sql", "--db", store_url, "--format", "json", "SELECT unread_json FROM source_file")
     assert "mtia_ccp_events" in s.output and "1313" in s.output, s.output
+
+
+def test_categories_past_the_bound_are_counted_together(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A damaged or hostile trace with a category per event must not grow the counts without bound:
+    past ``UNREAD_KINDS`` categories the rest are counted together, alike by both paths (the real
+    torchrun rank 0 trace with 300 of its CPU ops each given a category of its own)."""
+    from profdb.store.readers import base
+
+    with gzip.open(KINETO / "torchrun4_cpu" / "rank0_iter5_7.json.gz") as f:
+        trace = json.load(f)
+    ops = [e for e in trace["traceEvents"] if e.get("cat") == "cpu_op"]
+    for i, e in enumerate(ops[:300]):
+        e["cat"] = f"custom_{i}"
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps(trace))
+    named = {kineto_json.unread_what(f"custom_{i}"): 1 for i in range(base.UNREAD_KINDS)}
+    expected = {**named, kineto_json.unread_what(base.OTHER_KINDS): 300 - base.UNREAD_KINDS}
+    assert kineto_json.unread_what(base.OTHER_KINDS) == "events of category (any other: past the first 256 named)"
+    for size in ((kineto_fast.SLICE, kineto_fast.READ), (4096, 1000)):  # (one slice; many)
+        monkeypatch.setattr(kineto_fast, "SLICE", size[0])
+        monkeypatch.setattr(kineto_fast, "READ", size[1])
+        got: dict[str, int] = {}
+        list(kineto_json.activity_batches(path, _NO_INFO, None, got))
+        assert got == expected
+    ref: dict[str, int] = {}
+    list(kineto_json._read_reference(path, None, unread=ref))
+    assert {kineto_json.unread_what(c): n for c, n in ref.items()} == expected

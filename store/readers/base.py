@@ -93,9 +93,24 @@ class BatchReader(Reader, Protocol):
     ) -> Iterator[list[Activity]]: ...
 
 
+#: distinct kinds of records not read counted by name in a file; the rest are counted together under
+#: ``OTHER_KINDS`` (a damaged or hostile file with a category per event must not grow the count unbounded)
+UNREAD_KINDS = 256
+OTHER_KINDS = ""
+
+
+def count_unread(unread: dict[str, int], key: str, n: int = 1) -> None:
+    """Add ``n`` records of kind ``key`` to ``unread`` (past ``UNREAD_KINDS`` kinds: to ``OTHER_KINDS``)."""
+    if key not in unread and len(unread) >= UNREAD_KINDS:
+        key = OTHER_KINDS
+    unread[key] = unread.get(key, 0) + n
+
+
 def unread_label(kind: str, key: str, what: dict[str, str]) -> str:
     """How the ingest and the store name records a reader did not read: ``kind`` + ``key`` (e.g.
     "events of category " + "hpu_op"), and what they are when ``what`` knows ``key``."""
+    if key == OTHER_KINDS:
+        return f"{kind}(any other: past the first {UNREAD_KINDS} named)"
     known = what.get(key)
     return f"{kind}{key}" + (f" ({known})" if known else "")
 

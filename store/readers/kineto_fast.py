@@ -37,6 +37,7 @@ from typing import IO, Any
 import msgspec
 
 from ..records import Activity, activity_of
+from .base import count_unread
 from .json_guard import MAX_JSON_DEPTH, bad_before_cut, closed_inside, nesting
 
 #: bytes of events decoded at once (about 7,000 events of a generated trace; one 37 MB trace read
@@ -314,7 +315,7 @@ def _records(
     except Exception as e:  # whatever the reference makes of it (its error, or its reading)
         raise Fallback(done, f"{type(e).__name__}: {e}") from None
     for cat, n in skipped.items():
-        unread[cat] = unread.get(cat, 0) + n
+        count_unread(unread, cat, n)
     return out
 
 

@@ -35,7 +35,7 @@ import ijson
 from ..errors import InputError
 from ..records import Activity, RankHint, Record, SourceInfo
 from . import kineto_fast
-from .base import display_name, head, in_lists, open_binary, tail, unread_label
+from .base import count_unread, display_name, head, in_lists, open_binary, tail, unread_label
 from .json_guard import guarded
 
 NAME = "kineto"
@@ -436,7 +436,7 @@ def _reference_events(
                 kind = cats.get(cat) if type(cat) is str else None
                 if kind is None:
                     if type(cat) is str and cat not in silent:
-                        unread[cat] = unread.get(cat, 0) + 1
+                        count_unread(unread, cat)
                     continue
                 ts = ev.get("ts")
                 if ts is None:

@@ -31,7 +31,7 @@ import ijson
 
 from ..errors import InputError
 from ..records import Activity, RankHint, Record, SourceInfo
-from .base import head, in_lists, open_binary, tail, unread_label
+from .base import count_unread, head, in_lists, open_binary, tail, unread_label
 from .json_guard import guarded
 
 NAME = "rocprof-json"
@@ -304,8 +304,7 @@ def _read(path: Path, unread: dict[str, int] | None = None) -> Iterator[Activity
                     cur = _Tables()
                     procs.append(cur)
                 elif prefix.startswith(_BUFFER) and prefix.endswith(".item") and prefix.count(".") == _BUFFER_DOTS:
-                    key = prefix[len(_BUFFER) : -5]
-                    unread[key] = unread.get(key, 0) + 1
+                    count_unread(unread, prefix[len(_BUFFER) : -5])
             elif event == "start_array":
                 if prefix == _ITEM + ".agents":
                     cur.has_agents = True

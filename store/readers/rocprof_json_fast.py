@@ -37,6 +37,7 @@ from typing import IO, Any
 import msgspec
 
 from ..records import Activity, activity_of
+from .base import count_unread
 from .json_guard import MAX_JSON_DEPTH, bad_before_cut, closed_inside, nesting
 from .rocprof_json import _AGENT, _META, _STRINGS, _Tables, copy_activity
 
@@ -319,14 +320,18 @@ def check(f: IO[bytes]) -> Checked:
             for key in ("kernel_dispatch", "memory_copy", *_COUNTED):
                 if key in br:
                     owner[_place(br[key], key, walk.keys)] = i
-            for key, raw in br.items():  # (the records the reference counts: objects in an array)
-                if key not in ("kernel_dispatch", "memory_copy", *_COUNTED):
+            for key, raw in br.items():  # (the records the reference counts: objects in an array, in its order)
+                if key in ("kernel_dispatch", "memory_copy"):
+                    continue
+                if key in _COUNTED:
+                    n = counted.get(_place(raw, key, walk.keys), 0)
+                else:
                     try:
                         n = sum(1 for r in _RAW_LIST.decode(raw) if bytes(r)[:1] == b"{")
                     except msgspec.ValidationError:
                         continue  # (not an array: no record)
-                    if n:
-                        unread[key] = unread.get(key, 0) + n
+                if n:
+                    count_unread(unread, key, n)
         try:
             if "metadata" in proc:
                 t.add(_META, _ANY.decode(proc["metadata"]))
@@ -357,9 +362,6 @@ def check(f: IO[bytes]) -> Checked:
                     t.add_symbol(s.kernel_id, s.formatted_kernel_name, s.demangled_kernel_name, s.kernel_name)
         except Exception as e:
             raise Fallback(f"{type(e).__name__}: {e}") from None
-    for k, n in counted.items():
-        if n:
-            unread[walk.keys[k]] = unread.get(walk.keys[k], 0) + n
     for k, used in kernels.items():
         t = tables[owner[k]]
         if not t.has_symbols or not used <= t.symbols.keys():
