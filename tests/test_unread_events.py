@@ -267,11 +267,13 @@ def test_categories_past_the_bound_are_counted_together(tmp_path: Path, monkeypa
     ops = [e for e in trace["traceEvents"] if e.get("cat") == "cpu_op"]
     for i, e in enumerate(ops[:300]):
         e["cat"] = f"custom_{i}"
+    del ops[300]["cat"]  # (an event without a category: named as such, past the bound too)
     path = tmp_path / "rank0.json"
     path.write_text(json.dumps(trace))
     named = {kineto_json.unread_what(f"custom_{i}"): 1 for i in range(base.UNREAD_KINDS)}
-    expected = {**named, kineto_json.unread_what(base.OTHER_KINDS): 300 - base.UNREAD_KINDS}
+    expected = {**named, kineto_json.unread_what(base.OTHER_KINDS): 301 - base.UNREAD_KINDS}
     assert kineto_json.unread_what(base.OTHER_KINDS) == "events of category (any other: past the first 256 named)"
+    assert kineto_json.unread_what("") == "events of category (none)"
     for size in ((kineto_fast.SLICE, kineto_fast.READ), (4096, 1000)):  # (one slice; many)
         monkeypatch.setattr(kineto_fast, "SLICE", size[0])
         monkeypatch.setattr(kineto_fast, "READ", size[1])

@@ -96,7 +96,7 @@ class BatchReader(Reader, Protocol):
 #: distinct kinds of records not read counted by name in a file; the rest are counted together under
 #: ``OTHER_KINDS`` (a damaged or hostile file with a category per event must not grow the count unbounded)
 UNREAD_KINDS = 256
-OTHER_KINDS = ""
+OTHER_KINDS = "\x00others"
 
 
 def count_unread(unread: dict[str, int], key: str, n: int = 1) -> None:
@@ -111,6 +111,8 @@ def unread_label(kind: str, key: str, what: dict[str, str]) -> str:
     "events of category " + "hpu_op"), and what they are when ``what`` knows ``key``."""
     if key == OTHER_KINDS:
         return f"{kind}(any other: past the first {UNREAD_KINDS} named)"
+    if key == "":
+        return f"{kind}(none)"
     known = what.get(key)
     return f"{kind}{key}" + (f" ({known})" if known else "")
 
