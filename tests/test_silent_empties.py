@@ -69,6 +69,25 @@ def test_kineto_forced_on_an_execution_trace_says_what_it_is(torch_files: Path, 
     assert "not a Kineto trace" in r.stderr and not db_path.exists()
 
 
+@needs_torchrun
+def test_an_execution_trace_is_named_without_format(torch_files: Path, data: Path, tmp_path: Path,
+                                                    run_cli: Invoke) -> None:
+    """Without --format: named alone on the command line (exit 1, nothing stored), and among the skipped
+    files of a folder that also holds a real Kineto trace (ingested)."""
+    et = torch_files / "et.json"
+    said = "a PyTorch execution trace: a graph of operators without timings (torch.profiler.ExecutionTraceObserver)"
+    r = run_cli("ingest", "--db", tmp_path / "one.db", "--rank", "0", et, ok=False)
+    assert r.exit_code == 1 and f"{et}: {said}" in r.stderr, r.stderr
+    assert not (tmp_path / "one.db").exists()
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "rank0_et.json").write_bytes(et.read_bytes())
+    (job / "rank0_trace.json.gz").write_bytes((data / "kineto" / "torchrun4_cpu" / "rank0_iter5_7.json.gz").read_bytes())
+    r = run_cli("ingest", "--db", tmp_path / "job.db", "--rank", "0", job)
+    assert f"skipped: {said[:25]} ({job / 'rank0_et.json'}): a graph of operators" in r.output + r.stderr
+    assert "files: 1 ingested" in r.output
+
+
 def test_a_json_file_without_trace_events_forced_as_kineto(data: Path, tmp_path: Path, run_cli: Invoke) -> None:
     """A real JSON that is neither: rocprofv3's JSON output, forced as kineto."""
     path = tmp_path / "results.json"

@@ -34,7 +34,7 @@ import ijson
 
 from ..errors import InputError
 from ..records import Activity, RankHint, Record, SourceInfo
-from . import kineto_fast
+from . import kineto_fast, others
 from .base import count_unread, display_name, head, in_lists, open_binary, tail, unread_label
 from .json_guard import guarded
 
@@ -51,9 +51,6 @@ EMPTY_WHY = (
     "runtime calls): the profiler recorded nothing in its window (was a step of the schedule's active "
     "window reached, were activities enabled?)"
 )
-#: top-level keys of a PyTorch execution trace (ExecutionTraceObserver, Chakra schema): a graph of
-#: operators, no timed events; a Kineto trace never has them at the top
-_ET_MARK = re.compile(rb'^\s*\{\s*"schema"\s*:\s*"([^"]*)"[^\[]*?"nodes"\s*:\s*\[')
 
 _CATS = {
     "kernel": "kernel",
@@ -203,7 +200,7 @@ def inspect(path: Path) -> SourceInfo:
             "was probably killed while writing: re-run it, or re-copy the file"
         )
     if b'"traceEvents"' not in h and b'"traceEvents"' not in t and not (len(h) == 65536 and _events_far(path)):
-        et = _ET_MARK.match(h)
+        et = others.ET_MARK.match(h)
         if et:
             raise InputError(
                 f"{path}: this is a PyTorch execution trace (ExecutionTraceObserver, schema "

@@ -11,12 +11,17 @@ write Perfetto (``--output-format pftrace``) and OTF2 traces, which hold no more
 database, which profdb reads.
 
 Only the name is looked at, and only for files no reader recognised by their content: a real export
-renamed ``.nsys-rep`` is still read as what it is."""
+renamed ``.nsys-rep`` is still read as what it is. One kind is told by its content: a PyTorch execution
+trace (``ExecutionTraceObserver``, the Chakra schema: ``{"schema": ..., "nodes": [...]}``), a ``.json``
+like the Kineto trace it is often written beside, which holds the timings profdb reads."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from .base import display_name, head
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,13 +61,26 @@ OTHERS = (
 )  # fmt: skip
 
 
+#: the top-level keys of a PyTorch execution trace (ExecutionTraceObserver, Chakra schema): a graph of
+#: operators, no timed events; a Kineto trace never has them at the top (group 1: the schema's version)
+ET_MARK = re.compile(rb'^\s*\{\s*"schema"\s*:\s*"([^"]*)"[^\[]*?"nodes"\s*:\s*\[')
+_ET = Other(
+    (".json",), "a PyTorch execution trace", "PyTorch execution traces",
+    "a graph of operators without timings (torch.profiler.ExecutionTraceObserver), which profdb does not read; "
+    "ingest the Kineto trace torch.profiler writes for the same steps (on_trace_ready, export_chrome_trace)",
+)
+
+
 def _other(path: Path) -> tuple[Other, str] | None:
-    """The kind of ``path`` by its name's ending, and that ending, or None."""
+    """The kind of ``path`` by its name's ending (or, for a ``.json``, its content), and that ending, or
+    None."""
     name = path.name.lower()
     for other in OTHERS:
         for ending in other.endings:
             if name.endswith(ending) and len(name) > len(ending):
                 return other, ending
+    if display_name(path).lower().endswith(".json") and ET_MARK.match(head(path, 4096)):
+        return _ET, ""
     return None
 
 
