@@ -24,7 +24,7 @@ from .inputs import ALGORITHM, ALGORITHMS, InputFile, Progress, algorithm_of, di
 from .manifest import RankEnd, rank_end
 from .models import SourceFile
 from .readers import others
-from .scope import copies_across_ranks, copies_notes, unread_notes
+from .scope import add_file_unread, copies_across_ranks, copies_notes, unread_notes
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -186,10 +186,7 @@ def _load(
             for what, n in (parsed.unread or {}).items():
                 left[what] = left.get(what, 0) + n
             row_counts.append({"sid": source_id, "n": rows, "u": json.dumps(left, sort_keys=True) if left else None})
-            for what, n in left.items():
-                events, paths = unread.get(what, (0, []))
-                paths.append(str(inp.path))
-                unread[what] = (events + n, paths)
+            add_file_unread(unread, str(inp.path), left)
             for kind, v in counts.items():
                 report.rows_by_kind[kind] = report.rows_by_kind.get(kind, 0) + v
             results[k] = FileResult(str(inp.path), inp.info.format, inp.info.kind, inp.claim.identity.global_rank,

@@ -140,7 +140,7 @@ class SourceFile(Base):
     #: (no foreign key: SQLite could not drop the column again; rules rows are never deleted)
     rules_id: ColumnClause[int | None] = Column(Integer)
     #: the events of the file its reader did not read, by what they are: a JSON object, e.g.
-    #: {"mtia_ccp_events events (MTIA device events)": 25814} (NULL: none counted; migration 0014)
+    #: {"events of category mtia_ccp_events (MTIA device events)": 25814} (NULL: none counted; migration 0014)
     unread_json: ColumnClause[str | None] = Column(Text)
 
 

@@ -147,11 +147,17 @@ def unread_in_run(db: Db, run_id: int) -> Unread:
                 f"source_file.unread_json of {path} is {str(text)[:80]!r}, not a JSON object of counts ({e}); "
                 "the store was edited or is damaged: set it to NULL, or ingest the file into a new store"
             ) from None
-        for what, n in counts.items():
-            events, paths = by_what.get(what, (0, []))
-            paths.append(str(path))
-            by_what[what] = (events + n, paths)
+        add_file_unread(by_what, str(path), counts)
     return unread_of(by_what)
+
+
+def add_file_unread(by_what: dict[str, tuple[int, list[str]]], path: str, counts: dict[str, int]) -> None:
+    """One file's unread counts (what -> events) added to ``by_what`` (what -> events, paths): as the
+    ingest gathers its files', and as a question gathers the stored ones."""
+    for what, n in counts.items():
+        events, paths = by_what.get(what, (0, []))
+        paths.append(path)
+        by_what[what] = (events + n, paths)
 
 
 def unread_of(by_what: dict[str, tuple[int, list[str]]]) -> Unread:

@@ -7,7 +7,7 @@ questions then said the run "has no GPU activity" and answered about its CPU ope
 now names them, and every question says which of the run's files hold such events and how many.
 
     source_file.unread_json   JSON object, what the events are -> their count, e.g.
-                              {"mtia_ccp_events events (MTIA device events)": 25814}; NULL when the
+                              {"events of category mtia_ccp_events (MTIA device events)": 25814}; NULL when the
                               reader left nothing out it counts (and for files stored before 0014)
 
 Revision ID: 0014

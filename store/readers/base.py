@@ -53,7 +53,7 @@ import io
 import os
 import zlib
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import islice
 from pathlib import Path
@@ -104,6 +104,15 @@ def count_unread(unread: dict[str, int], key: str, n: int = 1) -> None:
     if key not in unread and len(unread) >= UNREAD_KINDS:
         key = OTHER_KINDS
     unread[key] = unread.get(key, 0) + n
+
+
+def add_unread(unread: dict[str, int] | None, by_key: dict[str, int], label: Callable[[str], str]) -> None:
+    """``by_key``'s counts (a reader's, by category or array) added to ``unread`` under their labels (the
+    reader's ``unread_what``); nothing when the caller passed no ``unread``."""
+    if unread is not None:
+        for key, n in by_key.items():
+            what = label(key)
+            unread[what] = unread.get(what, 0) + n
 
 
 def unread_label(kind: str, key: str, what: dict[str, str]) -> str:

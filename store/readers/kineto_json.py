@@ -35,7 +35,7 @@ import ijson
 from ..errors import InputError
 from ..records import Activity, RankHint, Record, SourceInfo
 from . import kineto_fast, others
-from .base import count_unread, display_name, head, in_lists, open_binary, tail, unread_label
+from .base import add_unread, count_unread, display_name, head, in_lists, open_binary, tail, unread_label
 from .json_guard import guarded
 
 NAME = "kineto"
@@ -354,10 +354,7 @@ def activity_batches(
     the complete events of categories not read are counted into ``unread``, by ``unread_what``."""
     by_category: dict[str, int] = {}
     yield from _batches(path, None if index is None else info.ranks[index].pid, by_category)
-    if unread is not None:
-        for category, n in by_category.items():
-            what = unread_what(category)
-            unread[what] = unread.get(what, 0) + n
+    add_unread(unread, by_category, unread_what)
 
 
 def _read(path: Path, pid: int | None) -> Iterator[Activity]:

@@ -31,7 +31,7 @@ import ijson
 
 from ..errors import InputError
 from ..records import Activity, RankHint, Record, SourceInfo
-from .base import count_unread, head, in_lists, open_binary, tail, unread_label
+from .base import add_unread, count_unread, head, in_lists, open_binary, tail, unread_label
 from .json_guard import guarded
 
 NAME = "rocprof-json"
@@ -54,7 +54,7 @@ _BUFFER_DOTS = _DISPATCH.count(".")
 #: the prefix of the records of ``buffer_records`` arrays, ``<it>.<key>.item``
 _BUFFER = _ITEM + ".buffer_records."
 #: what the records of the other ``buffer_records`` arrays are, which this reader counts, not reads (a
-#: key not listed is named as it is); rocprofv3's CSV output (or rocpd) has the ones marked "CSV"
+#: key not listed is named as it is), and where profdb reads them when it does
 UNREAD_WHAT = {
     "hip_api": "HIP API calls; read from rocprofv3's CSV output",
     "hsa_api": "HSA API calls; read from rocprofv3's CSV output",
@@ -252,10 +252,7 @@ def activity_batches(
             f"{path}: a record lacks an expected field or holds another type there ({e!r}); the file is "
             "from an unsupported rocprofv3 version or damaged: re-export it with rocprofv3 --output-format json"
         ) from e
-    if unread is not None:
-        for key, n in by_key.items():
-            what = unread_what(key)
-            unread[what] = unread.get(what, 0) + n
+    add_unread(unread, by_key, unread_what)
 
 
 def _read(path: Path, unread: dict[str, int] | None = None) -> Iterator[Activity]:
