@@ -23,15 +23,16 @@ ROOT = Path(__file__).resolve().parents[1]
 PROFDB = Path(sys.executable).parent / "profdb"
 
 
-def run(line: str, cwd: Path) -> tuple[list[str], list[str]]:
-    """(stderr lines, stdout lines) of one ``$ profdb ...`` line run in ``cwd``."""
+def run(line: str, cwd: Path, fails: bool = False) -> tuple[list[str], list[str]]:
+    """(stderr lines, stdout lines) of one ``$ profdb ...`` line run in ``cwd``; ``fails``: the README shows
+    it failing (its output starts with ``Error:``), so it must exit 1."""
     args = shlex.split(line[len("$ profdb ") :])
     expanded: list[str] = []
     for a in args:  # the shell's globbing of examples/rocprof-8ranks/rank*
         expanded += sorted(str(p.relative_to(cwd)) for p in cwd.glob(a)) if "*" in a and "/" in a else [a]
     env = {k: v for k, v in os.environ.items() if k != "PROFDB_DB"}
     r = subprocess.run([str(PROFDB), *expanded], cwd=cwd, env=env, capture_output=True, text=True)
-    if r.returncode != 0:
+    if r.returncode != (1 if fails else 0):
         raise SystemExit(f"{line}: exit {r.returncode}\n{r.stderr}")
     return r.stderr.rstrip("\n").splitlines(), r.stdout.rstrip("\n").splitlines()
 
@@ -47,6 +48,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cwd = Path(tmp)
         (cwd / "examples").symlink_to(ROOT / "examples")
+        (cwd / "rank0").mkdir()  # (the Formats section's Nsight Systems report, named by its extension)
+        (cwd / "rank0" / "report.nsys-rep").touch()
         gen = generate(cwd / "gen" / "gen8")
         ingest_paths([str(p) for p in sorted(gen.root.glob("rank*"))], str(cwd / "profdb.db"), run="gen8")
         in_block = False
@@ -63,7 +66,7 @@ def main() -> None:
             old_end = i
             while old_end < len(lines) and not lines[old_end].startswith(("$ ", "```")):
                 old_end += 1
-            err, std = run(line, cwd)
+            err, std = run(line, cwd, fails=old_end > i and lines[i].startswith("Error:"))
             if old_end > i:  # the README shows this command's output: stdout only if it did so far
                 stdout_only = bool(std) and lines[i][:5] == std[0][:5]
                 out += std if stdout_only else err + std
