@@ -144,7 +144,7 @@ def window_notes(a: verdict.Findings, scope: RunScope) -> list[str]:
     notes = [
         f"window: {a.instances} matched collective instances ({a.family} calls) over "
         f"{fmt_ns(a.window.last_ns - a.window.first_ns)} of the common clock, ranks {_ranks(list(a.window.ranks))} "
-        f"of {len(scope.ranks)}; busy/idle/exposed: each rank's whole profile"
+        f"of {len(scope.ranks)}; {profile_window(a, scope, sorted(a.ranks) != sorted(a.window.ranks))}"
     ]
     hosts = [o for o in sorted(a.clocks.offsets.values(), key=lambda o: o.host) if o.host != a.clocks.reference]
     if not hosts:
@@ -156,6 +156,22 @@ def window_notes(a: verdict.Findings, scope: RunScope) -> list[str]:
         return notes
     notes.append(head + clocks_summed(hosts, scope.name))
     return notes
+
+
+def profile_window(a: verdict.Findings, scope: RunScope, name_ranks: bool = True) -> str:
+    """What each rank's busy, idle and exposed communication time cover, with or without a collective
+    window: its whole profile, from its first to its last activity of any kind (a CPU op or a Python
+    call before the first kernel counts: idle is the device's too then), and how long that was. Another
+    tool's figure over one step's window (TraceLens' GPU timeline) is not this one. ``name_ranks``: say
+    which ranks (not when the collective window's note names the same ones)."""
+    spans = sorted((r.span_ns, g) for g, r in a.ranks.items())
+    if not spans:
+        return "busy/idle/exposed: each rank's whole profile"
+    (lo, lo_rank), (hi, hi_rank) = spans[0], spans[-1]
+    span = fmt_ns(lo) if fmt_ns(lo) == fmt_ns(hi) else f"{fmt_ns(lo)} (rank {lo_rank}) to {fmt_ns(hi)} (rank {hi_rank})"
+    which = f", {'rank' if len(spans) == 1 else 'ranks'} {_ranks(sorted(a.ranks))} of {len(scope.ranks)}"
+    return (f"busy/idle/exposed: each rank's whole profile, its first to its last activity of any kind (CPU or "
+            f"device): {span}{which if name_ranks else ''}")
 
 
 def clocks_summed(hosts: list[ClockOffset], run: str) -> str:

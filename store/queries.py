@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from . import reader
 from .collectives import Analysis
 from .errors import QueryError
-from .findings import RunVerdict, run_findings, run_verdict, window_notes
+from .findings import RunVerdict, profile_window, run_findings, run_verdict, window_notes
 from .metrics import Spread, ratio, spread
 from .reader import Db, RawSqlite, chunks, in_list
 from .records import KINDS, NESTED_KINDS
@@ -820,7 +820,8 @@ def rank_split(db: Db, run: str | RunScope | None = None, kind: str | Sequence[s
     ms = spread(comm)
     n = len(scope.ranks)
     verdict = straggler(db, scope, kinds, facts, totals)
-    timeline = (verdict.detail.findings if verdict.detail is not None else run_findings(db, scope)).ranks
+    found = verdict.detail.findings if verdict.detail is not None else run_findings(db, scope)
+    timeline = found.ranks
     rows = []
     for i, r in enumerate(scope.ranks):
         t = timeline.get(r.global_rank) if default_kinds else None
@@ -847,6 +848,8 @@ def rank_split(db: Db, run: str | RunScope | None = None, kind: str | Sequence[s
         notes.append("busy_ns / exposed_comm_ns are the collective timeline's, of the run's default kinds: "
                      "not shown for other kinds")
     elif any(row[6] is not None for row in rows):
+        if not found.has_timeline:  # (else the window note says it)
+            notes.append(profile_window(found, scope))
         notes.append("busy_ns: the union of each rank's work (overlapping streams or threads count once); "
                      "exposed_comm_ns: its communication not overlapped by work; the three columns before them add "
                      "up durations, so they exceed busy + exposed_comm by the communication that overlaps work")

@@ -13,7 +13,7 @@ from typing import Any
 
 from . import queries
 from .collectives import Analysis
-from .findings import RunVerdict, run_verdict, window_notes
+from .findings import RunVerdict, profile_window, run_verdict, window_notes
 from .queries import Result
 from .reader import Db, connection
 from .scope import RunScope, scope_of, with_ranks
@@ -83,6 +83,8 @@ def stragglers(db: Db, run: str | RunScope | None = None, top: int = 0) -> Resul
         rows = rows[:top]
     if not a.instances:
         notes.append("no collective timeline: the verdict is from per-rank totals (profdb query --ranks)")
+        if a.ranks:
+            notes.append(profile_window(a, scope))
     return Result(list(STRAGGLER_HEADERS), rows, rv.verdict.line, notes)
 
 
