@@ -4,6 +4,7 @@ import os
 import shutil
 import sqlite3
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any, Callable
 
 import pytest
@@ -64,6 +65,18 @@ def sql(db: Path, query: str, *params: Any) -> list[tuple[Any, ...]]:
         return con.execute(query, params).fetchall()
     finally:
         con.close()
+
+
+def union_ns(spans: Iterable[tuple[int, int]]) -> int:
+    """The length of the union of (start, end) intervals: what the peers' busy times are (HTA's temporal
+    breakdown, TraceLens's GPU timeline), computed here from raw files or stored rows to check profdb's."""
+    total, end = 0, None
+    for s, e in sorted(spans):
+        if end is None or s > end:
+            total, end = total + e - s, e
+        elif e > end:
+            total, end = total + e - end, e
+    return total
 
 
 def file_bytes(path: Path) -> bytes | None:

@@ -20,7 +20,7 @@ import json
 import shutil
 from pathlib import Path
 
-from conftest import Invoke, sql
+from conftest import Invoke, sql, union_ns
 from pg_fixtures import *  # noqa: F401,F403  (store_url: a fresh store on SQLite and on PostgreSQL)
 
 #: HTA 0.5.0, get_temporal_breakdown(): compute_time(us) + non_compute_time(us), per rank
@@ -65,16 +65,6 @@ def test_dlrm_busy_and_exposed_communication_are_htas_temporal_breakdown(
 HTA_DLRM_OVERLAP_PCT = {0: 4.5, 1: 2.47, 2: 7.88, 3: 3.31, 4: 0.56, 5: 0.64, 6: 7.56, 7: 9.51}
 
 
-def _union(spans: list[tuple[int, int]]) -> int:
-    total, end = 0, None
-    for s, e in sorted(spans):
-        if end is None or s > end:
-            total, end = total + e - s, e
-        elif e > end:
-            total, end = total + e - end, e
-    return total
-
-
 def test_dlrm_exposed_communication_is_htas_comm_comp_overlap(dlrm_files: list[Path], tmp_path: Path,
                                                              run_cli: Invoke) -> None:
     """The hidden part of each rank's communication (comm_ns - exposed_comm_ns, rank_timeline_v) is HTA's
@@ -94,10 +84,10 @@ def test_dlrm_exposed_communication_is_htas_comm_comp_overlap(dlrm_files: list[P
         comm_spans = [(s, e) for _k, c, s, e in rows if c == "communication"]
         work = [(s, e) for _k, c, s, e in rows if c != "communication"]
         compute = [(s, e) for k, c, s, e in rows if k == "kernel" and c != "communication"]
-        assert _union(comm_spans) == comm
+        assert union_ns(comm_spans) == comm
         hidden = comm - exposed
-        assert hidden == _union(comm_spans) + _union(work) - _union(comm_spans + work)  # |comm & work|
-        by_kernels = _union(comm_spans) + _union(compute) - _union(comm_spans + compute)
+        assert hidden == union_ns(comm_spans) + union_ns(work) - union_ns(comm_spans + work)  # |comm & work|
+        by_kernels = union_ns(comm_spans) + union_ns(compute) - union_ns(comm_spans + compute)
         assert round(100 * by_kernels / comm, 2) == HTA_DLRM_OVERLAP_PCT[g]
         if round(100 * hidden / comm, 2) != HTA_DLRM_OVERLAP_PCT[g]:
             differ.append(g)
@@ -145,7 +135,7 @@ def test_other_kinds_than_the_timelines_show_no_busy_time(dlrm_files: list[Path]
 HTA_2RANKS_US = {0: (210320, 337336), 1: (271973, 308077)}
 
 
-def test_htas_two_ranks_busy_time_is_the_raw_files_union(data: Path, tmp_path: Path, run_cli: Invoke) -> None:
+def test_htas_two_ranks_busy_time_is_the_raw_filesunion_ns(data: Path, tmp_path: Path, run_cli: Invoke) -> None:
     """The union of each rank's kernels, copies and sets, computed here from the raw file with exact decimals,
     is busy + exposed_comm, and HTA's compute + non-compute time; compute_ns is HTA's compute_time."""
     from decimal import Decimal
@@ -156,15 +146,9 @@ def test_htas_two_ranks_busy_time_is_the_raw_files_union(data: Path, tmp_path: P
     rows = {int(str(x["global_rank"])): x for x in _ranks(run_cli, db)}
     for g, (compute_us, other_us) in HTA_2RANKS_US.items():
         raw = json.loads(gzip.decompress((folder / f"sampled_rank-{g}.json.gz").read_bytes()), parse_float=Decimal)
-        spans = sorted((round(Decimal(e["ts"]) * 1000), round(Decimal(e["ts"]) * 1000) + round(Decimal(e["dur"]) * 1000))
-                       for e in raw["traceEvents"] if e.get("ph") == "X"
-                       and str(e.get("cat", "")).lower() in ("kernel", "gpu_memcpy", "gpu_memset"))
-        union, end = 0, None
-        for s, e in spans:
-            if end is None or s > end:
-                union, end = union + e - s, e
-            elif e > end:
-                union, end = union + e - end, e
+        union = union_ns((round(Decimal(e["ts"]) * 1000), round(Decimal(e["ts"]) * 1000) + round(Decimal(e["dur"]) * 1000))
+                         for e in raw["traceEvents"] if e.get("ph") == "X"
+                         and str(e.get("cat", "")).lower() in ("kernel", "gpu_memcpy", "gpu_memset"))
         x = rows[g]
         busy, exposed = int(str(x["busy_ns"])), int(str(x["exposed_comm_ns"]))
         assert busy + exposed == union == (compute_us + other_us) * 1000, (g, busy, exposed, union)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, Invoke, sql
+from conftest import DATA, Invoke, sql, union_ns
 from profdb.store.units import fmt_ns
 
 REFERENCE = Path(__file__).parent / "reference" / "tracelens_qwen"
@@ -39,16 +39,6 @@ def _ingest(run_cli: Invoke, tmp_path: Path, gpu: str) -> Path:
     db = tmp_path / f"{gpu}.db"
     run_cli("ingest", "--db", db, "--run", gpu, "--rank", "0", _trace(gpu))
     return db
-
-
-def _union(spans: list[tuple[int, int]]) -> int:
-    total, end = 0, None
-    for s, e in sorted(spans):
-        if end is None or s > end:
-            total, end = total + e - s, e
-        elif e > end:
-            total, end = total + e - end, e
-    return total
 
 
 def _timeline(gpu: str) -> dict[str, float]:
@@ -83,12 +73,12 @@ def test_stored_rows_in_the_steps_gpu_window_are_tracelens_gpu_timeline(gpu: str
     w1 = w0 + wd
     rows = sql(db, "select start_ns, start_ns + duration_ns from activity where kind in ('kernel', 'memcpy', 'memset')")
     clipped = [(max(s, w0), min(e, w1)) for s, e in rows if min(e, w1) > max(s, w0)]
-    busy = _union(clipped)
+    busy = union_ns(clipped)
     tl = _timeline(gpu)
     assert abs(tl["total_time"] * 1e6 - wd) <= 10
     assert abs(tl["busy_time"] * 1e6 - busy) <= 100
     assert abs(tl["idle_time"] * 1e6 - (wd - busy)) <= 100
-    copies = _union([(max(s, w0), min(e, w1)) for s, e in sql(
+    copies = union_ns([(max(s, w0), min(e, w1)) for s, e in sql(
         db, "select start_ns, start_ns + duration_ns from activity where kind = 'memcpy'") if min(e, w1) > max(s, w0)])
     assert abs(tl["total_memcpy_time"] * 1e6 - copies) <= 10
     assert tl["total_comm_time"] == 0.0  # (an inference step on one GPU: no collectives, as profdb finds)
@@ -106,7 +96,7 @@ def test_busy_covers_the_whole_profile_and_says_so(gpu: str, tmp_path: Path, run
     span = max(e for _s, e in every) - min(s for s, _e in every)
     r = run_cli("query", "--ranks", "--db", db, "--format", "json")
     (x,) = json.loads(r.stdout)
-    assert x["busy_ns"] == _union(gpu_spans)  # the raw file's union of every GPU event
+    assert x["busy_ns"] == union_ns(gpu_spans)  # the raw file's union of every GPU event
     assert x["busy_ns"] > _timeline(gpu)["busy_time"] * 1e6 + 10e6  # (TraceLens: one step's GPU window)
     window = ("busy/idle/exposed: each rank's whole profile, its first to its last activity of any kind (CPU or "
               f"device): {fmt_ns(span)}, rank 0 of 1")
