@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, TypeVar, Union, overload
 
 from .classify import category as _category
+from .identity import rank_ranges
 from .intervals import Coverage, union_length
 from .records import Activity
 from .units import fmt_ns
@@ -1395,12 +1396,8 @@ def _odd_one_out(insts: Instances, shift: Mapping[int, int], hosts: Mapping[int,
         return ""
     looked = " looked at" if step > 1 else ""
     return (f"; rank {rank} ends {fmt_ns(int(statistics.median(gaps)))} from the others in {len(gaps)} of {n} "
-            f"instances{looked}, on the one clock of host {hosts[rank]} that rank(s) {_ranks_text(mates)} share: "
+            f"instances{looked}, on the one clock of host {hosts[rank]} that rank(s) {rank_ranges(mates)} share: "
             "its file is likely from another run or profiling window, or its time base is wrong")
-
-
-def _ranks_text(ranks: Sequence[int]) -> str:
-    return ", ".join(map(str, ranks[:6])) + (" ..." if len(ranks) > 6 else "")
 
 
 def _steps(timelines: Sequence[RankTimeline], results: InstanceResults, hosts: Mapping[int, str],

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from . import collectives, verdict
 from .collectives import Analysis, ClockOffset, Clocks, RankIdentity
+from .identity import rank_ranges
 from .reader import Db, connection, first, rows
 from .scope import RunScope
 from .units import fmt_ns
@@ -143,7 +144,7 @@ def window_notes(a: verdict.Findings, scope: RunScope) -> list[str]:
         return []
     notes = [
         f"window: {a.instances} matched collective instances ({a.family} calls) over "
-        f"{fmt_ns(a.window.last_ns - a.window.first_ns)} of the common clock, ranks {_ranks(list(a.window.ranks))} "
+        f"{fmt_ns(a.window.last_ns - a.window.first_ns)} of the common clock, ranks {rank_ranges(a.window.ranks)} "
         f"of {len(scope.ranks)}; {profile_window(a, scope, sorted(a.ranks) != sorted(a.window.ranks))}"
     ]
     hosts = [o for o in sorted(a.clocks.offsets.values(), key=lambda o: o.host) if o.host != a.clocks.reference]
@@ -169,7 +170,7 @@ def profile_window(a: verdict.Findings, scope: RunScope, name_ranks: bool = True
         return "busy/idle/exposed: each rank's whole profile"
     (lo, lo_rank), (hi, hi_rank) = spans[0], spans[-1]
     span = fmt_ns(lo) if fmt_ns(lo) == fmt_ns(hi) else f"{fmt_ns(lo)} (rank {lo_rank}) to {fmt_ns(hi)} (rank {hi_rank})"
-    which = f", {'rank' if len(spans) == 1 else 'ranks'} {_ranks(sorted(a.ranks))} of {len(scope.ranks)}"
+    which = f", {'rank' if len(spans) == 1 else 'ranks'} {rank_ranges(a.ranks)} of {len(scope.ranks)}"
     return (f"busy/idle/exposed: each rank's whole profile, its first to its last activity of any kind (CPU or "
             f"device): {span}{which if name_ranks else ''}")
 
@@ -191,9 +192,3 @@ def clocks_summed(hosts: list[ClockOffset], run: str) -> str:
 #: hosts whose clock offset a note lists one by one; more are summed up (``clocks_summed``: the clock note
 #: of the questions, window_notes, and `profdb runs`' clock_offsets column)
 CLOCK_HOSTS_LISTED = 8
-
-
-def _ranks(ranks: list[int]) -> str:
-    if ranks and ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 2:
-        return f"{ranks[0]}-{ranks[-1]}"
-    return ", ".join(map(str, ranks))

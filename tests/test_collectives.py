@@ -184,7 +184,7 @@ def test_a_same_host_rank_on_a_broken_clock_names_no_rank(data: Path) -> None:
                               "comparable or collectives not blocking)")
     # the one rank apart, on the clock its host's other ranks share: which, and the likely causes
     assert a.apart.endswith("; rank 0 ends 5.00 s from the others in 3 of 3 instances, on the one clock of host vm "
-                            "that rank(s) 1, 2, 3 share: its file is likely from another run or profiling window, or "
+                            "that rank(s) 1-3 share: its file is likely from another run or profiling window, or "
                             "its time base is wrong"), a.apart
     v = straggler_verdict(a, ids)
     assert v.rank is None and v.line.startswith("no clear straggler: collective ends do not line up"), v.line
