@@ -185,10 +185,15 @@ def test_gzip_cut_early_is_named_not_skipped(tmp_path: Path, data: Path, db_path
     """A .gz profile cut within the first bytes its format is told by (an interrupted copy): the
     decompressed part still names the format, so the ingest stops on the reader's error naming the file
     (a truncated stream, re-copy it), even in a folder beside readable ranks. It read as no profiler
-    output before: in a folder skipped with a note, the rank missing, exit 0."""
+    output before: in a folder skipped with a note, the rank missing, exit 0. The same for a Kineto trace
+    whose events start past the 16 KiB detection reads first (TraceLens's harness writes 26 KB of metadata
+    before them): cut within the first MiB its events are then looked for in, it read as no profiler output
+    until session 47."""
     rpd = data / "legacy_rpd" / "mytrace.rpd.gz"
     kineto = data / "kineto" / "rank0.json.gz"
-    for src, cut, fix in ((rpd, 30_000, "decompress it with `gunzip`"), (kineto, 4_000, "decompress what is left")):
+    far = data / "kineto" / "tracelens_h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+    for src, cut, fix in ((rpd, 30_000, "decompress it with `gunzip`"), (kineto, 4_000, "decompress what is left"),
+                          (far, 20_000, "decompress what is left")):
         job = tmp_path / src.name.split(".")[0]
         good, bad = job / "rank0000" / src.name, job / "rank0001" / src.name
         for f in (good, bad):

@@ -219,7 +219,7 @@ def head(path: Path, size: int = 65536) -> bytes:
             data = f.read(want)
             raw = not isinstance(f, gzip.GzipFile)
     except (EOFError, zlib.error, gzip.BadGzipFile):
-        return _before_damage(path, size)
+        return before_damage(path, size)
     except OSError:
         return b""
     if heads is not None:
@@ -227,7 +227,7 @@ def head(path: Path, size: int = 65536) -> bytes:
     return data[:size]
 
 
-def _before_damage(path: Path, size: int) -> bytes:
+def before_damage(path: Path, size: int) -> bytes:
     """The first ``size`` bytes of a gzip file whose stream is cut or damaged within them: what
     decompresses before the damage, so the file is still known by its content (and its reader then
     says the stream is damaged, naming it). A truncated .rpd.gz or .json.gz used to read as no

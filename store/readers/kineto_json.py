@@ -22,6 +22,7 @@ rank section per process and ``read_rank`` streams the events of that process on
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import zlib
@@ -35,7 +36,17 @@ import ijson
 from ..errors import InputError
 from ..records import Activity, RankHint, Record, SourceInfo
 from . import kineto_fast, others
-from .base import add_unread, count_unread, display_name, head, in_lists, open_binary, tail, unread_label
+from .base import (
+    add_unread,
+    before_damage,
+    count_unread,
+    display_name,
+    head,
+    in_lists,
+    open_binary,
+    tail,
+    unread_label,
+)
 from .json_guard import guarded
 
 NAME = "kineto"
@@ -141,11 +152,15 @@ def detect(path: Path) -> bool:
 
 def _events_far(path: Path) -> bool:
     """The events array starts in the first ``_DETECT_FAR`` bytes (read here, not remembered: rare,
-    and larger than the heads every reader shares)."""
+    and larger than the heads every reader shares); of a gzip stream cut or damaged within them, in
+    what decompresses before the damage (a cut trace is still known as one, and its reader says the
+    stream is cut, not "not a profiler output")."""
     try:
         with open_binary(path) as f:
             far = f.read(_DETECT_FAR)
-    except (OSError, EOFError, zlib.error):
+    except (EOFError, zlib.error, gzip.BadGzipFile):
+        far = before_damage(path, _DETECT_FAR)
+    except OSError:
         return False
     return b"rocprofiler-sdk-tool" not in far and _EVENTS_ARRAY.search(far) is not None
 
