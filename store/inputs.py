@@ -132,6 +132,9 @@ def expand(
             check_readable(f, INLINE_HASH_BYTES)
             r = _detected(f, forced, step.explicit)
         if r is None:
+            cut = others.damaged(f)
+            if cut is not None:  # (a profile cut short: in a folder too, never skipped, its rank then missing)
+                raise InputError(f"{f}: {cut}")
             if step.explicit:
                 advice = others.advice(f)
                 if advice is not None:

@@ -6,6 +6,7 @@ import csv
 import gzip
 import json
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -224,6 +225,39 @@ def test_sqlite_profile_cut_short_is_named_not_skipped(tmp_path: Path, data: Pat
         r = _fails(run_cli, db_path, seeded, "--run", "cut", *args, match=f"rank0001/{src.name}: ")
         assert "malformed" in r.stderr and "re-copy" in r.stderr, r.stderr
 
+
+
+@pytest.mark.parametrize("name", ["legacy_rpd/matmul_result.rpd", "nsys_sqlite/perlmutter-cloverleaf-cuda.sqlite"])
+@pytest.mark.parametrize("gz", [False, True])
+def test_sqlite_profile_cut_before_its_tables_is_named_not_skipped(tmp_path: Path, data: Path, db_path: Path,
+                                                                   run_cli: Invoke, seeded: bytes, name: str,
+                                                                   gz: bool) -> None:
+    """Cut to its first 5% (an interrupted copy), an SQLite profile has lost the pages that name its tables,
+    so no reader knows it: in a folder it was skipped as "not profiler output", exit 0, its rank missing
+    (until session 47). Its header's page count says how long it should be; a .gz copy's stream ends early.
+    The ingest stops on an error naming the file, the store unchanged. A whole SQLite file that is no
+    profile is still skipped with the note."""
+    src = data / name
+    whole = src.read_bytes()
+    raw = gzip.compress(whole) if gz else whole
+    job = tmp_path / "job"
+    good, bad = job / "rank0000" / src.name, job / "rank0001" / (src.name + (".gz" if gz else ""))
+    for f in (good, bad):
+        f.parent.mkdir(parents=True)
+    good.write_bytes(whole)
+    bad.write_bytes(raw[: len(raw) // 20])
+    for args in ((job,), (bad,)):
+        r = _fails(run_cli, db_path, seeded, "--run", "cut", *args, match=f"rank0001/{bad.name}: ")
+        # (the RPD's tables are named in its first pages: its reader knows it, and says its stream is cut)
+        said = "the gzip stream is truncated" if gz and "rpd" in name else "an SQLite database cut short ("
+        assert said in r.stderr and "re-copy" in r.stderr, r.stderr
+    bad.unlink()
+    other = sqlite3.connect(bad.parent / "notes.db")  # (a whole SQLite file, not a profile)
+    other.execute("CREATE TABLE t (x)")
+    other.commit()
+    other.close()
+    r = run_cli("ingest", "--db", tmp_path / "ok.db", "--run", "ok", job)
+    assert "not profiler outputs profdb reads, skipped (e.g." in r.stderr and "notes.db" in r.stderr, r.stderr
 
 def test_bad_inputs_leave_store_unchanged(tmp_path: Path, data: Path, db_path: Path, run_cli: Invoke, seeded: bytes) -> None:
     _fails(run_cli, db_path, seeded, tmp_path / "nope", match="nope: no such file or folder")

@@ -13,15 +13,20 @@ database, which profdb reads.
 Only the name is looked at, and only for files no reader recognised by their content: a real export
 renamed ``.nsys-rep`` is still read as what it is. One kind is told by its content: a PyTorch execution
 trace (``ExecutionTraceObserver``, the Chakra schema: ``{"schema": ..., "nodes": [...]}``), a ``.json``
-like the Kineto trace it is often written beside, which holds the timings profdb reads."""
+like the Kineto trace it is often written beside, which holds the timings profdb reads.
+
+``damaged`` tells what must not be skipped as "not a profiler output" although no reader recognises it:
+an SQLite database cut short (an interrupted copy of an Nsight Systems export, a rocpd or RPD file) whose
+table names were in the part lost. In a folder it was skipped with a note and its rank was missing."""
 
 from __future__ import annotations
 
 import re
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .base import display_name, head
+from .base import SQLITE_MAGIC, display_name, head, is_gzip
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,3 +124,45 @@ def summary(paths: list[Path]) -> list[str]:
         head = f"{len(some)} {other.whats} (e.g. {first})" if len(some) > 1 else f"{other.what} ({first})"
         lines.append(f"{head}: {_todo(other, ending, first)}")
     return lines
+
+
+def damaged(path: Path) -> str | None:
+    """What is wrong with ``path`` and what to do, when no reader recognised it but it is a profile cut
+    short: an SQLite database (gzip decompressed) shorter than the page count in its header, or whose
+    gzip stream ends before its end. None otherwise (not SQLite, or whole). A header whose page count is
+    not valid (written by an SQLite older than 3.7.0) says nothing of the length."""
+    h = head(path, 100)
+    if len(h) < 100 or not h.startswith(SQLITE_MAGIC):
+        return None
+    page = int.from_bytes(h[16:18], "big")
+    pages = int.from_bytes(h[28:32], "big") if h[24:28] == h[92:96] else 0
+    need = (65536 if page == 1 else page) * pages
+    if is_gzip(path):
+        size, whole = _gunzipped(path)
+    else:
+        size, whole = path.stat().st_size, True
+    if whole and size >= need:
+        return None
+    told = f"{size:,} of the {need:,} bytes its header gives" if need else f"its gzip stream ends after {size:,} bytes"
+    return (f"an SQLite database cut short ({told}: an interrupted copy, or a full disk?); profdb cannot tell which "
+            "profiler wrote it (Nsight Systems exports, rocpd and RPD files are SQLite): re-copy it from the "
+            "profiler's output folder")
+
+
+def _gunzipped(path: Path) -> tuple[int, bool]:
+    """The bytes a gzip file decompresses to, and whether its stream ends where it should (memory bounded:
+    what is decompressed is counted, not kept)."""
+    d = zlib.decompressobj(wbits=31)
+    size = 0
+    try:
+        with open(path, "rb") as f:
+            while not d.eof:
+                block = f.read(1 << 20)
+                if not block:
+                    break
+                size += len(d.decompress(block, 1 << 22))
+                while d.unconsumed_tail:
+                    size += len(d.decompress(d.unconsumed_tail, 1 << 22))
+    except (OSError, zlib.error):
+        return size, False
+    return size, d.eof
