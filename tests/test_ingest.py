@@ -352,6 +352,27 @@ def test_outputs_profdb_does_not_read_say_what_to_do(
     assert sql(tmp_path / "renamed.db", "select format from source_file") == [("nsys",)]
 
 
+
+def test_rocprofv3_statistics_summaries_are_named(tmp_path: Path, data: Path, db_path: Path, run_cli: Invoke,
+                                                 seeded: bytes) -> None:
+    """rocprofv3 --stats writes <pid>_<domain>_stats.csv beside the traces: per-name totals, no timeline.
+    Named as what it is (the real sample's hip_api_stats.csv), with the traces to ingest instead; in a
+    folder whose trace of that domain is read, only the usual note."""
+    sample = data / "rocprofv3_csv" / "rocm-systems_2025-08"
+    _fails(run_cli, db_path, seeded, sample / "hip_api_stats.csv",
+           match="hip_api_stats.csv: a rocprofv3 statistics summary: per-name totals without a timeline (rocprofv3 "
+           "--stats), which profdb does not read")
+    job = tmp_path / "rank0"
+    job.mkdir()
+    for name in ("kernel_trace.csv", "hip_api_stats.csv"):
+        shutil.copy(sample / name, job / name)
+    r = run_cli("ingest", "--db", tmp_path / "a.db", "--rank", "0", job)
+    assert f"note: skipped: a rocprofv3 statistics summary ({job / 'hip_api_stats.csv'}): " in r.stderr, r.stderr
+    shutil.copy(sample / "hip_trace.csv", job / "hip_api_trace.csv")  # (its trace beside it: read, nothing to advise)
+    r = run_cli("ingest", "--db", tmp_path / "b.db", "--rank", "0", job)
+    assert "statistics summary" not in r.stderr and "not profiler outputs profdb reads, skipped" in r.stderr
+    assert sql(tmp_path / "b.db", "select count(*) from activity where kind = 'api'") != [(0,)]
+
 def test_no_store_is_created_on_failure(tmp_path: Path, data: Path, run_cli: Invoke) -> None:
     db = tmp_path / "new.db"
     trunc = tmp_path / "rank0.json.gz"

@@ -8,7 +8,8 @@ and profdb reads its SQLite export: ``nsys export --type sqlite -o OUT.sqlite RE
 documentation; the advice names ``-o``, so where the export lands is not left to the version's default),
 or ``nsys profile --export=sqlite``, which writes it beside the report as it profiles. rocprofv3 can also
 write Perfetto (``--output-format pftrace``) and OTF2 traces, which hold no more than its default rocpd
-database, which profdb reads.
+database, which profdb reads. Its ``--stats`` summaries (``*_stats.csv``) are per-name totals of the traces it
+writes beside them.
 
 Only the name is looked at, and only for files no reader recognised by their content: a real export
 renamed ``.nsys-rep`` is still read as what it is. One kind is told by its content: a PyTorch execution
@@ -63,6 +64,11 @@ OTHERS = (
     Other((".pftrace", ".perfetto-trace"), "a Perfetto trace", "Perfetto traces",
           f"profdb does not read Perfetto traces; {_ROCPD_INSTEAD}", ".db"),
     Other((".otf2",), "an OTF2 trace", "OTF2 traces", f"profdb does not read OTF2; {_ROCPD_INSTEAD}", ".db"),
+    Other(
+        ("_stats.csv",), "a rocprofv3 statistics summary", "rocprofv3 statistics summaries",
+        "per-name totals without a timeline (rocprofv3 --stats), which profdb does not read: the traces hold "
+        "them; ingest the *_trace.csv files rocprofv3 writes beside it", "_trace.csv",
+    ),
 )  # fmt: skip
 
 
