@@ -189,7 +189,8 @@ def test_gzip_cut_early_is_named_not_skipped(tmp_path: Path, data: Path, db_path
     output before: in a folder skipped with a note, the rank missing, exit 0. The same for a Kineto trace
     whose events start past the 16 KiB detection reads first (TraceLens's harness writes 26 KB of metadata
     before them): cut within the first MiB its events are then looked for in, it read as no profiler output
-    until session 47."""
+    until session 47; and cut so early that nothing of its content is left, it is named by its name (a
+    profile's ending) and its cut stream."""
     rpd = data / "legacy_rpd" / "mytrace.rpd.gz"
     kineto = data / "kineto" / "rank0.json.gz"
     far = data / "kineto" / "tracelens_h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
@@ -205,6 +206,15 @@ def test_gzip_cut_early_is_named_not_skipped(tmp_path: Path, data: Path, db_path
             r = _fails(run_cli, db_path, seeded, "--run", "cut", *args,
                        match=f"rank0001/{src.name}: the gzip stream is truncated or corrupt")
             assert fix in r.stderr, r.stderr
+    # cut so early that nothing tells the format (31 bytes, an empty content): named by its name and its stream
+    bad.write_bytes(kineto.read_bytes()[:31])
+    for args in ((job,), (bad,)):
+        _fails(run_cli, db_path, seeded, "--run", "cut", *args, match=f"rank0001/{bad.name}: a gzip file cut short (0 "
+               "bytes of content before the cut, too few to tell which profiler wrote it")
+    bad.with_name("notes.txt.gz").write_bytes(kineto.read_bytes()[:31])  # (not named like a profile: skipped)
+    bad.unlink()
+    r = run_cli("ingest", "--db", tmp_path / "ok.db", "--run", "ok", job)
+    assert "not profiler outputs profdb reads, skipped (e.g." in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("name", ["legacy_rpd/matmul_result.rpd", "nsys_sqlite/saxpy-mpi-cuda_nsys_perlmutter0.sqlite"])

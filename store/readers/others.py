@@ -132,13 +132,25 @@ def summary(paths: list[Path]) -> list[str]:
     return lines
 
 
+#: the endings (without .gz) of the files profdb reads: a gzip file of one of them cut too early to be told
+#: by its content is still a profile cut short, not something else
+_PROFILE_ENDINGS = (".json", ".csv", ".sqlite", ".db", ".rpd", ".trace")
+
+
 def damaged(path: Path) -> str | None:
     """What is wrong with ``path`` and what to do, when no reader recognised it but it is a profile cut
     short: an SQLite database (gzip decompressed) shorter than the page count in its header, or whose
-    gzip stream ends before its end. None otherwise (not SQLite, or whole). A header whose page count is
-    not valid (written by an SQLite older than 3.7.0) says nothing of the length."""
+    gzip stream ends before its end; a gzip file named like a profile whose stream ends too early for its
+    content to say what it is. None otherwise (not SQLite, or whole). A header whose page count is not
+    valid (written by an SQLite older than 3.7.0) says nothing of the length."""
     h = head(path, 100)
     if len(h) < 100 or not h.startswith(SQLITE_MAGIC):
+        if display_name(path).endswith(_PROFILE_ENDINGS) and path.name.lower().endswith(".gz") and is_gzip(path):
+            size, whole = _gunzipped(path)
+            if not whole:
+                return (f"a gzip file cut short ({size:,} bytes of content before the cut, too few to tell which "
+                        "profiler wrote it: an interrupted copy, or a full disk?); re-copy it from the profiler's "
+                        "output folder")
         return None
     page = int.from_bytes(h[16:18], "big")
     pages = int.from_bytes(h[28:32], "big") if h[24:28] == h[92:96] else 0
