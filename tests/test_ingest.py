@@ -209,8 +209,8 @@ def test_gzip_cut_early_is_named_not_skipped(tmp_path: Path, data: Path, db_path
     # cut so early that nothing tells the format (31 bytes, an empty content): named by its name and its stream
     bad.write_bytes(kineto.read_bytes()[:31])
     for args in ((job,), (bad,)):
-        _fails(run_cli, db_path, seeded, "--run", "cut", *args, match=f"rank0001/{bad.name}: a gzip file cut short (0 "
-               "bytes of content before the cut, too few to tell which profiler wrote it")
+        _fails(run_cli, db_path, seeded, "--run", "cut", *args, match=f"rank0001/{bad.name}: a gzip file cut short or "
+               "damaged (0 bytes of content before the damage, too few to tell which profiler wrote it")
     bad.with_name("notes.txt.gz").write_bytes(kineto.read_bytes()[:31])  # (not named like a profile: skipped)
     bad.unlink()
     r = run_cli("ingest", "--db", tmp_path / "ok.db", "--run", "ok", job)

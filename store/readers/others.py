@@ -148,9 +148,9 @@ def damaged(path: Path) -> str | None:
         if display_name(path).endswith(_PROFILE_ENDINGS) and path.name.lower().endswith(".gz") and is_gzip(path):
             size, whole = _gunzipped(path)
             if not whole:
-                return (f"a gzip file cut short ({size:,} bytes of content before the cut, too few to tell which "
-                        "profiler wrote it: an interrupted copy, or a full disk?); re-copy it from the profiler's "
-                        "output folder")
+                return (f"a gzip file cut short or damaged ({size:,} bytes of content before the damage, too few to "
+                        "tell which profiler wrote it: an interrupted copy, or a full disk?); re-copy it from the "
+                        "profiler's output folder")
         return None
     page = int.from_bytes(h[16:18], "big")
     pages = int.from_bytes(h[28:32], "big") if h[24:28] == h[92:96] else 0
