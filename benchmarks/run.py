@@ -480,6 +480,76 @@ def bench_kineto(b: Bench, many: bool = False) -> None:
         cpu_ratio=ki.cpu_s / hta.cpu_s if hta.cpu_s else None))
 
 
+
+#: real Kineto traces shipped in tests/data (origins in tests/data/SOURCES.txt): (key, files or a tarball,
+#: --rank for traces that do not say theirs). PyTorch's profiles with Python stacks, few files, little
+#: per-event args: not the generated shapes' (which have no python_function events)
+REAL_KINETO = (
+    ("tracelens-h100-qwen", "tracelens_h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz", "0"),
+    ("tracelens-mi300-qwen", "tracelens_mi300_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz", "0"),
+    ("deepseek-v3-rank0", "deepseek_train_rank0.json.gz", None),
+    ("dlrm-8ranks", "dlrm_8rank/dlrm_kineto.tar.gz", None),
+)
+
+
+def bench_kineto_real(b: Bench) -> None:
+    """2, real traces: ``profdb ingest`` of each real Kineto trace (or job) in tests/data / HTA's load of the
+    same, as ``bench_kineto`` measures the generated ones. Small inputs: profdb's fixed cost (start-up,
+    imports, a new store, its analysis and commit: ~0.4 s) is most of its time, where HTA's load is timed
+    without its imports."""
+    import gzip
+    import tarfile
+
+    a, base, log = b.a, b.base, b.log
+    data = HERE.parent / "tests" / "data" / "kineto"
+    hta_py = a.hta_venv / "bin" / "python"
+    for key, name, rank in REAL_KINETO:
+        d = base / "kineto-real" / key
+        if not d.is_dir():
+            tmp = d.with_name(d.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            if name.endswith(".tar.gz"):
+                with tarfile.open(data / name) as tar:
+                    tar.extractall(tmp, filter="data")
+                for f in tmp.rglob("*.json"):
+                    f.rename(tmp / f.name)
+            else:
+                (tmp / "rank-0.json").write_bytes(gzip.decompress((data / name).read_bytes()))
+            tmp.rename(d)
+        files = sorted(d.glob("*.json"))
+        warm(files)
+        db = base / f"ingest-kineto-real-{key}.db"
+        cmd = [b.profdb, "ingest", "--db", str(db), "--run", key, *(["--rank", rank] if rank else []), *map(str, files)]
+        hta_code = (
+            "import json,time,warnings\nwarnings.filterwarnings('ignore')\n"
+            "from hta.trace_analysis import TraceAnalysis\nt=time.perf_counter()\n"
+            f"ta=TraceAnalysis(trace_dir={str(d)!r})\nprint(json.dumps({{'load_s':time.perf_counter()-t}}))\n"
+        )
+        htas: list[tuple[Measured, float]] = []
+        kis: list[Measured] = []
+        for rep in range(max(1, a.repeat)):
+            log(f"2. [real {key}] HTA load and profdb ingest (run {rep + 1}) ...")
+            hm = measure([str(hta_py), "-c", hta_code])
+            htas.append((hm, float(json.loads(hm.stdout.strip().splitlines()[-1])["load_s"])))
+            drop_store(db)
+            kis.append(measure(cmd))
+            drop_store(db)
+        hta, load_s = min(htas, key=lambda x: x[1])
+        ki = best(kis)
+        ratio = ki.wall_s / load_s
+        b.results[f"kineto_real_{key}"] = {"profdb_wall_s": ki.wall_s, "profdb_cpu_s": ki.cpu_s, "hta_load_s": load_s}
+        b.rows.append(Row(
+            f"2. Kineto ingest / HTA TraceAnalysis load [real: {key}] ({len(files)} rank(s), "
+            f"{sum(f.stat().st_size for f in files) / 1e6:,.1f} MB)",
+            ratio, "<= 0.15", ratio <= 0.15,
+            f"{ki.wall_s:.2f} s ({ki.cpu_s:.1f} s CPU, {ki.tree_peak_mb:.0f} MB)",
+            f"{load_s:.2f} s load ({hta.wall_s:.2f} s process)",
+            f"{' '.join(cmd[:5])} ... {d}/*.json  vs  TraceAnalysis(trace_dir={d})",
+            [pair_note([k.wall_s / h for k, (_m, h) in zip(kis, htas)]),
+             f"whole processes, imports included on both sides: {fmt_ratio(ki.wall_s / hta.wall_s)}"]))
+
+
 #: per SQLite format: the tables its reader reads, which the baseline copies
 SQLITE_TABLES = {
     "nsys": ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY", "StringIds"),
@@ -828,6 +898,7 @@ def main(argv: list[str] | None = None) -> int:
     if "kineto" in only:
         bench_kineto(b)
         bench_kineto(b, many=True)
+        bench_kineto_real(b)
     if "formats" in only:
         bench_sqlite_formats(b)
     if "query" in only:
