@@ -48,8 +48,13 @@ if TYPE_CHECKING:
 
 BATCH = 20000
 _N = TypeVar("_N", int, str)  # a summary key's name: its id, or the name itself (NamedSummaryRow)
-#: below this much input the files are parsed in the writer process (no start-up cost)
-PARALLEL_MIN_BYTES = 16 << 20
+#: below this much input (gzip files counted uncompressed: ``ingest.content_bytes``) the files are parsed
+#: in the writer process (no start-up cost). 16 MB until session 47, when workers forked before the writer
+#: imports SQLAlchemy (session 20) had made them pay off sooner; measured on real Kineto inputs, 10-12
+#: interleaved pairs, median wall: the 8-rank DLRM job (7.4 MB) 757 -> 593 ms (as .json.gz, 0.5 MB: 808 ->
+#: 685), TraceLens's Qwen H100 trace (8.6 MB) 613 -> 541 (.json.gz: 687 -> 573), the DeepSeek rank (3.1 MB)
+#: 527 -> 509, the torchrun4 CPU job (1 MB) 427 -> 442: parsed in the writer below 4 MB
+PARALLEL_MIN_BYTES = 4 << 20
 ENV_WORKERS = "PROFDB_INGEST_WORKERS"
 
 

@@ -147,6 +147,27 @@ def test_worker_count(monkeypatch: pytest.MonkeyPatch) -> None:
     assert ingest_workers.worker_count(1 << 40, 10) == 0
 
 
+
+def test_gzip_inputs_count_uncompressed_for_the_workers(monkeypatch: pytest.MonkeyPatch, data: Path) -> None:
+    """A real one-step profile: 445 KB of .json.gz, 8.6 MB of JSON to parse. Its uncompressed size decides
+    whether workers parse it (they do: ``PARALLEL_MIN_BYTES``); the torchrun4 CPU job (4 files, 1 MB of
+    JSON) stays in the writer."""
+    from profdb.store.inputs import Scan, prepare
+
+    monkeypatch.delenv(ingest_workers.ENV_WORKERS, raising=False)
+    monkeypatch.setattr(ingest_workers, "cores", lambda: 2)
+    flags = IdentityFlags(rank=0)
+    qwen = data / "kineto" / "tracelens_h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+    inputs, _unknown, _plan = prepare(Scan([qwen], None, flags), flags)
+    assert inputs[0].size < 500_000
+    assert ingest.content_bytes(inputs, enough=1 << 40) == 8_647_357  # (its gzip trailer's ISIZE: zcat | wc -c)
+    with ingest._early_workers(inputs) as parsers:  # (what the ingest forks)
+        assert parsers is not None
+    small = IdentityFlags()
+    inputs, _unknown, _plan = prepare(Scan([data / "kineto" / "torchrun4_cpu"], None, small), small)
+    with ingest._early_workers(inputs) as parsers:
+        assert parsers is None
+
 def test_new_store_is_loaded_with_a_rollback_journal_and_left_in_wal(
     inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
