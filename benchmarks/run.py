@@ -418,6 +418,18 @@ def kineto_input(b: Bench, out: Path, ranks: int, size_mb: float) -> dict[str, A
                   lambda: generate.generate_kineto(out, ranks=ranks, size_mb=size_mb), b.log)
 
 
+def hta_load_code(trace_dir: Path) -> str:
+    """The Python HTA's interpreter runs for benchmark 2: ``TraceAnalysis(trace_dir=...)`` timed alone (its
+    imports not), printing the load's seconds, ranks and rows as JSON."""
+    return (
+        "import json,sys,time\n"
+        "from hta.trace_analysis import TraceAnalysis\n"
+        "t=time.perf_counter()\n"
+        f"ta=TraceAnalysis(trace_dir={str(trace_dir)!r})\n"
+        "dt=time.perf_counter()-t\n"
+        "print(json.dumps({'load_s':dt,'ranks':len(ta.t.get_ranks()),'rows':sum(len(ta.t.get_trace(r)) for r in ta.t.get_ranks())}))\n"
+    )
+
 def bench_kineto(b: Bench, many: bool = False) -> None:
     """2. ``profdb ingest`` of Kineto traces / HTA's TraceAnalysis load of the same traces: a few
     large traces (``kineto``), or, with ``many``, a larger job's many small ones (``kineto-many-files``:
@@ -435,14 +447,7 @@ def bench_kineto(b: Bench, many: bool = False) -> None:
         subprocess.run([sys.executable, "-m", "venv", str(a.hta_venv)], check=True)
         subprocess.run([str(hta_py), "-m", "pip", "install", "-q", "holistictraceanalysis"], check=True)
     log("2. HTA TraceAnalysis load ...")
-    hta_code = (
-        "import json,sys,time\n"
-        "from hta.trace_analysis import TraceAnalysis\n"
-        "t=time.perf_counter()\n"
-        f"ta=TraceAnalysis(trace_dir={str(kdir)!r})\n"
-        "dt=time.perf_counter()-t\n"
-        "print(json.dumps({'load_s':dt,'ranks':len(ta.t.get_ranks()),'rows':sum(len(ta.t.get_trace(r)) for r in ta.t.get_ranks())}))\n"
-    )
+    hta_code = hta_load_code(kdir)
     dbk = base / f"ingest-{key}.db"
     cmd = [profdb, "ingest", "--db", str(dbk), "--run", key, *map(str, kfiles)]
     htas: list[tuple[Measured, dict[str, Any]]] = []
@@ -521,11 +526,7 @@ def bench_kineto_real(b: Bench) -> None:
         warm(files)
         db = base / f"ingest-kineto-real-{key}.db"
         cmd = [b.profdb, "ingest", "--db", str(db), "--run", key, *(["--rank", rank] if rank else []), *map(str, files)]
-        hta_code = (
-            "import json,time,warnings\nwarnings.filterwarnings('ignore')\n"
-            "from hta.trace_analysis import TraceAnalysis\nt=time.perf_counter()\n"
-            f"ta=TraceAnalysis(trace_dir={str(d)!r})\nprint(json.dumps({{'load_s':time.perf_counter()-t}}))\n"
-        )
+        hta_code = hta_load_code(d)
         htas: list[tuple[Measured, float]] = []
         kis: list[Measured] = []
         for rep in range(max(1, a.repeat)):
