@@ -215,7 +215,10 @@ def test_self_walk_of_a_real_rpd_trace_out_of_order_sorts_in_pieces(
                        "WHERE s.kind = 'annotation' ORDER BY n.value")
 
     sorted_at_once.clear()
-    run_cli("ingest", path, "--db", tmp_path / "walked.db", "--rank", 0)  # (in this process: a small input)
+    from profdb.store import ingest_workers
+
+    monkeypatch.setenv(ingest_workers.ENV_WORKERS, "0")  # (in this process, where the sorts are counted)
+    run_cli("ingest", path, "--db", tmp_path / "walked.db", "--rank", 0)
     assert sum(sorted_at_once) == len(spans) and len(sorted_at_once) >= 12
     walked = self_ns(tmp_path / "walked.db")
     monkeypatch.setattr(intervals, "FOLD", 1 << 40)
