@@ -21,6 +21,7 @@ from pathlib import Path
 from . import ingest_workers
 from .identity import IdentityFlags
 from .inputs import InputFile, Progress, Scan, derive_run_name, prepare
+from .readers.base import GZIP_MAGIC
 
 
 @dataclass(slots=True)
@@ -110,7 +111,7 @@ def content_bytes(inputs: Sequence[InputFile], enough: int = ingest_workers.PARA
         if size >= 18:  # (the smallest gzip file: a header and a trailer)
             try:
                 with open(i.path, "rb") as f:
-                    if f.read(2) == b"\x1f\x8b":
+                    if f.read(2) == GZIP_MAGIC:
                         f.seek(-4, 2)
                         size = max(size, int.from_bytes(f.read(4), "little"))
             except OSError:

@@ -233,20 +233,34 @@ def before_damage(path: Path, size: int) -> bytes:
     says the stream is damaged, naming it). A truncated .rpd.gz or .json.gz used to read as no
     profiler output at all: skipped in a folder with a note, its rank missing. Never remembered: it is
     not the file's content."""
+    return gunzipped(path, size)[0]
+
+
+def gunzipped(path: Path, keep: int, whole: bool = False) -> tuple[bytes, int, bool]:
+    """A gzip file decompressed as far as its stream goes: its first ``keep`` bytes, how many bytes it
+    decompressed to before the stream ended or broke, and whether it ended as a gzip stream should.
+    Stops once ``keep`` bytes are out (never decompressing more), unless ``whole``: then reads to the
+    end, memory bounded (what is past ``keep`` is counted, not kept)."""
     out = bytearray()
+    total = 0
     d = zlib.decompressobj(wbits=31)
     try:
         with open(path, "rb") as f:
-            while len(out) < size and not d.eof:
+            while not d.eof and (whole or total < keep):
                 block = f.read(1 << 16)
                 if not block:
                     break
-                out += d.decompress(block, size - len(out))
-                while d.unconsumed_tail and len(out) < size:
-                    out += d.decompress(d.unconsumed_tail, size - len(out))
+                while True:
+                    piece = d.decompress(block, 1 << 22 if whole else keep - total)
+                    total += len(piece)
+                    if len(out) < keep:
+                        out += piece[: keep - len(out)]
+                    block = d.unconsumed_tail
+                    if not block or not (whole or total < keep):
+                        break
     except (OSError, zlib.error):
-        pass
-    return bytes(out[:size])
+        return bytes(out), total, False
+    return bytes(out), total, d.eof
 
 
 def _remember(heads: OrderedDict[str, tuple[bytes, bool, bool]], key: str, data: bytes, asked: int,

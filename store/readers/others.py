@@ -23,11 +23,10 @@ table names were in the part lost. In a folder it was skipped with a note and it
 from __future__ import annotations
 
 import re
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .base import SQLITE_MAGIC, display_name, head, is_gzip
+from .base import SQLITE_MAGIC, display_name, gunzipped, head, is_gzip
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +145,7 @@ def damaged(path: Path) -> str | None:
     h = head(path, 100)
     if len(h) < 100 or not h.startswith(SQLITE_MAGIC):
         if display_name(path).endswith(_PROFILE_ENDINGS) and path.name.lower().endswith(".gz") and is_gzip(path):
-            size, whole = _gunzipped(path)
+            _head, size, whole = gunzipped(path, 0, whole=True)
             if not whole:
                 return (f"a gzip file cut short or damaged ({size:,} bytes of content before the damage, too few to "
                         "tell which profiler wrote it: an interrupted copy, or a full disk?); re-copy it from the "
@@ -156,7 +155,7 @@ def damaged(path: Path) -> str | None:
     pages = int.from_bytes(h[28:32], "big") if h[24:28] == h[92:96] else 0
     need = (65536 if page == 1 else page) * pages
     if is_gzip(path):
-        size, whole = _gunzipped(path)
+        _head, size, whole = gunzipped(path, 0, whole=True)
     else:
         size, whole = path.stat().st_size, True
     if whole and size >= need:
@@ -166,21 +165,3 @@ def damaged(path: Path) -> str | None:
             "profiler wrote it (Nsight Systems exports, rocpd and RPD files are SQLite): re-copy it from the "
             "profiler's output folder")
 
-
-def _gunzipped(path: Path) -> tuple[int, bool]:
-    """The bytes a gzip file decompresses to, and whether its stream ends where it should (memory bounded:
-    what is decompressed is counted, not kept)."""
-    d = zlib.decompressobj(wbits=31)
-    size = 0
-    try:
-        with open(path, "rb") as f:
-            while not d.eof:
-                block = f.read(1 << 20)
-                if not block:
-                    break
-                size += len(d.decompress(block, 1 << 22))
-                while d.unconsumed_tail:
-                    size += len(d.decompress(d.unconsumed_tail, 1 << 22))
-    except (OSError, zlib.error):
-        return size, False
-    return size, d.eof
