@@ -229,8 +229,12 @@ def run_forwarding(
     argv: Sequence[str],
     env: Mapping[str, str],
     on_start: Callable[[int], None] = lambda pid: None,
+    on_exit: Callable[[int], None] = lambda status: None,
 ) -> int:
     """Run ``argv`` as a child, forward SIGINT/SIGTERM/SIGHUP to it, return its exit status.
+    ``on_start`` gets the child's pid, ``on_exit`` its exit status, both with those signals still
+    blocked: one that comes as the command ends (torchrun stopping every rank's group once one rank
+    failed, when this rank's command had just ended too) cannot interrupt what is written then.
 
     The child stays in our process group, so whatever signals the group, up to a launcher's final
     SIGKILL, reaches it and everything it started, even if we are gone. A signal is forwarded
@@ -266,11 +270,13 @@ def run_forwarding(
                 os.kill(child.pid, info.si_signo)
             except ProcessLookupError:
                 pass
+        status = exit_status(child.returncode)
+        on_exit(status)
         # A signal that arrived while the child was exiting has nobody to go to: drop it rather than
         # let it kill us before the exit code is passed on.
         while signal.sigtimedwait(waited, 0) is not None:
             pass
-        return exit_status(child.returncode)
+        return status
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
 
@@ -365,20 +371,31 @@ def record(
         except OSError as e:  # the command runs already: keep waiting for it, say what went wrong
             print(f"profdb record: cannot update {rank_dir / MANIFEST_NAME}: {e}", file=sys.stderr)
 
+    ended = False
+
+    def finished(status: int) -> None:
+        nonlocal ended
+        write_manifest(rank_dir, replace(manifest, ended_at=now_iso(), exit_code=status))
+        ended = True
+
     code: int | None = None
     try:
-        code = _run_reporting(plan.argv, full_env, started)
+        code = _run_reporting(plan.argv, full_env, started, finished)
     finally:
-        # Written also when something unexpected escapes: ended, exit code unknown (null).
-        write_manifest(rank_dir, replace(manifest, ended_at=now_iso(), exit_code=code))
+        # (the command did not start, 127/126; or something unexpected escaped: ended, exit code unknown,
+        # null). Until session 48 the manifest was written here only, after the signals were unblocked: a
+        # launcher's SIGTERM in between left the exit code null (torchrun's restart test, ~1 CI run in 4).
+        if not ended:
+            write_manifest(rank_dir, replace(manifest, ended_at=now_iso(), exit_code=code))
     return code
 
 
 def _run_reporting(
-    argv: Sequence[str], env: Mapping[str, str], on_start: Callable[[int], None] = lambda pid: None
+    argv: Sequence[str], env: Mapping[str, str], on_start: Callable[[int], None] = lambda pid: None,
+    on_exit: Callable[[int], None] = lambda status: None,
 ) -> int:
     try:
-        return run_forwarding(argv, env, on_start)
+        return run_forwarding(argv, env, on_start, on_exit)
     except FileNotFoundError:
         print(f"profdb record: {argv[0]}: command not found", file=sys.stderr)
         return 127

@@ -300,6 +300,27 @@ def test_terminated_command_gives_143(tmp_path: Path) -> None:
     assert manifest_json(tmp_path / "rank0000")["exit_code"] == 143
 
 
+def test_a_signal_as_the_command_ends_keeps_its_exit_code(tmp_path: Path) -> None:
+    """torchrun stops every rank's group once one rank failed; a rank whose command had just ended on its
+    own gets that SIGTERM while it writes the exit code. Here it comes at the moment the command's exit
+    status is taken: the manifest still says the command's code, and profdb record exits with it."""
+    script = (
+        "import os, signal, sys\n"
+        "import profdb.store.record as r\n"
+        "real = r.exit_status\n"
+        "def late(returncode):\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    return real(returncode)\n"
+        "r.exit_status = late\n"
+        "from profdb.cli.main import main\n"
+        f"sys.argv = ['profdb', 'record', '-o', {str(tmp_path)!r}, '--', 'sh', '-c', 'exit 3']\n"
+        "sys.exit(main())\n"
+    )
+    p = subprocess.run([sys.executable, "-c", script], env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert manifest_json(tmp_path / "rank0000")["exit_code"] == 3, p.stderr
+    assert p.returncode == 3, p.stderr
+
+
 def test_ctrl_c_on_a_terminal_reaches_the_command_once(tmp_path: Path) -> None:
     """The terminal sends SIGINT to the whole foreground group, command included: not forwarded again."""
     ready = tmp_path / "ready"
