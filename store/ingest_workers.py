@@ -6,8 +6,9 @@ the file's reader and turns them into the writer's row tuples in batches: ids of
 from the writer (one request per batch that meets new names, answered from its in-memory table;
 the worker sends it, does the batch's work that needs no ids, then reads the answer: ``_Names``),
 categories are classified once per name, and the per-(rank, name, kind) summary and the steps of the
-file are kept in the worker and sent when the file is done. A file read as column batches
-(``ingest_columns``) asks for nothing: its batches carry their names and launch shapes
+file are kept in the worker and sent when the file is done (a file read before the store's ids came:
+its rows built with names where the ids go, completed when they come, ``_Late``). A file read as
+column batches (``ingest_columns``) asks for nothing: its batches carry their names and launch shapes
 (``bulk.Interned``) and the writer puts the ids in; a run of small such files (``_group_end``) is sent
 once it is parsed, their batches and summaries joined (``ingest_columns``). The writer only inserts
 rows with executemany and merges summaries. Workers never open the store: a failed or interrupted ingest
@@ -249,6 +250,12 @@ NO_ID = 0
 #: (max RSS 130-139 MB then, 103-107 MB at 2,048 files holding 84-147k rows)
 HOLD_ROWS = 250_000
 
+#: rows of files read as records a worker holds while the store's ids have not come (``_Late.hold``):
+#: built with names and launch shapes where their ids go, one tuple per distinct shape, ~240 bytes a row
+#: as held with the file's summary and timeline (TraceLens's Qwen H100 trace: 12,079 rows, 2.9 MB;
+#: 400 bytes with a shape tuple per row), so ~25 MB; a worker builds ~50-100k Kineto rows a second
+HOLD_RECORD_ROWS = 100_000
+
 
 def worker_count(total_bytes: int, files: int) -> int:
     """Workers for an ingest: $PROFDB_INGEST_WORKERS if set (0 = parse in the writer), else one per
@@ -355,6 +362,14 @@ class _Channel(Protocol):
         """``task`` with its store ids (a worker waits for them if they have not come)."""
         ...
 
+    def hold(self, rows: int) -> bool:
+        """Whether ``rows`` built without the store's ids may wait for them (``_Late.hold``)."""
+        ...
+
+    def defer(self, finish: Callable[[], None]) -> None:
+        """Call ``finish`` once the store's ids have come (a file whose rows ``hold`` let wait)."""
+        ...
+
 
 class _Outbox:
     """A worker's end of its connection to the writer, whose sending is done by a thread: the worker
@@ -420,6 +435,12 @@ class _Skipped(Exception):
     """The task's file is not to be read after all (its content is stored already: ``IdsMsg``)."""
 
 
+class _Finish(NamedTuple):
+    """The end of a file read while the store's ids had not come (``_Late.defer``)."""
+
+    finish: Callable[[], None]
+
+
 class _Late:
     """A worker's channel to the writer, whose ids for the tasks may not have come yet. The workers
     fork before the writer has imported SQLAlchemy and opened the store (``ingest.ingest_paths``: ~0.4
@@ -429,13 +450,17 @@ class _Late:
     summary row, a batch's constant columns), get them, and those of a file the writer does not want
     (already stored) are dropped. A group of small files parsed as one batch (``send_parsed``) is held
     as it was parsed, the ids put in when they come; one of which a file is not wanted is parsed
-    again without it (``redo``). A file read as records is read up to its first batch of rows
-    meanwhile, and waits for them there (``ready``): its rows need name ids from the writer anyway."""
+    again without it (``redo``). A file read as records is read, and its rows built with names and
+    launch shapes where their ids go, up to ``HOLD_RECORD_ROWS`` rows (``hold``); when the ids come, the
+    file asks the writer for the names' ids, and its rows and result are sent (``defer``: a file read
+    whole meanwhile is finished then, and the worker has gone on to its next). Until session 48 such a
+    file waited at its first batch of rows: on a real one-step profile, most of its parse came after
+    the writer had opened the store."""
 
     def __init__(self, conn: _Outbox | _Duplex) -> None:
         self.conn = conn
         self.ids: list[tuple[int, int] | None] | None = None
-        self.held: list[RowsMsg | DoneMsg | tuple[list[Task], GroupParse]] = []
+        self.held: list[RowsMsg | DoneMsg | tuple[list[Task], GroupParse] | _Finish] = []
         self.held_rows = 0
         #: groups held parsed that hold a file the writer does not want: to parse again without it
         self.redo: list[list[Task]] = []
@@ -475,6 +500,26 @@ class _Late:
                 self.pending.append(msg)
                 return
         self.conn.send(msg)
+
+    def hold(self, rows: int) -> bool:
+        """Whether a file read as records may keep ``rows`` it built without the store's ids (names where
+        their ids go) until the ids come: they have not, and this worker holds less than
+        ``HOLD_RECORD_ROWS`` rows; counted among them if so."""
+        if self.ids is not None or self.held_rows >= HOLD_RECORD_ROWS or self.conn.poll():
+            return False
+        self.held_rows += rows
+        return True
+
+    def defer(self, finish: Callable[[], None]) -> None:
+        """Call ``finish`` when the ids come (``wait``), after what was held before it: the end of a file
+        read while they had not (its rows held by ``hold``); it raises ``_Skipped`` for a file not wanted."""
+        if self.ids is None and self.conn.poll():
+            self.wait()  # (they have come: what was held first goes first)
+        if self.ids is not None:
+            with suppress(_Skipped):
+                finish()
+            return
+        self.held.append(_Finish(finish))
 
     def send_parsed(self, tasks: list[Task], parsed: GroupParse) -> None:
         """Send a group of files parsed as one batch (``ingest_columns.parse_group``), or hold it while
@@ -545,7 +590,10 @@ class _Late:
         msgs = [m for m in held if isinstance(m, (RowsMsg, DoneMsg))]
         self._send_joined([self._complete(m) for m in msgs if self.ids[m.task] is not None])
         for m in held:
-            if not isinstance(m, (RowsMsg, DoneMsg)):
+            if isinstance(m, _Finish):
+                with suppress(_Skipped):  # (a file the writer does not want: dropped)
+                    m.finish()
+            elif not isinstance(m, (RowsMsg, DoneMsg)):
                 self._send_parsed(*m)
 
     def _complete(self, msg: RowsMsg | DoneMsg) -> RowsMsg | DoneMsg:
@@ -661,7 +709,7 @@ def _parse(
     unsigned = unsigned_times(task)
     rank_id, source_id = task.rank_id, task.source_id
     counts: dict[str, int] = {}
-    summary: dict[tuple[int, str], Totals] = {}
+    summary: dict[tuple[str, str], Totals] = {}  # (name, kind): the ids are put in at the end
     steps: list[StepTime] = []
     acts: list[Activity] = []
     ctrs: list[Counter] = []
@@ -671,46 +719,71 @@ def _parse(
     nested_span, nested_key = nested.spans.append, nested.keys.append  # (SelfTotals.add, inlined)
     fold_nested = nested.compact  # (``nested`` is a flag in flush_acts' loop)
     read = _ReadMeter(task.size if batches is None else 0)  # (a group's files were read together)
+    #: activity batches built while the store's ids had not come (``_Late.hold``): rows with the name
+    #: and the launch shape where their ids go, and the bytes read then; ``wanted``: their names and shapes
+    held: list[tuple[list[tuple[Any, ...]], int]] = []
+    wanted: set[Any] = set()
+    shape_seen: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    one_shape = shape_seen.setdefault
 
     def with_ids() -> None:
         """Records are read (a JSON trace parsed) before the store's ids come; their rows need them, and
-        name ids the writer gives only after it sent them: a worker waits for them here (``ready``),
-        at its first batch of rows, not before it opens the file (Kineto: a core idle ~0.4 s)."""
-        nonlocal task, rank_id, source_id
+        name ids the writer gives only after it sent them: the rows built meanwhile (``held``) get them
+        here, and are sent; a worker waits for the ids here if they have not come (``ready``)."""
+        nonlocal task, rank_id, source_id, held
         if rank_id == NO_ID:
             task = conn.ready(task)
             rank_id, source_id = task.rank_id, task.source_id
+        if held:
+            names.resolve(wanted)
+            for named, at in held:
+                conn.send(RowsMsg(task.index, "activity", [
+                    (rank_id, source_id, kind, cat, ids[name], start, d, corr, *ids[shape], x)
+                    for kind, cat, name, start, d, corr, shape, x in named
+                ], at))
+            held = []
+            wanted.clear()
 
     def flush_acts() -> None:
-        with_ids()
+        # the ids have not come: the rows wait for them with names (``_Late.hold``; a worker's budget)
+        waiting = rank_id == NO_ID and conn.hold(len(acts))
+        if not waiting:
+            with_ids()
         validate.activities(acts, task.path, task.info.time_base_ns, unsigned)
         shapes = list(map(_LAUNCH_SHAPE, acts))  # (bulk.SHAPE_COLS: device, stream, pid, tid, grid, block)
-        names.ask({a[1] for a in acts} | set(shapes))
+        if waiting:
+            # (held rows keep their shape: one tuple per distinct one, not one per row)
+            shapes = list(map(one_shape, shapes, shapes))
+            wanted.update({a[1] for a in acts}, shapes)
+        else:
+            names.ask({a[1] for a in acts} | set(shapes))
         timeline.add_many(acts)  # (needs no ids: done while the writer answers)
-        names.wait()
+        if not waiting:
+            names.wait()
         rows: list[tuple[Any, ...]] = []
         append = rows.append
         # each (name, kind)'s durations, summed up after the loop by builtins that loop in C
         # (updating its Totals row by row cost ~1 us a row)
-        durations: dict[tuple[int, str], list[int]] = {}
-        first_cat: dict[tuple[int, str], str] = {}
-        # per name, what its records of one kind share (kind, id, category, durations, key, nested?, a
-        # step?), found once instead of per record (four lookups and two tuples: ~20% of this loop);
-        # a record with its own category, or a name met with another kind, takes the long way
-        per: dict[str, tuple[str, int, str, list[int], tuple[int, str], bool, bool]] = {}
+        durations: dict[tuple[str, str], list[int]] = {}
+        first_cat: dict[tuple[str, str], str] = {}
+        # per name, what its records of one kind share (kind, id (the name while ``waiting``), category,
+        # durations, key, nested?, a step?), found once instead of per record (four lookups and two
+        # tuples: ~20% of this loop); a record with its own category, or a name met with another kind,
+        # takes the long way
+        per: dict[str, tuple[str, int | str, str, list[int], tuple[str, str], bool, bool]] = {}
         for a, shape in zip(acts, shapes):
             kind = a[0]
             name = a[1]
             got = per.get(name)
             if got is None or got[0] != kind or a[4] is not None:
-                nid = ids[name]
+                nid = name if waiting else ids[name]
                 cat = a[4]
                 if cat is None:
                     ck = (kind, name)
                     cat = cats.get(ck)
                     if cat is None:
                         cat = cats[ck] = classify.category(kind, name)
-                key = (nid, kind)
+                key = (name, kind)
                 ds = durations.get(key)
                 if ds is None:
                     durations[key] = ds = []
@@ -721,8 +794,11 @@ def _parse(
                     per[name] = got
             _kind, nid, cat, ds, key, nested, step = got
             d = a[3]
-            launch_id, origin_id = ids[shape]
-            append((rank_id, source_id, kind, cat, nid, a[2], d, a[7], launch_id, origin_id, a[16]))
+            if waiting:
+                append((kind, cat, nid, a[2], d, a[7], shape, a[16]))
+            else:
+                launch_id, origin_id = ids[shape]
+                append((rank_id, source_id, kind, cat, nid, a[2], d, a[7], launch_id, origin_id, a[16]))
             ds.append(d)
             if nested:
                 nested_span(((kind, a[8], a[9], a[5]), a[2], d))
@@ -736,7 +812,10 @@ def _parse(
             _fold(summary, key, first_cat[key], len(ds), sum(ds), min(ds), max(ds), sum(map(mul, f, f)))
             counts[key[1]] = counts.get(key[1], 0) + len(ds)
         fold_nested()  # (a large file's CPU ops: columns, not tuples)
-        conn.send(RowsMsg(task.index, "activity", rows, read()))
+        if waiting:
+            held.append((rows, read()))
+        else:
+            conn.send(RowsMsg(task.index, "activity", rows, read()))
 
     def flush_ctrs() -> None:
         with_ids()
@@ -805,24 +884,32 @@ def _parse(
             with_ids()
             g = rec
             validate.aggregate(g, task.path)
-            names.resolve({g.name})
-            nid = ids[g.name]
             cat = g.category or cats.get((g.kind, g.name)) or classify.category(g.kind, g.name)
             mean = g.total_ns / g.calls if g.calls else 0.0
             sumsq = g.sum_sq_ns if g.sum_sq_ns is not None else g.calls * mean * mean
-            _fold(summary, (nid, g.kind), cat, g.calls, g.total_ns, g.min_ns, g.max_ns, sumsq)
+            _fold(summary, (g.name, g.kind), cat, g.calls, g.total_ns, g.min_ns, g.max_ns, sumsq)
             counts["aggregate"] = counts.get("aggregate", 0) + 1
     if acts:
         flush_acts()
     if ctrs:
         flush_ctrs()
-    with_ids()
     own = nested.totals()
     if summary:  # (each name's total over the file's batches and aggregates: exact Python integers)
         validate.summed(task.path, max(t.total_ns for t in summary.values()))
-    rows = [t.row(rank_id, nid, kind, own.get((nid, kind), t.total_ns) if kind in NESTED_KINDS else t.total_ns)
-            for (nid, kind), t in summary.items()]
-    conn.send(DoneMsg(task.index, Parsed(counts, rows, steps, timeline.file_timeline(), unread=unread or None)))
+    file_timeline = timeline.file_timeline()
+
+    def finish() -> None:
+        with_ids()
+        names.resolve({name for name, _kind in summary})
+        rows = [t.row(rank_id, ids[name], kind,
+                      own.get((name, kind), t.total_ns) if kind in NESTED_KINDS else t.total_ns)
+                for (name, kind), t in summary.items()]
+        conn.send(DoneMsg(task.index, Parsed(counts, rows, steps, file_timeline, unread=unread or None)))
+
+    if held or (rank_id == NO_ID and conn.hold(len(summary))):
+        conn.defer(finish)  # (the ids have not come: the worker goes on with its next file meanwhile)
+    else:
+        finish()
 
 
 class _Here:
@@ -851,6 +938,12 @@ class _Here:
 
     def ready(self, task: Task) -> Task:
         return task
+
+    def hold(self, rows: int) -> bool:
+        return False  # (the ids are here)
+
+    def defer(self, finish: Callable[[], None]) -> None:
+        finish()
 
 
 def parse_here(

@@ -267,6 +267,8 @@ def test_worker_failing_while_its_names_are_answered(
     # (called between asking and waiting; the workers are forked: they see it)
     monkeypatch.setattr(collectives.TimelineBuilder, "add_many", planted)
     monkeypatch.setattr(bulk.Writer, "answer_names", slow_answer)
+    # (rows built once the ids came: a batch read before them asks nothing until they do, ``_Late.hold``)
+    monkeypatch.setattr(ingest_workers, "HOLD_RECORD_ROWS", 0)
     _bulk(monkeypatch, True)
     with pytest.raises(InputError, match=r"rank-\d\.json: .*ValueError: planted failure after asking"):
         ingest.ingest_paths(sorted((inputs / "kineto").glob("rank-*.json")), str(db), run="kineto")
@@ -530,9 +532,9 @@ main()
 
 def test_records_are_read_before_the_store_ids_come(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A file read as records (real Kineto traces: four ranks of a torchrun job, tests/data/SOURCES.txt)
-    is read while the writer opens the store, before its ids come: a worker waits for them at its first
-    batch of rows (``_parse``'s ``with_ids``), not before it opens the file. The store is the in-process
-    path's."""
+    is read while the writer opens the store, before its ids come (its rows held with names until they
+    do: ``_Late.hold``; until session 48 a worker waited for them at its first batch), not only once
+    they came. The store is the in-process path's."""
     import os
     import subprocess
 
@@ -779,3 +781,58 @@ def test_progress_moves_as_the_workers_finish_files_not_at_the_end(
     assert events[files[-1]][2] == events[0][3]
     # the report keeps the inputs' order whatever order the files were done in
     assert [f.path for f in report.files] == [str(t) for t in traces]
+
+
+@pytest.mark.parametrize("hold", [1, 300, ingest_workers.HOLD_RECORD_ROWS])
+def test_records_parsed_whole_before_the_ids_come_store_what_the_plain_path_stores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hold: int
+) -> None:
+    """Since session 48 a worker reading records goes on while the writer opens the store: it builds a
+    batch's rows with names and launch shapes where their ids go and holds them (``_Late.hold``, up to
+    ``HOLD_RECORD_ROWS`` rows), and a file read whole meanwhile is finished when the ids come (``_Late.defer``)
+    while the worker reads its next one. Real traces (tests/data/kineto/torchrun4_cpu: 4 ranks of a CPU
+    job, nested CPU ops, steps, gloo collectives), batches of 50 rows, the writer's ids 0.5 s late: with
+    every file held, and with the hold running out in a file's first or a later batch, the store is
+    the in-process path's, self times, steps and the run's analysis included; so after a second ingest
+    adding ranks (the files stored already are dropped when the ids come) and a third adding none."""
+    import time
+
+    traces = sorted((ROOT / "tests/data/kineto/torchrun4_cpu").glob("rank*.json.gz"))
+    marks = tmp_path / "deferred"
+    marks.mkdir()
+    monkeypatch.setattr(ingest_workers, "BATCH", 50)
+    monkeypatch.setattr(ingest_workers, "HOLD_RECORD_ROWS", hold)
+    plain_send, plain_defer = ingest_workers.Parsers.send_ids, ingest_workers._Late.defer
+
+    def late_ids(self: Any, ids: Any) -> None:
+        time.sleep(0.5)  # (the workers read meanwhile)
+        plain_send(self, ids)
+
+    def defer(self: Any, finish: Any) -> None:  # (in a worker: the end of a file read before the ids came)
+        if self.ids is None:
+            (marks / f"{id(finish)}-{time.monotonic_ns()}").touch()
+        plain_defer(self, finish)
+
+    monkeypatch.setattr(ingest_workers.Parsers, "send_ids", late_ids)
+    monkeypatch.setattr(ingest_workers._Late, "defer", defer)
+    stores = {}
+    for on in (False, True):
+        _bulk(monkeypatch, on)
+        db = tmp_path / f"s{on}.db"
+        got = []
+        for files in (traces[:2], traces, traces):
+            report = ingest.ingest_paths(files, str(db), run="torchrun4")
+            got.append((len(report.ingested), len(report.duplicates)))
+        assert got == [(2, 0), (2, 2), (0, 4)]
+        stores[on] = {
+            **_content(db),
+            "self": sorted(sql(db, "select global_rank, kind, name, self_ns from summary_v")),
+            "calls": sorted(sql(db, "select * from collective_call_v")),
+            "analysis": sorted(sql(db, "select * from rank_analysis_v")),
+            "unread": sorted(sql(db, "select path, rows, unread_json from source_file")),
+        }
+    assert stores[True] == stores[False]
+    assert len(stores[True]["activity"]) > 1000 and stores[True]["step"] and stores[True]["calls"]
+    assert any(r[1] == "cpu_op" and r[3] for r in stores[True]["self"])
+    if hold > 1000:
+        assert len(list(marks.iterdir())) >= 2  # (files read whole before the ids came, in two ingests)
