@@ -98,7 +98,7 @@ def _early_workers(inputs: list[InputFile]) -> Iterator[ingest_workers.Parsers |
         yield parsers
 
 
-def content_bytes(inputs: Sequence[InputFile], enough: int = ingest_workers.PARALLEL_MIN_BYTES) -> int:
+def content_bytes(inputs: Sequence[InputFile], enough: int = ingest_workers.ALL_CORES_MIN_BYTES) -> int:
     """The inputs' bytes as their readers parse them, counted until ``enough``: a gzip file's
     uncompressed size (its trailer's ISIZE: exact below 4 GiB, and a larger file is enough anyway), else
     its size. A real one-step profile is often a few hundred KB of .json.gz and 8 MB of JSON to parse."""

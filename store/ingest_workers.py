@@ -54,8 +54,16 @@ _N = TypeVar("_N", int, str)  # a summary key's name: its id, or the name itself
 #: imports SQLAlchemy (session 20) had made them pay off sooner; measured on real Kineto inputs, 10-12
 #: interleaved pairs, median wall: the 8-rank DLRM job (7.4 MB) 757 -> 593 ms (as .json.gz, 0.5 MB: 808 ->
 #: 685), TraceLens's Qwen H100 trace (8.6 MB) 613 -> 541 (.json.gz: 687 -> 573), the DeepSeek rank (3.1 MB)
-#: 527 -> 509, the torchrun4 CPU job (1 MB) 427 -> 442: parsed in the writer below 4 MB
-PARALLEL_MIN_BYTES = 4 << 20
+#: 527 -> 509, the torchrun4 CPU job (1 MB) 427 -> 442: parsed in the writer below 4 MB. 2 MB since
+#: session 48, when a worker reading records no longer waited for the store's ids at its first batch
+#: (``_Late.hold``), with one worker below ``ALL_CORES_MIN_BYTES``; 20 interleaved pairs each against
+#: in-process, pair medians: the DeepSeek rank (3.1 MB) 0.847, HTA's two sampled ranks (3.4 MB) 0.839,
+#: a 1.05 MB trace (HTA's distributed_info_not_found) 1.037, the torchrun4 job (0.78 MB) with one
+#: worker 0.941 and with two 1.090 (noise: +-4%)
+PARALLEL_MIN_BYTES = 2 << 20
+#: below this much input one worker parses, not one per core: the writer's own work is most of a small
+#: ingest, and a second worker competes with it for the cores
+ALL_CORES_MIN_BYTES = 4 << 20
 ENV_WORKERS = "PROFDB_INGEST_WORKERS"
 
 
@@ -273,6 +281,8 @@ def worker_count(total_bytes: int, files: int) -> int:
     cpus = cores()
     if cpus < 2 or total_bytes < PARALLEL_MIN_BYTES:
         return 0
+    if total_bytes < ALL_CORES_MIN_BYTES:
+        return 1
     return min(cpus, files)
 
 

@@ -139,7 +139,9 @@ def test_worker_failure_rolls_back_byte_for_byte(inputs: Path, tmp_path: Path, m
 def test_worker_count(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(ingest_workers.ENV_WORKERS, raising=False)
     monkeypatch.setattr(ingest_workers, "cores", lambda: 2)
-    assert ingest_workers.worker_count(1 << 20, 10) == 0  # small inputs stay in-process
+    assert ingest_workers.worker_count(1 << 19, 10) == 0  # small inputs stay in-process
+    assert ingest_workers.worker_count(2 << 20, 10) == 1  # one worker parses what the writer inserts
+    assert ingest_workers.worker_count(4 << 20, 10) == 2  # one per core
     assert ingest_workers.worker_count(1 << 40, 1) == 1  # one large file: it parses while the writer inserts
     monkeypatch.setenv(ingest_workers.ENV_WORKERS, "3")
     assert ingest_workers.worker_count(10, 2) == 2
@@ -150,8 +152,9 @@ def test_worker_count(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_gzip_inputs_count_uncompressed_for_the_workers(monkeypatch: pytest.MonkeyPatch, data: Path) -> None:
     """A real one-step profile: 445 KB of .json.gz, 8.6 MB of JSON to parse. Its uncompressed size decides
-    whether workers parse it (they do: ``PARALLEL_MIN_BYTES``); the torchrun4 CPU job (4 files, 1 MB of
-    JSON) stays in the writer."""
+    whether workers parse it (they do: ``PARALLEL_MIN_BYTES``); the torchrun4 CPU job (4 files, 776 KB of
+    JSON) stays in the writer, and HTA's two sampled ranks (240 KB of .json.gz, 3.4 MB of JSON) get one
+    worker (``ALL_CORES_MIN_BYTES``)."""
     from profdb.store.inputs import Scan, prepare
 
     monkeypatch.delenv(ingest_workers.ENV_WORKERS, raising=False)
@@ -167,6 +170,10 @@ def test_gzip_inputs_count_uncompressed_for_the_workers(monkeypatch: pytest.Monk
     inputs, _unknown, _plan = prepare(Scan([data / "kineto" / "torchrun4_cpu"], None, small), small)
     with ingest._early_workers(inputs) as parsers:
         assert parsers is None
+    inputs, _unknown, _plan = prepare(Scan([data / "kineto" / "hta_trace_filter_2ranks"], None, small), small)
+    assert sum(i.size for i in inputs) < 250_000
+    with ingest._early_workers(inputs) as parsers:
+        assert parsers is not None and len(parsers.procs) == 1
 
 def test_new_store_is_loaded_with_a_rollback_journal_and_left_in_wal(
     inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
