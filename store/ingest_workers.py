@@ -266,8 +266,9 @@ HOLD_RECORD_ROWS = 100_000
 
 
 def worker_count(total_bytes: int, files: int) -> int:
-    """Workers for an ingest: $PROFDB_INGEST_WORKERS if set (0 = parse in the writer), else one per
-    CPU (at most one per file) when the input is large enough to pay for starting them. One large
+    """Workers for an ingest: $PROFDB_INGEST_WORKERS if set (0 = parse in the writer), else none below
+    ``PARALLEL_MIN_BYTES``, one below ``ALL_CORES_MIN_BYTES``, then one per CPU (at most one per file)
+    (the input is then large enough to pay for starting them, and for a second one). One large
     file gets a worker too: it parses while the writer inserts what it sent (measured, 5 interleaved
     runs each, median wall: a 37 MB Kineto trace 1.25 -> 1.12 s, a 33 MB Nsight Systems export
     3.38 -> 3.04 s, a 17 MB rocprofv3 kernel trace 0.57 -> 0.53 s)."""
