@@ -55,7 +55,10 @@ def main() -> int:
         while not got and time.monotonic() < deadline:
             time.sleep(0.02)
         time.sleep(0.5)
-        Path(args.wait_signals + ".got").write_text("".join(f"{g}\n" for g in got))
+        # atomically too: a test that sees the file may kill this process at once (it did, mid-write,
+        # under load: the file was empty)
+        tmp.write_text("".join(f"{g}\n" for g in got))
+        os.replace(tmp, args.wait_signals + ".got")
     return args.exit
 
 
