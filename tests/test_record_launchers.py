@@ -49,9 +49,11 @@ needs_mpirun = pytest.mark.skipif(
 def clean_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS and not k.startswith(("PROFDB_", "OMPI_", "PMIX_"))}
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
-    # mpirun follows its SIGTERM with SIGKILL after odls_base_sigkill_timeout (default 1 s): on a loaded
-    # 2-core CI machine the ranks need longer than that to record how they ended
-    env.update(OMPI_MCA_odls_base_sigkill_timeout="20")
+    # Stopping ranks, mpirun (Open MPI 4) sends SIGCONT, waits odls_base_sigkill_timeout (default 1 s),
+    # sends SIGTERM, waits it again, then SIGKILL: on a loaded 2-core CI machine the ranks need more than
+    # 1 s to record how they ended. mpirun waits the timeout out even when they are gone, twice per test
+    # that stops ranks: 20 s made two tests ~38 s each; 5 s held with three busy loops beside the suite.
+    env.update(OMPI_MCA_odls_base_sigkill_timeout="5")
     return env
 
 
