@@ -59,6 +59,9 @@ FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 _SI_KERNEL = 0x80  # si_code of signals the kernel sends itself (terminal Ctrl-C, hangup)
 _SI_USER = 0  # si_code of kill() and killpg()
+#: how often ``run_forwarding`` looks whether the command ended without a SIGCHLD saying so (a SIGCHLD
+#: taken by another thread of this process: the Python API's caller's, pytest-xdist's)
+_RECHECK_S = 0.2
 
 
 class RecordError(ProfdbError):
@@ -247,8 +250,9 @@ def run_forwarding(
 
     Everything else (``kill PID`` from a person, a watchdog, a harness) is forwarded. The child gets
     SIGTERM if we die first (PR_SET_PDEATHSIG), so a parent that kills only our pid does not leave
-    the command running unseen. Signals are blocked and taken with sigwaitinfo, so none is lost
-    between the start of the child and the wait.
+    the command running unseen. Signals are blocked and taken with sigtimedwait, so none is lost
+    between the start of the child and the wait; where another thread of this process took the
+    command's SIGCHLD, the wait sees the command ended within ``_RECHECK_S``.
     Raises OSError (FileNotFoundError, PermissionError) when the command cannot be started.
     """
     waited = {*FORWARDED_SIGNALS, signal.SIGCHLD}
@@ -259,8 +263,10 @@ def run_forwarding(
         child = subprocess.Popen(list(argv), env=dict(env), preexec_fn=_child_setup(old_mask, os.getpid()))
         on_start(child.pid)
         while child.poll() is None:
-            info = signal.sigwaitinfo(waited)
-            if info.si_signo == signal.SIGCHLD:
+            # (bounded: in a process with other threads, a SIGCHLD that comes between the check above
+            # and this wait goes to one of them, which does not block it, and is gone)
+            info = signal.sigtimedwait(waited, _RECHECK_S)
+            if info is None or info.si_signo == signal.SIGCHLD:
                 continue
             if info.si_code == _SI_KERNEL and _same_group(child.pid):
                 continue

@@ -211,6 +211,30 @@ def test_exit_status_of_a_killed_command_is_128_plus_signal(tmp_path: Path) -> N
 # --- signals --------------------------------------------------------------------------------------
 
 
+def test_a_command_ending_while_another_thread_runs_is_not_waited_for_forever() -> None:
+    """run_forwarding blocks SIGCHLD in its own thread and waits for it; in a process with another thread
+    (the Python API's caller may run threads; pytest-xdist's workers do), a SIGCHLD that comes between
+    its check that the command runs and its wait goes to that thread and is gone. Here the command ends
+    in that window (the first check is held until it has ended): the wait must still see it end. It once
+    hung there for good, under xdist, in test_exit_status_of_a_killed_command_is_128_plus_signal."""
+    script = (
+        "import os, subprocess, threading, time\n"
+        "from profdb.store.record import run_forwarding\n"
+        "stop = threading.Event()\n"
+        "threading.Thread(target=stop.wait, daemon=True).start()  # (its signal mask: nothing blocked)\n"
+        "poll, held = subprocess.Popen.poll, []\n"
+        "def late_poll(self):\n"
+        "    if not held:  # the command ends after this check said it runs\n"
+        "        held.append(os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT))\n"
+        "        return None\n"
+        "    return poll(self)\n"
+        "subprocess.Popen.poll = late_poll\n"
+        "print(run_forwarding(['sh', '-c', 'exit 3'], dict(os.environ)))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert (p.returncode, p.stdout, p.stderr) == (0, "3\n", "")
+
+
 def _wait_for(path: Path, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
