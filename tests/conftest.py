@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import sqlite3
+import tempfile
 from pathlib import Path
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 from typing import Any, Callable
 
 import pytest
@@ -90,6 +92,20 @@ def copy_tree(src: Path, dst: Path) -> Path:
 
 def pytest_report_header() -> str:
     return f"profdb tests, cwd {os.getcwd()}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
+    """Under pytest-xdist (scripts/test.sh), a test marked ``alone`` runs while no other worker runs a
+    test: it holds a lock file of the run exclusively, every other test holds it shared, over its
+    setup, call and teardown (module fixtures included). ``alone``: a real job whose answer depends on
+    having the cores to itself (a planted straggler's margin against another test's processes)."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None:  # (one process: nothing runs beside the test)
+        return (yield)
+    with open(Path(tempfile.gettempdir()) / f"profdb-tests-{run}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if item.get_closest_marker("alone") else fcntl.LOCK_SH)
+        return (yield)
 
 
 @pytest.fixture(scope="module")
