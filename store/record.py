@@ -60,7 +60,8 @@ FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _SI_KERNEL = 0x80  # si_code of signals the kernel sends itself (terminal Ctrl-C, hangup)
 _SI_USER = 0  # si_code of kill() and killpg()
 #: how often ``run_forwarding`` looks whether the command ended without a SIGCHLD saying so (a SIGCHLD
-#: taken by another thread of this process: the Python API's caller's, pytest-xdist's)
+#: taken by another thread of this process: ``profdb record`` runs none, but a caller of ``record()``
+#: may; pytest-xdist's workers do)
 _RECHECK_S = 0.2
 
 

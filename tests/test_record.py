@@ -212,11 +212,12 @@ def test_exit_status_of_a_killed_command_is_128_plus_signal(tmp_path: Path) -> N
 
 
 def test_a_command_ending_while_another_thread_runs_is_not_waited_for_forever() -> None:
-    """run_forwarding blocks SIGCHLD in its own thread and waits for it; in a process with another thread
-    (the Python API's caller may run threads; pytest-xdist's workers do), a SIGCHLD that comes between
-    its check that the command runs and its wait goes to that thread and is gone. Here the command ends
-    in that window (the first check is held until it has ended): the wait must still see it end. It once
-    hung there for good, under xdist, in test_exit_status_of_a_killed_command_is_128_plus_signal."""
+    """run_forwarding blocks SIGCHLD in its own thread and waits for it; in a process with another
+    thread (``profdb record`` runs none, but a caller of store.record's functions may; pytest-xdist's
+    workers do), a SIGCHLD that comes between its check that the command runs and its wait goes to
+    that thread and is gone. Here the command ends in that window (the first check is held until it
+    has ended): the wait must still see it end. It once hung there for good, under xdist, in
+    test_exit_status_of_a_killed_command_is_128_plus_signal."""
     script = (
         "import os, subprocess, threading, time\n"
         "from profdb.store.record import run_forwarding\n"
