@@ -99,7 +99,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     """Under pytest-xdist (scripts/test.sh), a test marked ``alone`` runs while no other worker runs a
     test: it holds a lock file of the run exclusively, every other test holds it shared, over its
     setup, call and teardown (module fixtures included). ``alone``: a real job whose answer depends on
-    having the cores to itself (a planted straggler's margin against another test's processes)."""
+    having the cores to itself (a planted straggler's margin against another test's processes). The
+    lock is an empty file in the temp folder, one per run (removing it while workers run would split
+    the lock in two)."""
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
     if run is None:  # (one process: nothing runs beside the test)
         return (yield)
